@@ -1,0 +1,1 @@
+"""Code shared by every elasticctr workload image: storage URIs, slot.conf, model versions."""
