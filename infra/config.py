@@ -84,6 +84,12 @@ class ClusterConfig(Section):
         "", description="kubeconfig file; empty = $KUBECONFIG or ~/.kube/config"
     )
     context: str = Field("", description="kubeconfig context; empty = its current context")
+    render_dir: str = Field(
+        "", description="write every manifest under this directory instead of applying it"
+    )
+    skip_await: bool = Field(
+        False, description="do not wait for readiness (a cluster that never runs containers)"
+    )
 
 
 class VolcanoConfig(Section):
@@ -96,8 +102,8 @@ class VolcanoConfig(Section):
 class HdfsConfig(Section):
     """HDFS for training data: in the cluster, or an external namenode (the seeds' -hd)."""
 
-    mode: Literal["in-cluster", "external"] = Field(
-        "in-cluster", description="in-cluster or external"
+    mode: Literal["in-cluster", "external", "none"] = Field(
+        "in-cluster", description="in-cluster, external (address), or none (data in object storage)"
     )
     address: str = Field("", description="external namenode, hdfs://host:port (mode external)")
     datanodes: int = Field(1, ge=1, le=100, description="datanode pods (in-cluster)")
@@ -328,6 +334,8 @@ class StackConfig(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
+        if self.data.source == "hdfs" and self.hdfs.mode == "none":
+            raise Problem("data.source", 'must be "storage" when hdfs.mode is none, got "hdfs"')
         if self.data.source == "hdfs" and self.hdfs.mode == "external" and self.data.ugi is None:
             raise Problem("data.ugi", "must be set (with --secret) to read an external HDFS")
         return self

@@ -25,8 +25,10 @@ NAMESPACE = "elasticctr"
 PROJECT_DIR = Path(__file__).resolve().parent.parent
 
 
-class ConfigError(Exception):
-    """Invalid stack config; `problems` holds one line per problem."""
+class ConfigError(pulumi.RunError):
+    """Invalid stack config; `problems` holds one line per problem.
+
+    A RunError: Pulumi prints the message alone, without a Python traceback."""
 
     def __init__(self, problems: list[str]) -> None:
         self.problems = problems

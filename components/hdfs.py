@@ -1,0 +1,187 @@
+"""HDFS for the training data: a namenode and datanodes in the cluster (apache/hadoop), or an
+external namenode as the seeds' `-hd` option. Either way the component's `address` is the
+hdfs://host:port the trainers read from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import kube
+from components.kube import KubeTarget
+from components.network import allow_ingress
+
+NAMENODE_RPC_PORT = 8020
+NAMENODE_HTTP_PORT = 9870
+DATANODE_PORTS = {"data": 9866, "http": 9864, "ipc": 9867}
+# The image's starter formats the namenode only while this directory does not exist, so it
+# is a subdirectory of the volume: the mount point itself always exists.
+NAMENODE_DIR = "/data/namenode"
+DATANODE_DIR = "/data/datanode"
+
+
+@dataclass(frozen=True)
+class HdfsArgs:
+    target: KubeTarget
+    mode: Literal["in-cluster", "external"]
+    address: str = ""  # external mode: hdfs://host:port
+    image: str = ""  # in-cluster mode
+    datanodes: int = 1
+    replication: int = 1
+    namenode_storage: str = "10Gi"
+    datanode_storage: str = "50Gi"
+
+
+class Hdfs(pulumi.ComponentResource):
+    address: pulumi.Output[str]
+    web_url: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: HdfsArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        if args.mode == "external" and not args.address.startswith("hdfs://"):
+            raise ValueError(
+                f"{name}: address must be hdfs://host:port in mode external, got {args.address!r}"
+            )
+        if args.mode == "in-cluster" and not args.image:
+            raise ValueError(f"{name}: image is required in mode in-cluster")
+        if args.mode == "in-cluster" and not 1 <= args.replication <= args.datanodes:
+            raise ValueError(
+                f"{name}: replication must be from 1 to datanodes ({args.datanodes}), "
+                f"got {args.replication}"
+            )
+        super().__init__("elasticctr:hdfs:Hdfs", name, None, opts)
+
+        if args.mode == "external":
+            self.address = pulumi.Output.from_input(args.address.rstrip("/"))
+            self.web_url = pulumi.Output.from_input("")
+        else:
+            host = pulumi.Output.concat(
+                "hdfs-namenode.", args.target.namespace, ".svc.cluster.local"
+            )
+            self.address = pulumi.Output.concat("hdfs://", host, f":{NAMENODE_RPC_PORT}")
+            self.web_url = pulumi.Output.concat("http://", host, f":{NAMENODE_HTTP_PORT}")
+            self._in_cluster(name, args)
+        self.register_outputs({"address": self.address, "web_url": self.web_url})
+
+    def _in_cluster(self, name: str, args: HdfsArgs) -> None:
+        target = args.target
+        site = kube.env(
+            {
+                # apache/hadoop turns FILE_property=value variables into its *-site.xml files.
+                "CORE-SITE.XML_fs.defaultFS": f"hdfs://hdfs-namenode:{NAMENODE_RPC_PORT}",
+                "HDFS-SITE.XML_dfs.replication": str(args.replication),
+                "HDFS-SITE.XML_dfs.namenode.name.dir": NAMENODE_DIR,
+                "HDFS-SITE.XML_dfs.datanode.data.dir": DATANODE_DIR,
+                "HDFS-SITE.XML_dfs.namenode.rpc-bind-host": "0.0.0.0",
+                # Pod IPs do not reverse-resolve to the names datanodes register with.
+                "HDFS-SITE.XML_dfs.namenode.datanode.registration.ip-hostname-check": "false",
+                # Only pods of this namespace reach HDFS (NetworkPolicy); the seeds' UGI is
+                # a user name, not an identity HDFS could check without Kerberos.
+                "HDFS-SITE.XML_dfs.permissions.enabled": "false",
+                "ENSURE_NAMENODE_DIR": NAMENODE_DIR,
+            }
+        )
+        namenode_ports = {"rpc": NAMENODE_RPC_PORT, "http": NAMENODE_HTTP_PORT}
+        namenode = self._node_set(
+            f"{name}-namenode",
+            target,
+            "hdfs-namenode",
+            args.image,
+            ["hdfs", "namenode"],
+            1,
+            namenode_ports,
+            site,
+            args.namenode_storage,
+            kube.http_probe("/", NAMENODE_HTTP_PORT),
+        )
+        self._node_set(
+            f"{name}-datanode",
+            target,
+            "hdfs-datanode",
+            args.image,
+            ["hdfs", "datanode"],
+            args.datanodes,
+            DATANODE_PORTS,
+            site,
+            args.datanode_storage,
+            {"tcp_socket": {"port": DATANODE_PORTS["data"]}, "period_seconds": 10},
+            depends_on=[namenode],
+        )
+        # Trainers, the client's upload and the datanodes themselves talk to HDFS.
+        allow_ingress(
+            target,
+            f"{name}-namenode-ingress",
+            "hdfs-namenode",
+            list(namenode_ports.values()),
+            "namespace",
+            self,
+        )
+        allow_ingress(
+            target,
+            f"{name}-datanode-ingress",
+            "hdfs-datanode",
+            list(DATANODE_PORTS.values()),
+            "namespace",
+            self,
+        )
+
+    def _node_set(
+        self,
+        resource_name: str,
+        target: KubeTarget,
+        component: str,
+        image: str,
+        command: list[str],
+        replicas: int,
+        ports: dict[str, int],
+        env: list[k8s.core.v1.EnvVarArgsDict],
+        storage: str,
+        readiness: k8s.core.v1.ProbeArgsDict,
+        depends_on: list[pulumi.Resource] | None = None,
+    ) -> k8s.apps.v1.StatefulSet:
+        """A headless Service and a StatefulSet of one HDFS role, each pod with its volume."""
+        selector = kube.labels(component)
+        service = k8s.core.v1.Service(
+            f"{resource_name}-service",
+            metadata=target.metadata(component, component),
+            spec={
+                "cluster_ip": "None",
+                "selector": selector,
+                "ports": [{"name": port_name, "port": port} for port_name, port in ports.items()],
+            },
+            opts=target.opts(self),
+        )
+        return k8s.apps.v1.StatefulSet(
+            resource_name,
+            metadata=target.metadata(component, component),
+            spec={
+                "service_name": component,
+                "replicas": replicas,
+                "selector": {"match_labels": selector},
+                "persistent_volume_claim_retention_policy": kube.RETAIN_VOLUMES,
+                "template": kube.pod_template(
+                    component,
+                    [
+                        {
+                            "name": component.removeprefix("hdfs-"),
+                            "image": image,
+                            "image_pull_policy": target.image_pull_policy,
+                            "command": command,
+                            "env": env,
+                            "ports": [{"name": n, "container_port": p} for n, p in ports.items()],
+                            "resources": kube.resources(0.5, 1),
+                            # The image writes its *-site.xml files at start.
+                            "security_context": kube.container_security(read_only_root=False),
+                            "readiness_probe": readiness,
+                            "volume_mounts": [{"name": "data", "mount_path": "/data"}],
+                        }
+                    ],
+                ),
+                "volume_claim_templates": [kube.volume_claim("data", storage)],
+            },
+            opts=target.opts(self, depends_on=[service, *(depends_on or [])]),
+        )

@@ -1,0 +1,231 @@
+"""Conventions every elasticctr pod follows (docs/architecture.md, "Kubernetes conventions").
+
+Components build their pods from these helpers so that security context, resources,
+labels and config mounts are decided in one place.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+RUN_AS_USER = 1000
+CONFIG_DIR = "/etc/elasticctr"
+DATA_DIR = "/var/lib/elasticctr"
+PART_OF = "elasticctr"
+
+
+@dataclass(frozen=True)
+class KubeTarget:
+    """Where components put their objects, and how: shared by every component's args."""
+
+    provider: pulumi.ProviderResource
+    namespace: pulumi.Input[str]
+    image_pull_policy: str = "IfNotPresent"
+    # The Kubernetes provider waits for readiness unless told not to; a stack whose cluster
+    # never runs containers (the e2e API server) sets this.
+    skip_await: bool = False
+
+    def opts(self, parent: pulumi.Resource, **kwargs: Any) -> pulumi.ResourceOptions:
+        """Options of a component's child: parented to it, on the stack's provider."""
+        return pulumi.ResourceOptions(parent=parent, provider=self.provider, **kwargs)
+
+    def metadata(
+        self, name: str, component: str, annotations: dict[str, str] | None = None
+    ) -> k8s.meta.v1.ObjectMetaArgsDict:
+        merged = dict(annotations or {})
+        if self.skip_await:
+            merged["pulumi.com/skipAwait"] = "true"
+        meta: k8s.meta.v1.ObjectMetaArgsDict = {
+            "name": name,
+            "namespace": self.namespace,
+            "labels": labels(component),
+        }
+        if merged:
+            meta["annotations"] = merged
+        return meta
+
+
+def labels(component: str) -> dict[str, str]:
+    """Selector labels of one component (stable: they select pods)."""
+    return {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": component}
+
+
+def quantity_cpu(cores: float) -> str:
+    return f"{round(cores * 1000)}m"
+
+
+def quantity_mem(gib: float) -> str:
+    return f"{round(gib * 1024)}Mi"
+
+
+def resources(cpu: float, mem_gib: float) -> k8s.core.v1.ResourceRequirementsArgsDict:
+    """Requests equal to limits: Guaranteed QoS, so training and serving are never the first
+    pods evicted and throughput does not depend on what else shares the node."""
+    amounts = {"cpu": quantity_cpu(cpu), "memory": quantity_mem(mem_gib)}
+    return {"requests": amounts, "limits": amounts}
+
+
+def container_security(read_only_root: bool = True) -> k8s.core.v1.SecurityContextArgsDict:
+    """Restricted Pod Security Standard, and a read-only root where the image allows it."""
+    return {
+        "run_as_non_root": True,
+        "run_as_user": RUN_AS_USER,
+        "run_as_group": RUN_AS_USER,
+        "allow_privilege_escalation": False,
+        "read_only_root_filesystem": read_only_root,
+        "capabilities": {"drop": ["ALL"]},
+        "seccomp_profile": {"type": "RuntimeDefault"},
+    }
+
+
+def pod_security() -> k8s.core.v1.PodSecurityContextArgsDict:
+    return {
+        "run_as_non_root": True,
+        "run_as_user": RUN_AS_USER,
+        "run_as_group": RUN_AS_USER,
+        "fs_group": RUN_AS_USER,
+        "seccomp_profile": {"type": "RuntimeDefault"},
+    }
+
+
+def tmp_volume() -> k8s.core.v1.VolumeArgsDict:
+    """Scratch space for images that run with a read-only root file system."""
+    return {"name": "tmp", "empty_dir": {"size_limit": "1Gi"}}
+
+
+TMP_MOUNT: k8s.core.v1.VolumeMountArgsDict = {"name": "tmp", "mount_path": "/tmp"}
+
+
+def config_volume(*config_maps: pulumi.Input[str]) -> k8s.core.v1.VolumeArgsDict:
+    """One read-only directory (CONFIG_DIR) holding the keys of several ConfigMaps."""
+    return {
+        "name": "config",
+        "projected": {"sources": [{"config_map": {"name": cm}} for cm in config_maps]},
+    }
+
+
+CONFIG_MOUNT: k8s.core.v1.VolumeMountArgsDict = {
+    "name": "config",
+    "mount_path": CONFIG_DIR,
+    "read_only": True,
+}
+
+
+def env(values: dict[str, pulumi.Input[str]]) -> list[k8s.core.v1.EnvVarArgsDict]:
+    return [{"name": name, "value": value} for name, value in values.items()]
+
+
+def secret_env(
+    secret_name: pulumi.Input[str], keys: Sequence[str] | Mapping[str, str]
+) -> list[k8s.core.v1.EnvVarArgsDict]:
+    """Env vars read from a Secret: a list of keys (same names), or {env var: secret key}."""
+    names = keys if isinstance(keys, Mapping) else {key: key for key in keys}
+    return [
+        {"name": var, "value_from": {"secret_key_ref": {"name": secret_name, "key": key}}}
+        for var, key in names.items()
+    ]
+
+
+def field_env(name: str, field_path: str) -> k8s.core.v1.EnvVarArgsDict:
+    """An env var from the downward API, e.g. status.podIP."""
+    return {"name": name, "value_from": {"field_ref": {"field_path": field_path}}}
+
+
+def http_probe(path: str, port: int, period: int = 10) -> k8s.core.v1.ProbeArgsDict:
+    return {
+        "http_get": {"path": path, "port": port},
+        "period_seconds": period,
+        "timeout_seconds": 2,
+        "failure_threshold": 3,
+    }
+
+
+def service_account(
+    target: KubeTarget, name: str, component: str, parent: pulumi.Resource
+) -> k8s.core.v1.ServiceAccount:
+    """A workload's own identity; no API token in its pods (none of them calls the API)."""
+    return k8s.core.v1.ServiceAccount(
+        name,
+        metadata=target.metadata(name, component),
+        automount_service_account_token=False,
+        opts=target.opts(parent),
+    )
+
+
+# Data volumes outlive their StatefulSet (pulumi destroy, re-creation, scale-down).
+RETAIN_VOLUMES: k8s.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicyArgsDict = {
+    "when_deleted": "Retain",
+    "when_scaled": "Retain",
+}
+
+
+def volume_claim(name: str, size: str) -> k8s.core.v1.PersistentVolumeClaimArgsDict:
+    """A StatefulSet volume claim template (the cluster's default StorageClass)."""
+    return {
+        "metadata": {"name": name},
+        "spec": {"access_modes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}},
+    }
+
+
+def pod_template(
+    component: str,
+    containers: Sequence[k8s.core.v1.ContainerArgsDict],
+    volumes: Sequence[k8s.core.v1.VolumeArgsDict] = (),
+    service_account: pulumi.Input[str] | None = None,
+    annotations: dict[str, pulumi.Input[str]] | None = None,
+    restart_policy: str | None = None,
+) -> k8s.core.v1.PodTemplateSpecArgsDict:
+    """A pod of `component`: its labels, the restricted security context, no API token."""
+    spec: k8s.core.v1.PodSpecArgsDict = {
+        "security_context": pod_security(),
+        "automount_service_account_token": False,
+        "containers": list(containers),
+    }
+    if volumes:
+        spec["volumes"] = list(volumes)
+    if service_account is not None:
+        spec["service_account_name"] = service_account
+    if restart_policy is not None:
+        spec["restart_policy"] = restart_policy
+    metadata: k8s.meta.v1.ObjectMetaArgsDict = {"labels": labels(component)}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": spec}
+
+
+# Fields whose keys are data (label names, resource names, file names), not API fields.
+_FREE_FORM = {"labels", "annotations", "match_labels", "node_selector", "data", "string_data"}
+_FREE_FORM |= {"limits", "requests"}
+
+
+def api_fields(value: Any) -> Any:
+    """Pulumi's snake_case args as the camelCase of the Kubernetes API.
+
+    Typed resources translate their args themselves; a CustomResource's spec is sent as
+    written, so pod templates built with the helpers above go through this first.
+    """
+    if isinstance(value, dict):
+        return {
+            _camel(key): value[key] if key in _FREE_FORM else api_fields(value[key])
+            for key in value
+        }
+    if isinstance(value, list):
+        return [api_fields(item) for item in value]
+    return value
+
+
+def _camel(key: str) -> str:
+    head, *rest = key.rstrip("_").split("_")  # `from_` (a Python keyword) is `from`
+    return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def digest(data: Mapping[str, str]) -> str:
+    """A stable hash of a ConfigMap's data, put on pod templates to roll pods on change."""
+    text = "\n".join(f"{key}={data[key]}" for key in sorted(data))
+    return hashlib.sha256(text.encode()).hexdigest()

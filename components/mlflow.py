@@ -1,0 +1,120 @@
+"""MLflow tracking server: runs and metrics in SQLite on a volume, artifacts in the bucket.
+
+The image is the official one plus boto3 (images/mlflow/), which MLflow needs to proxy
+artifacts to S3 and the official image does not carry.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import kube
+from components.kube import KubeTarget
+from components.network import allow_ingress
+from components.object_storage import ObjectStore
+
+PORT = 5000
+DB_DIR = f"{kube.DATA_DIR}/mlflow"
+
+
+@dataclass(frozen=True)
+class MlflowArgs:
+    target: KubeTarget
+    image: str
+    store: ObjectStore
+    storage: str = "5Gi"
+    cpu: float = 0.5
+    mem: float = 1
+    clients: tuple[str, ...] = ("trainer",)  # components that log runs
+
+
+class Mlflow(pulumi.ComponentResource):
+    url: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: MlflowArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("elasticctr:mlflow:Mlflow", name, None, opts)
+        target = args.target
+        host = pulumi.Output.concat("mlflow.", target.namespace)
+        # MLflow 3 answers only the Host names it is told about (DNS-rebinding guard).
+        allowed_hosts = host.apply(
+            lambda h: ",".join(
+                f"{name}{port}"
+                for name in (
+                    "mlflow",
+                    h,
+                    f"{h}.svc",
+                    f"{h}.svc.cluster.local",
+                    "localhost",
+                    "127.0.0.1",
+                )
+                for port in ("", f":{PORT}")
+            )
+        )
+        volume = k8s.core.v1.PersistentVolumeClaim(
+            f"{name}-db",
+            metadata=target.metadata("mlflow-db", "mlflow"),
+            spec={
+                "access_modes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": args.storage}},
+            },
+            # Run history must survive a replacement of everything else.
+            opts=target.opts(self, retain_on_delete=True),
+        )
+        container: k8s.core.v1.ContainerArgsDict = {
+            "name": "mlflow",
+            "image": args.image,
+            "image_pull_policy": target.image_pull_policy,
+            "command": ["mlflow", "server"],
+            "args": [
+                "--host=0.0.0.0",
+                f"--port={PORT}",
+                "--workers=2",
+                f"--backend-store-uri=sqlite:///{DB_DIR}/mlflow.db",
+                "--serve-artifacts",
+                f"--artifacts-destination={args.store.uri('mlflow')}",
+                pulumi.Output.concat("--allowed-hosts=", allowed_hosts),
+            ],
+            "env": [*args.store.env(), *kube.env({"HOME": "/tmp"})],
+            "ports": [{"name": "http", "container_port": PORT}],
+            "resources": kube.resources(args.cpu, args.mem),
+            "security_context": kube.container_security(),
+            "readiness_probe": kube.http_probe("/health", PORT),
+            "volume_mounts": [{"name": "db", "mount_path": DB_DIR}, kube.TMP_MOUNT],
+        }
+        k8s.apps.v1.Deployment(
+            f"{name}-server",
+            metadata=target.metadata("mlflow", "mlflow"),
+            spec={
+                "replicas": 1,
+                # SQLite on a ReadWriteOnce volume: never two servers at once.
+                "strategy": {"type": "Recreate"},
+                "selector": {"match_labels": kube.labels("mlflow")},
+                "template": kube.pod_template(
+                    "mlflow",
+                    [container],
+                    [
+                        {
+                            "name": "db",
+                            "persistent_volume_claim": {"claim_name": volume.metadata["name"]},
+                        },
+                        kube.tmp_volume(),
+                    ],
+                ),
+            },
+            opts=target.opts(self),
+        )
+        k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=target.metadata("mlflow", "mlflow"),
+            spec={"selector": kube.labels("mlflow"), "ports": [{"name": "http", "port": PORT}]},
+            opts=target.opts(self),
+        )
+        allow_ingress(target, f"{name}-ingress", "mlflow", [PORT], list(args.clients), self)
+
+        self.url = pulumi.Output.concat("http://", host, f".svc.cluster.local:{PORT}")
+        self.register_outputs({"url": self.url})

@@ -1,0 +1,115 @@
+"""The namespace and what every workload in it shares: pod security, default-deny ingress,
+slot.conf, and a read-only role for people and the client CLI (`logs`, `status`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components.kube import KubeTarget
+
+SLOT_CONF_MAP = "slot-conf"
+VIEWER = "elasticctr-viewer"
+
+
+@dataclass(frozen=True)
+class NamespaceArgs:
+    target: KubeTarget  # target.namespace is the name of the namespace to create
+    slot_conf: str  # slot.conf text, already validated
+
+
+class Namespace(pulumi.ComponentResource):
+    name: pulumi.Output[str]
+    slot_conf_map: pulumi.Output[str]
+    viewer_service_account: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: NamespaceArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        super().__init__("elasticctr:namespace:Namespace", name, None, opts)
+        target = args.target
+        namespace = k8s.core.v1.Namespace(
+            f"{name}-namespace",
+            metadata={
+                "name": target.namespace,
+                # Pods that break the restricted Pod Security Standard are refused.
+                "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                },
+            },
+            opts=target.opts(self),
+        )
+        # Everything below lives in the namespace: create it first.
+        inside = KubeTarget(
+            provider=target.provider,
+            namespace=namespace.metadata["name"],
+            image_pull_policy=target.image_pull_policy,
+            skip_await=target.skip_await,
+        )
+        k8s.networking.v1.NetworkPolicy(
+            f"{name}-default-deny-ingress",
+            metadata=inside.metadata("default-deny-ingress", "namespace"),
+            spec={"pod_selector": {}, "policy_types": ["Ingress"]},
+            opts=inside.opts(self),
+        )
+        slot_conf = k8s.core.v1.ConfigMap(
+            f"{name}-slot-conf",
+            metadata=inside.metadata(SLOT_CONF_MAP, "namespace"),
+            data={"slot.conf": args.slot_conf},
+            opts=inside.opts(self),
+        )
+        viewer = self._viewer(name, inside)
+
+        self.name = namespace.metadata["name"]
+        self.slot_conf_map = slot_conf.metadata["name"]
+        self.viewer_service_account = viewer.metadata["name"]
+        self.target = inside
+        self.register_outputs(
+            {
+                "name": self.name,
+                "slot_conf_map": self.slot_conf_map,
+                "viewer_service_account": self.viewer_service_account,
+            }
+        )
+
+    def _viewer(self, name: str, target: KubeTarget) -> k8s.core.v1.ServiceAccount:
+        """Read-only access to this namespace's workloads and logs; never to Secrets."""
+        role = k8s.rbac.v1.Role(
+            f"{name}-viewer-role",
+            metadata=target.metadata(VIEWER, "namespace"),
+            rules=[
+                {
+                    "api_groups": [""],
+                    "resources": ["pods", "pods/log", "services", "endpoints", "configmaps"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "api_groups": ["apps"],
+                    "resources": ["deployments", "statefulsets"],
+                    "verbs": ["get", "list", "watch"],
+                },
+                {
+                    "api_groups": ["batch.volcano.sh"],
+                    "resources": ["jobs"],
+                    "verbs": ["get", "list", "watch"],
+                },
+            ],
+            opts=target.opts(self),
+        )
+        account = k8s.core.v1.ServiceAccount(
+            f"{name}-viewer",
+            metadata=target.metadata(VIEWER, "namespace"),
+            automount_service_account_token=False,
+            opts=target.opts(self),
+        )
+        k8s.rbac.v1.RoleBinding(
+            f"{name}-viewer-binding",
+            metadata=target.metadata(VIEWER, "namespace"),
+            role_ref={"api_group": "rbac.authorization.k8s.io", "kind": "Role", "name": VIEWER},
+            subjects=[{"kind": "ServiceAccount", "name": VIEWER, "namespace": target.namespace}],
+            opts=target.opts(self, depends_on=[role, account]),
+        )
+        return account

@@ -1,0 +1,152 @@
+"""Serving: the CTR prediction API (docs/architecture.md, "Serving").
+
+A Deployment scaled by a HorizontalPodAutoscaler on CPU, behind one Service. Pods read
+dense models from the bucket and embeddings from cube (cube.conf mounted); a new cube.conf
+rolls the pods so none keeps a stale shard list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import kube
+from components.kube import KubeTarget
+from components.network import allow_ingress
+from components.object_storage import ObjectStore
+
+PORT = 8010
+API_PATH = "/ElasticCTRPredictionService/inference"
+
+
+@dataclass(frozen=True)
+class ServingArgs:
+    target: KubeTarget
+    image: str
+    store: ObjectStore
+    slot_conf_map: pulumi.Input[str]
+    cube_conf_map: pulumi.Input[str]
+    cube_conf_hash: pulumi.Input[str]
+    cube_transfer_url: pulumi.Input[str]
+    sparse_dim: int
+    replicas: int = 1
+    max_replicas: int = 4
+    target_cpu_percent: int = 70
+    cpu: float = 1
+    mem: float = 2
+    service_type: str = "ClusterIP"
+
+
+class Serving(pulumi.ComponentResource):
+    url: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        if not 1 <= args.replicas <= args.max_replicas:
+            raise ValueError(
+                f"{name}: replicas must be from 1 to max_replicas ({args.max_replicas}), "
+                f"got {args.replicas}"
+            )
+        super().__init__("elasticctr:serving:Serving", name, None, opts)
+        target = args.target
+        container: k8s.core.v1.ContainerArgsDict = {
+            "name": "serving",
+            "image": args.image,
+            "image_pull_policy": target.image_pull_policy,
+            "command": ["python", "-m", "elasticctr_serving"],
+            "args": [f"--port={PORT}"],
+            "env": [
+                *kube.env(
+                    {
+                        "MODEL_URI": args.store.uri("models"),
+                        "CUBE_CONF": f"{kube.CONFIG_DIR}/cube.conf",
+                        "CUBE_TRANSFER_URL": args.cube_transfer_url,
+                        "SLOT_CONF": f"{kube.CONFIG_DIR}/slot.conf",
+                        "SPARSE_DIM": str(args.sparse_dim),
+                        "HOME": "/tmp",
+                    }
+                ),
+                *args.store.env(),
+            ],
+            "ports": [{"name": "http", "container_port": PORT}],
+            "resources": kube.resources(args.cpu, args.mem),
+            "security_context": kube.container_security(),
+            "readiness_probe": kube.http_probe("/readyz", PORT, 5),
+            "liveness_probe": kube.http_probe("/healthz", PORT, 20),
+            "volume_mounts": [kube.CONFIG_MOUNT, kube.TMP_MOUNT],
+        }
+        deployment = k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=target.metadata("serving", "serving"),
+            spec={
+                "replicas": args.replicas,
+                "selector": {"match_labels": kube.labels("serving")},
+                # Never fewer ready pods than wanted during a rollout.
+                "strategy": {"rolling_update": {"max_unavailable": 0, "max_surge": 1}},
+                "template": kube.pod_template(
+                    "serving",
+                    [container],
+                    [kube.config_volume(args.cube_conf_map, args.slot_conf_map), kube.tmp_volume()],
+                    annotations={"elasticctr.io/cube-conf-sha256": args.cube_conf_hash},
+                ),
+            },
+            # The HPA owns the replica count once it exists; the spec only sets the start.
+            opts=target.opts(self, ignore_changes=["spec.replicas"]),
+        )
+        service = k8s.core.v1.Service(
+            f"{name}-service",
+            metadata=target.metadata("serving", "serving"),
+            spec={
+                "type": args.service_type,
+                "selector": kube.labels("serving"),
+                "ports": [{"name": "http", "port": PORT, "target_port": PORT}],
+            },
+            opts=target.opts(self),
+        )
+        k8s.autoscaling.v2.HorizontalPodAutoscaler(
+            f"{name}-autoscaler",
+            metadata=target.metadata("serving", "serving"),
+            spec={
+                "scale_target_ref": {
+                    "api_version": "apps/v1",
+                    "kind": "Deployment",
+                    "name": "serving",
+                },
+                "min_replicas": args.replicas,
+                "max_replicas": args.max_replicas,
+                "metrics": [
+                    {
+                        "type": "Resource",
+                        "resource": {
+                            "name": "cpu",
+                            "target": {
+                                "type": "Utilization",
+                                "average_utilization": args.target_cpu_percent,
+                            },
+                        },
+                    }
+                ],
+            },
+            opts=target.opts(self, depends_on=[deployment]),
+        )
+        # The prediction API is for clients anywhere the Service is reachable.
+        allow_ingress(target, f"{name}-ingress", "serving", [PORT], "anywhere", self)
+
+        if args.service_type == "LoadBalancer":
+            self.url = service.status.apply(_load_balancer_url)
+        else:
+            self.url = pulumi.Output.concat(
+                "http://serving.", target.namespace, f".svc.cluster.local:{PORT}"
+            )
+        self.register_outputs({"url": self.url})
+
+
+def _load_balancer_url(status: k8s.core.v1.outputs.ServiceStatus | None) -> str:
+    ingress = status.load_balancer.ingress if status and status.load_balancer else None
+    if not ingress:
+        return ""
+    address = ingress[0].hostname or ingress[0].ip or ""
+    return f"http://{address}:{PORT}" if address else ""

@@ -1,0 +1,221 @@
+"""The training job: a Volcano Job with a `pserver` task and a `trainer` task running Paddle
+fleet's asynchronous parameter server (docs/architecture.md, "Training").
+
+Volcano's admission webhook rejects every change of a Job's spec except `minAvailable` and
+task replicas, and a new trainer or pserver count also changes the pods' environment
+(PADDLE_TRAINERS_NUM, PADDLE_PSERVERS_IP_PORT_LIST). So any spec change replaces the Job:
+Pulumi deletes the old one, then creates the new one under the same name (its pods' host
+names derive from it), and the new trainers resume from the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+import pulumi_kubernetes as k8s
+
+from components import kube
+from components.kube import KubeTarget
+from components.network import allow_ingress
+from components.object_storage import ObjectStore
+
+PSERVER_PORT = 30240
+CONFIG_MAP = "training-config"
+UGI_SECRET = "hdfs-ugi"
+
+
+@dataclass(frozen=True)
+class TrainingArgs:
+    target: KubeTarget
+    image: str
+    store: ObjectStore
+    slot_conf_map: pulumi.Input[str]
+    job_name: str
+    trainers: int
+    pservers: int
+    cpu: float
+    mem: float  # GiB per pod
+    train_data_uri: pulumi.Input[str]  # hdfs://.../train_data or s3://bucket/train_data
+    start_date_hr: str
+    end_date_hr: str
+    sparse_dim: int
+    mode: str = "offline"
+    passes: int = 1
+    batch_size: int = 32
+    learning_rate: float = 0.0001
+    embedding_dim: int = 9
+    max_bad_line_fraction: float = 0.01
+    queue: str = "default"
+    hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
+    mlflow_url: pulumi.Input[str] | None = None
+    depends_on: tuple[pulumi.Resource, ...] = ()  # e.g. the Volcano release (its CRDs)
+
+
+def pserver_endpoints(job_name: str, pservers: int) -> str:
+    """Host names Volcano's svc plugin gives the pserver pods, with the pserver port."""
+    return ",".join(f"{job_name}-pserver-{i}.{job_name}:{PSERVER_PORT}" for i in range(pservers))
+
+
+def trainer_config(args: TrainingArgs, train_data_uri: str) -> dict[str, Any]:
+    """/etc/elasticctr/trainer.json: the trainer image's config (runner + hyper_parameters)."""
+    return {
+        "runner": {
+            "mode": args.mode,
+            "train_data_uri": train_data_uri,
+            "start_date_hr": args.start_date_hr,
+            "end_date_hr": args.end_date_hr,
+            "slot_conf": f"{kube.CONFIG_DIR}/slot.conf",
+            "passes": args.passes,
+            "model_uri": args.store.uri("models"),
+            "checkpoint_uri": args.store.uri("checkpoints"),
+            "max_bad_line_fraction": args.max_bad_line_fraction,
+            "mlflow_experiment": args.job_name,
+        },
+        "hyper_parameters": {
+            "sparse_dim": args.sparse_dim,
+            "embedding_dim": args.embedding_dim,
+            "fc_sizes": [400, 400, 400],
+            "learning_rate": args.learning_rate,
+            "batch_size": args.batch_size,
+        },
+    }
+
+
+class Training(pulumi.ComponentResource):
+    job_name: pulumi.Output[str]
+    trainer0_logs: pulumi.Output[str]
+
+    def __init__(
+        self, name: str, args: TrainingArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        if args.trainers < 1 or args.pservers < 1:
+            raise ValueError(
+                f"{name}: trainers and pservers must be >= 1, "
+                f"got {args.trainers} and {args.pservers}"
+            )
+        super().__init__("elasticctr:training:PsJob", name, None, opts)
+        target = args.target
+
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-config",
+            metadata=target.metadata(CONFIG_MAP, "training"),
+            data={
+                "trainer.json": pulumi.Output.from_input(args.train_data_uri).apply(
+                    lambda uri: json.dumps(trainer_config(args, uri), indent=2)
+                )
+            },
+            opts=target.opts(self),
+        )
+        ugi_secret = None
+        if args.hdfs_ugi is not None:
+            ugi_secret = k8s.core.v1.Secret(
+                f"{name}-hdfs-ugi",
+                metadata=target.metadata(UGI_SECRET, "training"),
+                string_data={"HDFS_UGI": pulumi.Output.secret(args.hdfs_ugi)},
+                opts=target.opts(self),
+            )
+        account = kube.service_account(target, "training", "training", self)
+
+        env: list[k8s.core.v1.EnvVarArgsDict] = [
+            *kube.env(
+                {
+                    "PADDLE_PSERVERS_IP_PORT_LIST": pserver_endpoints(args.job_name, args.pservers),
+                    "PADDLE_TRAINERS_NUM": str(args.trainers),
+                    "PADDLE_PORT": str(PSERVER_PORT),
+                    "HOME": "/tmp",
+                }
+            ),
+            kube.field_env("POD_IP", "status.podIP"),
+            *args.store.env(),
+        ]
+        if args.mlflow_url is not None:
+            env += kube.env({"MLFLOW_TRACKING_URI": args.mlflow_url})
+        if ugi_secret is not None:
+            env += kube.secret_env(ugi_secret.metadata["name"], ["HDFS_UGI"])
+
+        # The config's content is part of the pod template, so a new config restarts the job.
+        config_hash = config_map.data.apply(lambda data: kube.digest(data or {}))
+
+        def task(role: str, replicas: int, policies: list[dict[str, str]]) -> dict[str, Any]:
+            container: k8s.core.v1.ContainerArgsDict = {
+                "name": role,
+                "image": args.image,
+                "image_pull_policy": target.image_pull_policy,
+                "command": ["python", "-m", "elasticctr_trainer", "run"],
+                "args": ["--config", f"{kube.CONFIG_DIR}/trainer.json"],
+                "env": [*env, *kube.env({"TRAINING_ROLE": role.upper()})],
+                "resources": kube.resources(args.cpu, args.mem),
+                "security_context": kube.container_security(),
+                "volume_mounts": [kube.CONFIG_MOUNT, kube.TMP_MOUNT],
+            }
+            if role == "pserver":
+                container["ports"] = [{"name": "pserver", "container_port": PSERVER_PORT}]
+            template = kube.pod_template(
+                role,
+                [container],
+                [
+                    kube.config_volume(config_map.metadata["name"], args.slot_conf_map),
+                    kube.tmp_volume(),
+                ],
+                service_account=account.metadata["name"],
+                annotations={"elasticctr.io/config-sha256": config_hash},
+                # Volcano restarts the whole job on a failed pod: a lone restarted pserver
+                # would have lost its part of the model.
+                restart_policy="Never",
+            )
+            return {
+                "name": role,
+                "replicas": replicas,
+                "policies": policies,
+                "template": kube.api_fields(template),
+            }
+
+        job = k8s.apiextensions.CustomResource(
+            f"{name}-job",
+            api_version="batch.volcano.sh/v1alpha1",
+            kind="Job",
+            metadata=target.metadata(args.job_name, "training"),
+            spec={
+                "minAvailable": args.trainers + args.pservers,
+                "schedulerName": "volcano",
+                "queue": args.queue,
+                "maxRetry": 3,
+                "policies": [
+                    {"event": "PodEvicted", "action": "RestartJob"},
+                    {"event": "PodFailed", "action": "RestartJob"},
+                ],
+                "plugins": {"svc": [], "env": []},
+                "tasks": [
+                    task("pserver", args.pservers, []),
+                    task(
+                        "trainer",
+                        args.trainers,
+                        [{"event": "TaskCompleted", "action": "CompleteJob"}],
+                    ),
+                ],
+            },
+            opts=target.opts(
+                self,
+                replace_on_changes=["spec"],
+                delete_before_replace=True,
+                depends_on=[config_map, account, *args.depends_on],
+            ),
+        )
+        allow_ingress(
+            target,
+            f"{name}-pserver-ingress",
+            "pserver",
+            [PSERVER_PORT],
+            ["trainer", "pserver"],
+            self,
+        )
+
+        self.job = job
+        self.job_name = pulumi.Output.from_input(args.job_name)
+        self.trainer0_logs = pulumi.Output.concat(
+            "kubectl -n ", target.namespace, f" logs -f {args.job_name}-trainer-0"
+        )
+        self.register_outputs({"job_name": self.job_name, "trainer0_logs": self.trainer0_logs})

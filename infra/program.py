@@ -1,0 +1,182 @@
+"""The ElasticCTR environment: stack config -> cluster -> components -> stack outputs."""
+
+from __future__ import annotations
+
+import pulumi
+from pydantic import SecretStr
+
+from components.cube import Cube, CubeArgs
+from components.hdfs import Hdfs, HdfsArgs
+from components.kube import KubeTarget
+from components.mlflow import Mlflow, MlflowArgs
+from components.namespace import Namespace, NamespaceArgs
+from components.object_storage import ObjectStorage, ObjectStorageArgs
+from components.serving import Serving, ServingArgs
+from components.training import Training, TrainingArgs
+from components.volcano import Volcano, VolcanoArgs
+from infra import load_config, outputs
+from infra.clusters import build_cluster
+from infra.config import StackConfig
+
+
+def _secret(value: SecretStr | None) -> pulumi.Output[str] | None:
+    """A secret of the config as a Pulumi secret (None stays None)."""
+    return pulumi.Output.secret(value.get_secret_value()) if isinstance(value, SecretStr) else None
+
+
+def main() -> None:
+    # Every config problem is reported here, before any resource is registered.
+    loaded = load_config.load()
+    config: StackConfig = loaded.stack
+    cluster = build_cluster(config)
+    skip_await = config.cluster.skip_await
+
+    namespace = Namespace(
+        "namespace",
+        NamespaceArgs(
+            target=KubeTarget(
+                provider=cluster.provider,
+                namespace=config.namespace,
+                image_pull_policy=config.images.pull_policy,
+                skip_await=skip_await,
+            ),
+            slot_conf=loaded.slot_conf_text,
+        ),
+    )
+    target = namespace.target
+
+    scheduler: tuple[pulumi.Resource, ...] = ()
+    if not (config.volcano.managed or cluster.volcano_managed):
+        volcano = Volcano(
+            "volcano", VolcanoArgs(provider=cluster.provider, wait_for_ready=not skip_await)
+        )
+        scheduler = (volcano.release,)
+
+    storage = ObjectStorage(
+        "storage",
+        ObjectStorageArgs(
+            target=target,
+            mode=config.storage.mode,
+            bucket=config.storage.bucket,
+            region=config.storage.region,
+            endpoint=config.storage.endpoint,
+            access_key=_secret(config.storage.access_key),
+            secret_key=_secret(config.storage.secret_key),
+            minio_image=config.images.minio,
+            size=config.storage.size,
+        ),
+    )
+    store = storage.store
+
+    hdfs_address: pulumi.Output[str] = pulumi.Output.from_input("")
+    if config.hdfs.mode != "none":
+        hdfs_address = Hdfs(
+            "hdfs",
+            HdfsArgs(
+                target=target,
+                mode=config.hdfs.mode,
+                address=config.hdfs.address,
+                image=config.images.hadoop,
+                datanodes=config.hdfs.datanodes,
+                replication=config.hdfs.replication,
+                namenode_storage=config.hdfs.namenode_storage,
+                datanode_storage=config.hdfs.datanode_storage,
+            ),
+        ).address
+
+    mlflow_url: pulumi.Output[str] | None = None
+    if config.mlflow.enabled:
+        mlflow = Mlflow(
+            "mlflow",
+            MlflowArgs(
+                target=target,
+                image=config.images.image("mlflow"),
+                store=store,
+                storage=config.mlflow.storage,
+                cpu=config.mlflow.cpu,
+                mem=config.mlflow.mem,
+            ),
+        )
+        mlflow_url = mlflow.url
+
+    cube = Cube(
+        "cube",
+        CubeArgs(
+            target=target,
+            image=config.images.image("cube"),
+            store=store,
+            shards=config.cube_shards,
+            cpu=config.cube.cpu,
+            mem=config.cube.mem,
+            storage=config.cube.storage,
+            keep_versions=config.cube.keep_versions,
+        ),
+    )
+
+    dataset = config.data.dataset_path.strip("/")
+    train_data_uri = (
+        hdfs_address.apply(lambda address: f"{address}/{dataset}")
+        if config.data.source == "hdfs"
+        else pulumi.Output.from_input(store.uri(dataset))
+    )
+    training = Training(
+        "training",
+        TrainingArgs(
+            target=target,
+            image=config.images.image("trainer"),
+            store=store,
+            slot_conf_map=namespace.slot_conf_map,
+            job_name=config.training.job_name,
+            trainers=config.trainers,
+            pservers=config.pservers,
+            cpu=config.cpu,
+            mem=config.mem,
+            train_data_uri=train_data_uri,
+            start_date_hr=config.data.start,
+            end_date_hr=config.data.end,
+            sparse_dim=config.data.sparse_dim,
+            mode=config.training.mode,
+            passes=config.training.passes,
+            batch_size=config.training.batch_size,
+            learning_rate=config.training.learning_rate,
+            embedding_dim=config.training.embedding_dim,
+            max_bad_line_fraction=config.training.max_bad_line_fraction,
+            queue=config.training.queue,
+            hdfs_ugi=_secret(config.data.ugi),
+            mlflow_url=mlflow_url,
+            depends_on=scheduler,
+        ),
+    )
+
+    serving = Serving(
+        "serving",
+        ServingArgs(
+            target=target,
+            image=config.images.image("serving"),
+            store=store,
+            slot_conf_map=namespace.slot_conf_map,
+            cube_conf_map=cube.config_map,
+            cube_conf_hash=cube.config_hash,
+            cube_transfer_url=cube.transfer_url,
+            sparse_dim=config.data.sparse_dim,
+            replicas=config.serving.replicas,
+            max_replicas=config.serving.max_replicas,
+            target_cpu_percent=config.serving.target_cpu_percent,
+            cpu=config.serving.cpu,
+            mem=config.serving.mem,
+            service_type=config.serving.service_type,
+        ),
+    )
+
+    pulumi.export(outputs.NAMESPACE, namespace.name)
+    pulumi.export(outputs.SERVING_URL, serving.url)
+    pulumi.export(outputs.MLFLOW_URL, mlflow_url or "")
+    pulumi.export(outputs.BUCKET, storage.bucket)
+    pulumi.export(outputs.STORAGE_ENDPOINT, storage.endpoint)
+    pulumi.export(outputs.HDFS_ADDRESS, hdfs_address)
+    pulumi.export(outputs.TRAINING_JOB, training.job_name)
+    pulumi.export(outputs.TRAINER0_LOGS, training.trainer0_logs)
+    pulumi.export(outputs.CUBE_SHARDS, cube.shards)
+    pulumi.export(outputs.CUBE_TRANSFER_URL, cube.transfer_url)
+    if cluster.kubeconfig is not None:
+        pulumi.export(outputs.KUBECONFIG, pulumi.Output.secret(cluster.kubeconfig))
