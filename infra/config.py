@@ -137,8 +137,8 @@ class DataConfig(Section):
     source: Literal["hdfs", "storage"] = Field(
         "hdfs", description="read hours from HDFS or object storage"
     )
-    dataset_path: str = Field(
-        "/train_data", pattern=r"^/.*", description="absolute path of the hour directories"
+    dataset_path: Annotated[str, _allowed(r"^/.*", "an absolute path (starting with /)")] = Field(
+        "/train_data", description="absolute path of the hour directories"
     )
     start: DateHour = Field("20191221/00", description="first hour, YYYYMMDD/HH (START_DATE_HR)")
     end: DateHour = Field(
@@ -181,11 +181,12 @@ class ImageTags(Section):
 
 
 class ImagesConfig(Section):
-    registry: str = Field(
-        "docker.io/elasticctr",
-        pattern=r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$",
-        description="registry of this project's images",
-    )
+    registry: Annotated[
+        str,
+        _allowed(
+            r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$", "a registry path such as docker.io/elasticctr"
+        ),
+    ] = Field("docker.io/elasticctr", description="registry of this project's images")
     tags: ImageTags = Field(default_factory=ImageTags, description="pinned tag per project image")
     minio: PinnedImage = Field(
         "quay.io/minio/minio:RELEASE.2025-04-22T22-12-26Z", description="MinIO image"
@@ -207,9 +208,12 @@ class StorageConfig(Section):
     mode: Literal["minio", "external"] = Field(
         "minio", description="minio (in the cluster) or external bucket"
     )
-    bucket: str = Field(
-        "elasticctr", pattern=r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", description="bucket name"
-    )
+    bucket: Annotated[
+        str,
+        _allowed(
+            r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", 'a bucket name (3-63 of a-z, 0-9, ".", "-")'
+        ),
+    ] = Field("elasticctr", description="bucket name")
     endpoint: str = Field(
         "", description="S3 endpoint URL (mode external), e.g. https://s3.bj.bcebos.com"
     )

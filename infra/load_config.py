@@ -168,7 +168,8 @@ def _allowed(error: ErrorDetails, field: FieldInfo | None) -> str:
     if kind in ("int_parsing", "int_type", "int_from_float", "float_parsing", "float_type"):
         return f"{noun}{bounds}"
     if kind in ("literal_error", "enum"):
-        return f"one of {ctx.get('expected', '')}".replace("'", "")
+        expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")
+        return f"one of {expected}"
     if kind in ("bool_parsing", "bool_type"):
         return "true or false"
     if kind == "string_too_short":

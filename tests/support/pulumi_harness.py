@@ -62,7 +62,11 @@ class Graph:
         return next(r for r in self.resources if r.urn == urn)
 
     def kubernetes_objects(self) -> list[Registered]:
-        return [r for r in self.resources if r.type.startswith("kubernetes:") and r.custom and "/" in r.type]
+        return [
+            r
+            for r in self.resources
+            if r.type.startswith("kubernetes:") and r.custom and "/" in r.type
+        ]
 
     def manifests(self) -> list[dict[str, Any]]:
         """Every Kubernetes object as the API would receive it (Helm releases excluded)."""
@@ -102,7 +106,10 @@ class Mocks(pulumi.runtime.Mocks):
         outputs = dict(args.inputs)
         if args.typ == "pulumi-python:dynamic:Resource":
             outputs["value"] = "g" * int(outputs.get("length", 16))
-        if args.typ == "kubernetes:core/v1:Service" and outputs.get("spec", {}).get("type") == "LoadBalancer":
+        if (
+            args.typ == "kubernetes:core/v1:Service"
+            and outputs.get("spec", {}).get("type") == "LoadBalancer"
+        ):
             outputs["status"] = {"loadBalancer": {"ingress": [{"hostname": "lb.example.test"}]}}
         if args.typ.startswith("kubernetes:") and "metadata" in outputs:
             outputs["metadata"] = {"uid": f"uid-{args.name}", **outputs["metadata"]}
@@ -117,7 +124,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
         super().__init__(mocks)
         self.graph = graph
 
-    def RegisterResource(self, request: Any) -> Any:  # noqa: N802 (gRPC method name)
+    def RegisterResource(self, request: Any) -> Any:
         response = super().RegisterResource(request)
         if request.type != "pulumi:pulumi:Stack":
             secrets: list[str] = []
@@ -140,7 +147,7 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
             )
         return response
 
-    def RegisterResourceOutputs(self, request: Any) -> Any:  # noqa: N802
+    def RegisterResourceOutputs(self, request: Any) -> Any:
         secrets: list[str] = []
         outputs = _unwrap(json_format.MessageToDict(request.outputs), "", secrets)
         if request.urn.split("::")[2] == "pulumi:pulumi:Stack":
@@ -164,13 +171,15 @@ def run(
     config: dict[str, Any],
     secret_keys: tuple[str, ...] = (),
     stack: str = "test",
+    graph: Graph | None = None,
 ) -> Graph:
     """Run `program` under mocks with `config` (`elasticctr:key` -> value); return its graph.
 
     Values are given as a stack file holds them; objects are passed to Pulumi as JSON,
-    as the engine does. Exceptions of the program propagate.
+    as the engine does. Exceptions of the program propagate; pass `graph` to see what was
+    registered before one.
     """
-    graph = Graph()
+    graph = graph if graph is not None else Graph()
     raw = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
     pulumi.runtime.set_all_config(raw, list(secret_keys))
     mocks = Mocks()

@@ -1,0 +1,38 @@
+"""Shared pod conventions."""
+
+from __future__ import annotations
+
+from components import kube
+
+
+def test_api_fields_translates_field_names_but_not_data_keys() -> None:
+    template = kube.pod_template(
+        "trainer",
+        [
+            {
+                "name": "c",
+                "security_context": kube.container_security(),
+                "env": kube.env({"MY_VAR": "1"}),
+            }
+        ],
+        annotations={"elasticctr.io/config_sha": "x"},
+    )
+    api = kube.api_fields(template)
+    assert api["metadata"]["annotations"] == {"elasticctr.io/config_sha": "x"}
+    container = api["spec"]["containers"][0]
+    assert container["securityContext"]["allowPrivilegeEscalation"] is False
+    assert container["env"] == [{"name": "MY_VAR", "value": "1"}]
+    assert api["spec"]["automountServiceAccountToken"] is False
+    assert kube.api_fields({"from_": [{"pod_selector": {}}]}) == {"from": [{"podSelector": {}}]}
+
+
+def test_resources_are_guaranteed_qos() -> None:
+    assert kube.resources(0.5, 1.5) == {
+        "requests": {"cpu": "500m", "memory": "1536Mi"},
+        "limits": {"cpu": "500m", "memory": "1536Mi"},
+    }
+
+
+def test_digest_is_order_independent() -> None:
+    assert kube.digest({"a": "1", "b": "2"}) == kube.digest({"b": "2", "a": "1"})
+    assert kube.digest({"a": "1"}) != kube.digest({"a": "2"})

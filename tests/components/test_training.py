@@ -1,0 +1,147 @@
+"""The training component: Volcano Job shape, Paddle fleet env, replacement on change."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+import pytest
+
+from components.kube import KubeTarget
+from components.training import Training, TrainingArgs, pserver_endpoints
+from tests.support.components import STORE, env_of, run_component
+
+
+def args(target: KubeTarget, **overrides: Any) -> TrainingArgs:
+    base = TrainingArgs(
+        target=target,
+        image="registry.test/trainer:1.2.3",
+        store=STORE,
+        slot_conf_map="slot-conf",
+        job_name="ctr",
+        trainers=3,
+        pservers=2,
+        cpu=2,
+        mem=4,
+        train_data_uri="hdfs://nn:8020/train_data",
+        start_date_hr="20191221/00",
+        end_date_hr="20191221/23",
+        sparse_dim=1000001,
+        mlflow_url="http://mlflow:5000",
+    )
+    return dataclasses.replace(base, **overrides)
+
+
+def job_of(**overrides: Any) -> tuple[dict[str, Any], Any]:
+    graph = run_component(lambda t: Training("training", args(t, **overrides)))
+    return graph.one("kubernetes:batch.volcano.sh/v1alpha1:Job").inputs, graph
+
+
+def test_job_tasks_policies_and_gang_size() -> None:
+    job, _ = job_of()
+    spec = job["spec"]
+    assert job["metadata"]["name"] == "ctr" and job["metadata"]["namespace"] == "test-ns"
+    assert spec["schedulerName"] == "volcano" and spec["minAvailable"] == 5
+    assert spec["plugins"] == {"svc": [], "env": []}
+    assert {(p["event"], p["action"]) for p in spec["policies"]} == {
+        ("PodEvicted", "RestartJob"),
+        ("PodFailed", "RestartJob"),
+    }
+    tasks = {t["name"]: t for t in spec["tasks"]}
+    assert (tasks["pserver"]["replicas"], tasks["trainer"]["replicas"]) == (2, 3)
+    assert tasks["trainer"]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    assert tasks["pserver"]["policies"] == []
+    for task in tasks.values():
+        assert task["template"]["spec"]["restartPolicy"] == "Never"
+
+
+def test_paddle_fleet_environment() -> None:
+    job, _ = job_of()
+    for task in job["spec"]["tasks"]:
+        container = task["template"]["spec"]["containers"][0]
+        env = env_of(container)
+        assert env["TRAINING_ROLE"] == task["name"].upper()
+        assert (
+            env["PADDLE_PSERVERS_IP_PORT_LIST"] == "ctr-pserver-0.ctr:30240,ctr-pserver-1.ctr:30240"
+        )
+        assert env["PADDLE_TRAINERS_NUM"] == "3" and env["PADDLE_PORT"] == "30240"
+        assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
+        assert env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
+        assert env["AWS_ENDPOINT_URL"] == STORE.endpoint
+        assert env["AWS_ACCESS_KEY_ID"] == {
+            "secretKeyRef": {"name": "object-storage-credentials", "key": "AWS_ACCESS_KEY_ID"}
+        }
+        # The trainer id comes from Volcano's env plugin (VC_TASK_INDEX), never a fixed value.
+        assert "PADDLE_TRAINER_ID" not in env
+        assert container["command"] == ["python", "-m", "elasticctr_trainer", "run"]
+        assert container["args"] == ["--config", "/etc/elasticctr/trainer.json"]
+    pserver = next(t for t in job["spec"]["tasks"] if t["name"] == "pserver")
+    assert pserver["template"]["spec"]["containers"][0]["ports"] == [
+        {"name": "pserver", "containerPort": 30240}
+    ]
+
+
+def test_config_file_and_mounts() -> None:
+    job, graph = job_of(mode="online", passes=3, embedding_dim=11)
+    config = json.loads(graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]["trainer.json"])
+    assert config["runner"] == {
+        "mode": "online",
+        "train_data_uri": "hdfs://nn:8020/train_data",
+        "start_date_hr": "20191221/00",
+        "end_date_hr": "20191221/23",
+        "slot_conf": "/etc/elasticctr/slot.conf",
+        "passes": 3,
+        "model_uri": "s3://test-bucket/models",
+        "checkpoint_uri": "s3://test-bucket/checkpoints",
+        "max_bad_line_fraction": 0.01,
+        "mlflow_experiment": "ctr",
+    }
+    assert config["hyper_parameters"]["embedding_dim"] == 11
+    assert config["hyper_parameters"]["fc_sizes"] == [400, 400, 400]
+    pod = job["spec"]["tasks"][0]["template"]["spec"]
+    sources = pod["volumes"][0]["projected"]["sources"]
+    assert [s["configMap"]["name"] for s in sources] == ["training-config", "slot-conf"]
+    annotation = job["spec"]["tasks"][0]["template"]["metadata"]["annotations"][
+        "elasticctr.io/config-sha256"
+    ]
+    assert len(annotation) == 64
+
+
+def test_a_new_config_changes_the_pod_template_hash() -> None:
+    first, _ = job_of(learning_rate=0.001)
+    second, _ = job_of(learning_rate=0.002)
+    key = "elasticctr.io/config-sha256"
+    hashes = [
+        j["spec"]["tasks"][0]["template"]["metadata"]["annotations"][key] for j in (first, second)
+    ]
+    assert hashes[0] != hashes[1]
+
+
+def test_ugi_is_a_secret_only_when_given() -> None:
+    _, without = job_of()
+    assert without.of_type("kubernetes:core/v1:Secret") == []
+    job, graph = job_of(hdfs_ugi="alice,pw")
+    secret = graph.one("kubernetes:core/v1:Secret")
+    assert secret.inputs["metadata"]["name"] == "hdfs-ugi" and "stringData" in secret.secret_paths
+    env = env_of(job["spec"]["tasks"][1]["template"]["spec"]["containers"][0])
+    assert env["HDFS_UGI"] == {"secretKeyRef": {"name": "hdfs-ugi", "key": "HDFS_UGI"}}
+
+
+def test_any_spec_change_replaces_the_job() -> None:
+    _, graph = job_of()
+    job = graph.one("kubernetes:batch.volcano.sh/v1alpha1:Job")
+    # Volcano's webhook refuses in-place changes; same name, so delete first.
+    assert job.replace_on_changes == ["spec"]
+    assert job.delete_before_replace is True
+
+
+def test_pserver_endpoints_follow_volcano_host_names() -> None:
+    assert pserver_endpoints("job", 1) == "job-pserver-0.job:30240"
+    assert pserver_endpoints("j", 3).split(",")[2] == "j-pserver-2.j:30240"
+
+
+@pytest.mark.parametrize(("trainers", "pservers"), [(0, 1), (1, 0)])
+def test_bad_counts_fail_before_any_child(trainers: int, pservers: int) -> None:
+    with pytest.raises(ValueError, match="trainers and pservers must be >= 1"):
+        run_component(lambda t: Training("training", args(t, trainers=trainers, pservers=pservers)))

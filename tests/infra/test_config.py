@@ -1,0 +1,242 @@
+"""Stack config: every bad value fails before any resource exists, naming key, value and rule."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from infra.load_config import ConfigError
+from infra.program import main
+from tests.support import pulumi_harness as harness
+from tests.support.stacks import run_stack
+
+
+def problems_of(config: dict[str, Any], secret_keys: tuple[str, ...] = ()) -> list[str]:
+    """Run the program with `config`; return its config problems, checking nothing was made."""
+    graph = harness.Graph()
+    with pytest.raises(ConfigError) as failure:
+        harness.run(main, config, secret_keys, graph=graph)
+    assert graph.resources == [], "resources were registered before the config was checked"
+    return failure.value.problems
+
+
+def test_defaults_alone_are_a_valid_stack() -> None:
+    graph = harness.run(main, {})
+    assert graph.one("kubernetes:batch.volcano.sh/v1alpha1:Job").inputs["spec"]["minAvailable"] == 4
+
+
+def test_plain_top_level_strings_as_pulumi_config_set_stores_them() -> None:
+    # `pulumi config set trainers 4` stores the string "4".
+    graph = harness.run(
+        main, {"elasticctr:trainers": "4", "elasticctr:cpu": "0.5", "elasticctr:mem": "3"}
+    )
+    job = graph.one("kubernetes:batch.volcano.sh/v1alpha1:Job").inputs["spec"]
+    trainer = next(t for t in job["tasks"] if t["name"] == "trainer")
+    assert trainer["replicas"] == 4
+    limits = trainer["template"]["spec"]["containers"][0]["resources"]["limits"]
+    assert limits == {"cpu": "500m", "memory": "3072Mi"}
+
+
+def test_structured_values_set_with_path() -> None:
+    # `pulumi config set --path data.sparse_dim 5000` stores an object with a number in it.
+    graph = harness.run(
+        main,
+        {"elasticctr:data": {"sparse_dim": 5000, "start": "20200101/03", "end": "20200101/04"}},
+    )
+    trainer_json = graph.one("kubernetes:core/v1:ConfigMap", "training-config").inputs["data"][
+        "trainer.json"
+    ]
+    assert '"sparse_dim": 5000' in trainer_json and '"start_date_hr": "20200101/03"' in trainer_json
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        ({"trainers": "0"}, 'elasticctr:trainers must be an integer >= 1, got "0"'),
+        ({"trainers": "two"}, 'elasticctr:trainers must be an integer from 1 to 1000, got "two"'),
+        ({"pservers": "101"}, 'elasticctr:pservers must be an integer <= 100, got "101"'),
+        ({"cpu": "0"}, 'elasticctr:cpu must be a number > 0, got "0"'),
+        ({"mem": "lots"}, 'elasticctr:mem must be a number > 0 and <= 1024, got "lots"'),
+        ({"cube_shards": "-1"}, 'elasticctr:cube_shards must be an integer >= 1, got "-1"'),
+        (
+            {"namespace": "Elastic_CTR"},
+            "elasticctr:namespace must be a DNS label (a-z, 0-9, '-', at most 63), got \"Elastic_CTR\"",
+        ),
+        (
+            {"cloud": "gcp"},
+            'elasticctr:cloud must be one of existing, baidu, huawei, aws, got "gcp"',
+        ),
+        (
+            {"slot_conf": "stacks/missing.txt"},
+            'elasticctr:slot_conf must name a readable file, got "stacks/missing.txt" (No such file or directory)',
+        ),
+        (
+            {"slot_conf": "Pulumi.yaml"},
+            'elasticctr:slot_conf must be a path to a .txt file, got "Pulumi.yaml"',
+        ),
+        (
+            {"hdfs": {"mode": "external"}},
+            'elasticctr:hdfs.address must be hdfs://host:port when mode is external, got ""',
+        ),
+        (
+            {"hdfs": {"datanodes": 1, "replication": 3}},
+            "elasticctr:hdfs.replication must be at most datanodes (1), got 3",
+        ),
+        (
+            {"hdfs": {"mode": "none"}},
+            'elasticctr:data.source must be "storage" when hdfs.mode is none, got "hdfs"',
+        ),
+        (
+            {"hdfs": "hdfs://nn:8020"},
+            "elasticctr:data.ugi must be set (with --secret) to read an external HDFS",
+        ),
+        (
+            {"data": {"start": "2019122100"}},
+            'elasticctr:data.start must be a date-hour YYYYMMDD/HH, got "2019122100"',
+        ),
+        (
+            {"data": {"start": "20191321/00"}},
+            'elasticctr:data.start must be a real date-hour YYYYMMDD/HH, got "20191321/00"',
+        ),
+        (
+            {"data": {"start": "20191221/05", "end": "20191221/04"}},
+            'elasticctr:data.end must not be before start (20191221/05), got "20191221/04"',
+        ),
+        ({"data": {"sparse_dim": 1}}, "elasticctr:data.sparse_dim must be an integer >= 2, got 1"),
+        (
+            {"data": {"dataset_path": "relative/path"}},
+            'elasticctr:data.dataset_path must be an absolute path (starting with /), got "relative/path"',
+        ),
+        (
+            {"data": {"strat": "20191221/00"}},
+            "elasticctr:data.strat is not a known key; allowed: source, dataset_path, start, end, sparse_dim, ugi",
+        ),
+        (
+            {"images": {"tags": {"trainer": "latest"}}},
+            'elasticctr:images.tags.trainer must be a pinned image tag (not latest), got "latest"',
+        ),
+        (
+            {"images": {"hadoop": "apache/hadoop"}},
+            'elasticctr:images.hadoop must be an image with a pinned tag (not latest) or digest, got "apache/hadoop"',
+        ),
+        (
+            {"storage": {"mode": "external"}},
+            'elasticctr:storage.endpoint must be an http(s) URL when mode is external, got ""',
+        ),
+        (
+            {"storage": {"bucket": "UPPER"}},
+            'elasticctr:storage.bucket must be a bucket name (3-63 of a-z, 0-9, ".", "-"), got "UPPER"',
+        ),
+        (
+            {"serving": {"replicas": 5, "max_replicas": 2}},
+            "elasticctr:serving.max_replicas must be >= replicas (5), got 2",
+        ),
+        (
+            {"serving": {"service_type": "Ingress"}},
+            'elasticctr:serving.service_type must be one of ClusterIP, NodePort, LoadBalancer, got "Ingress"',
+        ),
+        (
+            {"training": {"mode": "streaming"}},
+            'elasticctr:training.mode must be one of offline, online, got "streaming"',
+        ),
+        (
+            {"training": {"learning_rate": 0}},
+            "elasticctr:training.learning_rate must be a number > 0, got 0",
+        ),
+        (
+            {"mlflow": {"enabled": "maybe"}},
+            'elasticctr:mlflow.enabled must be true or false, got "maybe"',
+        ),
+        (
+            {"volcano": "yes"},
+            'elasticctr:volcano must be an object (set its keys with pulumi config set --path), got "yes"',
+        ),
+        (
+            {"trainerz": "3"},
+            "elasticctr:trainerz is not a config key of this project; allowed: cloud, cluster, namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano",
+        ),
+    ],
+)
+def test_each_bad_value_is_named(config: dict[str, Any], expected: str) -> None:
+    assert problems_of({f"elasticctr:{k}": v for k, v in config.items()}) == [expected]
+
+
+def test_several_problems_are_reported_together() -> None:
+    problems = problems_of(
+        {
+            "elasticctr:trainers": "0",
+            "elasticctr:cube_shards": "x",
+            "elasticctr:training": {"batch_size": 0},
+        }
+    )
+    assert len(problems) == 3
+    assert [p.split(" ")[0] for p in problems] == [
+        "elasticctr:trainers",
+        "elasticctr:cube_shards",
+        "elasticctr:training.batch_size",
+    ]
+
+
+def test_a_secret_set_in_plaintext_is_refused_and_not_echoed() -> None:
+    problems = problems_of(
+        {"elasticctr:hdfs": "hdfs://nn:8020", "elasticctr:data": {"ugi": "bob,hunter2"}}
+    )
+    assert problems == [
+        "elasticctr:data.ugi must be set as a secret: pulumi config set --secret --path data.ugi <value>"
+    ]
+    assert "hunter2" not in "".join(problems)
+
+
+def test_bad_secret_values_are_never_echoed() -> None:
+    problems = problems_of(
+        {"elasticctr:storage": {"access_key": ["not", "a", "string"]}}, ("elasticctr:storage",)
+    )
+    assert problems == ["elasticctr:storage.access_key must be a valid string, got <secret>"]
+
+
+def test_slot_conf_content_is_checked() -> None:
+    problems = problems_of({"elasticctr:slot_conf": "tests/infra/data/bad-slots.txt"})
+    assert problems == [
+        "elasticctr:slot_conf tests/infra/data/bad-slots.txt:2: slot id must be an integer, got 'x7'",
+        "elasticctr:slot_conf tests/infra/data/bad-slots.txt:4: slot id 3 repeats line 1",
+    ]
+
+
+def test_hdfs_address_shorthand_mirrors_the_seeds_hd_option() -> None:
+    graph = run_stack("baidu-prod", {})
+    assert graph.stack_outputs["hdfs_address"] == "hdfs://hdfs-namenode.bj.internal:8020"
+    assert not [r for r in graph.of_type("kubernetes:apps/v1:StatefulSet") if "hdfs" in r.name]
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(min_value=-(10**6), max_value=10**6))
+def test_trainer_counts_outside_the_range_fail_inside_pass(trainers: int) -> None:
+    config = {"elasticctr:trainers": str(trainers)}
+    if 1 <= trainers <= 1000:
+        job = harness.run(main, config).one("kubernetes:batch.volcano.sh/v1alpha1:Job")
+        assert job.inputs["spec"]["minAvailable"] == trainers + 2
+    else:
+        bound = ">= 1" if trainers < 1 else "<= 1000"
+        assert problems_of(config) == [
+            f'elasticctr:trainers must be an integer {bound}, got "{trainers}"'
+        ]
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    key=st.sampled_from(["cpu", "mem"]),
+    value=st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6),
+)
+def test_cpu_and_memory_must_be_positive_and_bounded(key: str, value: float) -> None:
+    from infra.config import StackConfig
+
+    upper = {"cpu": 128, "mem": 1024}[key]
+    try:
+        StackConfig.model_validate({key: str(value)})
+        accepted = True
+    except Exception:
+        accepted = False
+    assert accepted == (0 < value <= upper)

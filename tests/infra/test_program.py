@@ -1,0 +1,197 @@
+"""The whole program per stack, under mocks: graph shape, outputs, secrets, invariants."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+
+from infra import outputs
+from tests.support import pulumi_harness as harness
+from tests.support.stacks import TEST_SECRETS, run_stack
+
+COMPONENTS = {
+    "elasticctr:cluster:ExistingCluster",
+    "elasticctr:namespace:Namespace",
+    "elasticctr:storage:ObjectStorage",
+    "elasticctr:mlflow:Mlflow",
+    "elasticctr:cube:Cube",
+    "elasticctr:training:PsJob",
+    "elasticctr:serving:Serving",
+}
+
+
+def test_every_stack_builds_its_full_graph(stack_graph: tuple[str, harness.Graph]) -> None:
+    stack, graph = stack_graph
+    types = {r.type for r in graph.resources}
+    assert types >= COMPONENTS
+    # Volcano is installed unless the cluster manages it (Huawei's CCE add-on).
+    assert ("elasticctr:volcano:Volcano" in types) == (stack != "huawei-prod")
+    # HDFS: in the cluster or external; AWS reads its data from S3.
+    assert ("elasticctr:hdfs:Hdfs" in types) == (stack != "aws-prod")
+    # MinIO only where the stack has no external bucket.
+    assert bool(
+        graph.of_type("kubernetes:apps/v1:StatefulSet")
+        and any(
+            r.inputs["metadata"]["name"] == "minio"
+            for r in graph.of_type("kubernetes:apps/v1:StatefulSet")
+        )
+    ) == (stack == "dev")
+    for kind in (
+        "batch.volcano.sh/v1alpha1:Job",
+        "apps/v1:Deployment",
+        "core/v1:Service",
+        "networking.k8s.io/v1:NetworkPolicy",
+        "autoscaling/v2:HorizontalPodAutoscaler",
+    ):
+        assert graph.of_type(f"kubernetes:{kind}"), f"{stack} has no {kind}"
+
+
+def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
+    """The dev graph, per component: a change here is a change reviewers should see."""
+    per_component: Counter[str] = Counter()
+    for resource in dev_graph.resources:
+        component = _component_of(dev_graph, resource)
+        if component and resource.custom:
+            per_component[component] += 1
+    assert dict(per_component) == {
+        "elasticctr:cluster:ExistingCluster": 1,  # the Kubernetes provider
+        "elasticctr:namespace:Namespace": 6,
+        "elasticctr:volcano:Volcano": 1,
+        "elasticctr:storage:ObjectStorage": 7,
+        "elasticctr:hdfs:Hdfs": 6,
+        "elasticctr:mlflow:Mlflow": 4,
+        "elasticctr:cube:Cube": 8,
+        "elasticctr:training:PsJob": 4,
+        "elasticctr:serving:Serving": 4,
+    }
+
+
+def _component_of(graph: harness.Graph, resource: harness.Registered) -> str | None:
+    parent = resource.parent
+    while parent:
+        owner = graph.by_urn(parent) if any(r.urn == parent for r in graph.resources) else None
+        if owner is None:
+            return None
+        if owner.type.startswith("elasticctr:"):
+            return owner.type
+        parent = owner.parent
+    return None
+
+
+def test_every_resource_belongs_to_a_component(stack_graph: tuple[str, harness.Graph]) -> None:
+    _, graph = stack_graph
+    for resource in graph.resources:
+        if resource.type.startswith("elasticctr:"):
+            continue
+        assert _component_of(graph, resource), (
+            f"{resource.type} {resource.name} has no component parent"
+        )
+
+
+def test_components_register_their_outputs(dev_graph: harness.Graph) -> None:
+    for component in (r for r in dev_graph.resources if r.type.startswith("elasticctr:")):
+        assert component.outputs is not None, f"{component.type} did not call register_outputs"
+    assert dev_graph.one("elasticctr:cube:Cube").outputs["shards"] == 2
+
+
+def test_stack_outputs(stack_graph: tuple[str, harness.Graph]) -> None:
+    stack, graph = stack_graph
+    out = graph.stack_outputs
+    namespace = harness.stack_config(stack)["elasticctr:namespace"]
+    assert out[outputs.NAMESPACE] == namespace
+    assert (
+        out[outputs.TRAINER0_LOGS] == f"kubectl -n {namespace} logs -f elasticctr-train-trainer-0"
+    )
+    assert out[outputs.MLFLOW_URL] == f"http://mlflow.{namespace}.svc.cluster.local:5000"
+    if stack == "dev":
+        assert out[outputs.SERVING_URL] == "http://serving.elasticctr-dev.svc.cluster.local:8010"
+        assert out[outputs.STORAGE_ENDPOINT] == "http://minio.elasticctr-dev.svc.cluster.local:9000"
+        assert (
+            out[outputs.HDFS_ADDRESS]
+            == "hdfs://hdfs-namenode.elasticctr-dev.svc.cluster.local:8020"
+        )
+    else:  # LoadBalancer: the address the cloud gives the Service
+        assert out[outputs.SERVING_URL] == "http://lb.example.test:8010"
+    assert out[outputs.BUCKET] == harness.stack_config(stack).get("elasticctr:storage", {}).get(
+        "bucket", "elasticctr"
+    )
+
+
+def test_secrets_stay_secret(stack_graph: tuple[str, harness.Graph]) -> None:
+    """A secret of the config appears only inside values Pulumi marks secret."""
+    stack, graph = stack_graph
+    plaintexts = list(TEST_SECRETS.get(stack, {}).values())
+    # MinIO's generated keys are secrets too (the mock makes them "ggg...").
+    for dynamic in graph.of_type("pulumi-python:dynamic:Resource"):
+        plaintexts.append("g" * int(dynamic.inputs["length"]))
+    assert plaintexts or stack == "aws-prod"
+    for resource in graph.resources:
+        exposed = _without_secret_paths(resource)
+        for plaintext in plaintexts:
+            assert plaintext not in json.dumps(exposed), (
+                f"{resource.type} {resource.name} leaks a secret"
+            )
+    assert not any(p in json.dumps(graph.stack_outputs) for p in plaintexts)
+
+
+def _without_secret_paths(resource: harness.Registered) -> dict[str, object]:
+    # Drop secret-marked values; what remains is what Pulumi stores in plaintext.
+    masked = json.loads(json.dumps(resource.inputs))
+    for path in resource.secret_paths:
+        node = masked
+        parts = path.replace("]", "").replace("[", ".").split(".")
+        for part in parts[:-1]:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        last = parts[-1]
+        if isinstance(node, list):
+            node[int(last)] = "<secret>"
+        else:
+            node[last] = "<secret>"
+    return masked
+
+
+def test_secret_values_land_in_kubernetes_secrets(stack_graph: tuple[str, harness.Graph]) -> None:
+    stack, graph = stack_graph
+    secrets = {r.inputs["metadata"]["name"]: r for r in graph.of_type("kubernetes:core/v1:Secret")}
+    expected = {
+        "dev": {"object-storage-credentials"},
+        "baidu-prod": {"object-storage-credentials", "hdfs-ugi"},
+        "huawei-prod": {"object-storage-credentials"},
+        "aws-prod": set(),
+    }[stack]
+    assert set(secrets) == expected
+    for secret in secrets.values():
+        for key in secret.inputs["stringData"]:
+            # Pulumi marks the whole stringData, or the key, as secret.
+            assert {"stringData", f"stringData.{key}"} & set(secret.secret_paths), (
+                f"{key} of {secret.name} is not secret"
+            )
+
+
+def test_trainers_change_touches_only_the_training_job() -> None:
+    """`pulumi config set trainers 4` on dev: the Job changes (and is replaced), nothing else."""
+    before = {(r.type, r.name): r for r in run_stack("dev", {}).resources}
+    after = {(r.type, r.name): r for r in run_stack("dev", {"elasticctr:trainers": "4"}).resources}
+    assert before.keys() == after.keys()
+    changed = {key for key in before if before[key].inputs != after[key].inputs}
+    assert changed == {("kubernetes:batch.volcano.sh/v1alpha1:Job", "training-job")}
+    job = after[("kubernetes:batch.volcano.sh/v1alpha1:Job", "training-job")]
+    assert job.replace_on_changes == ["spec"] and job.delete_before_replace
+    tasks = {t["name"]: t for t in job.inputs["spec"]["tasks"]}
+    assert tasks["trainer"]["replicas"] == 4
+    assert job.inputs["spec"]["minAvailable"] == 4 + 1  # dev has one pserver
+
+
+def test_cube_shards_change_touches_cube_and_serving_only() -> None:
+    before = {(r.type, r.name): r for r in run_stack("dev", {}).resources}
+    after = {
+        (r.type, r.name): r for r in run_stack("dev", {"elasticctr:cube_shards": "3"}).resources
+    }
+    changed = {name for (_, name) in before if before[_, name].inputs != after[_, name].inputs}
+    # The shard list, the shard servers, and the pods that read the list (they roll).
+    assert changed == {"cube-conf", "cube-shards", "cube-transfer", "serving-deployment"}
+    shards = after[("kubernetes:apps/v1:StatefulSet", "cube-shards")]
+    conf = json.loads(
+        after[("kubernetes:core/v1:ConfigMap", "cube-conf")].inputs["data"]["cube.conf"]
+    )
+    assert shards.inputs["spec"]["replicas"] == conf["shard"] == len(conf["nodes"]) == 3

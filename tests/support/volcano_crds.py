@@ -1,0 +1,73 @@
+"""Volcano's CRDs (v1.15.0, the pinned chart) as data: for schema validation and for the
+e2e API server. Taken from ../shared/schemas beside the clone, or from the release on
+GitHub; the project does not carry a copy."""
+
+from __future__ import annotations
+
+import os
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.pulumi_harness import ROOT
+
+VERSION = "v1.15.0"
+FILES = (
+    "batch.volcano.sh_jobs.yaml",
+    "scheduling.volcano.sh_podgroups.yaml",
+    "scheduling.volcano.sh_queues.yaml",
+)
+RELEASE_URL = (
+    "https://raw.githubusercontent.com/volcano-sh/volcano/{version}/"
+    "installer/helm/chart/volcano/crd/bases/{file}"
+)
+
+
+class CrdsUnavailable(Exception):
+    """Neither ../shared/schemas nor the release could be read; the message says why."""
+
+
+def crd_dir() -> Path:
+    """A directory holding the CRD files: ../shared/schemas, else downloaded into a cache."""
+    shared = Path(
+        os.environ.get(
+            "ELASTICCTR_VOLCANO_CRDS", ROOT.parent / "shared" / "schemas" / f"volcano-{VERSION}"
+        )
+    )
+    if all((shared / f).is_file() for f in FILES):
+        return shared
+    cache = (
+        Path(os.environ.get("ELASTICCTR_CACHE", Path.home() / ".cache" / "elasticctr"))
+        / f"volcano-crds-{VERSION}"
+    )
+    cache.mkdir(parents=True, exist_ok=True)
+    for name in FILES:
+        if (cache / name).is_file():
+            continue
+        url = RELEASE_URL.format(version=VERSION, file=name)
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                (cache / name).write_bytes(response.read())
+        except OSError as err:
+            raise CrdsUnavailable(f"no {shared} and {url} unreachable ({err})") from err
+    return cache
+
+
+def openapi_schema(file: str, version: str = "v1alpha1") -> dict[str, Any]:
+    crd = yaml.safe_load((crd_dir() / file).read_text(encoding="utf-8"))
+    served = next(v for v in crd["spec"]["versions"] if v["name"] == version)
+    return dict(served["schema"]["openAPIV3Schema"])
+
+
+def closed(schema: Any) -> Any:
+    """The schema with unknown fields rejected wherever it lists the known ones."""
+    if isinstance(schema, dict):
+        result = {k: closed(v) for k, v in schema.items()}
+        if "properties" in schema and "additionalProperties" not in schema:
+            result["additionalProperties"] = False
+        return result
+    if isinstance(schema, list):
+        return [closed(item) for item in schema]
+    return schema
