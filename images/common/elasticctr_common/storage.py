@@ -170,7 +170,9 @@ class S3Store(Store):
         paginator = self.client.get_paginator("list_objects_v2")
         for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix, Delimiter="/"):
             names.update(o["Key"][len(prefix) :] for o in page.get("Contents", []))
-            names.update(p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", []))
+            names.update(
+                p["Prefix"][len(prefix) :].rstrip("/") for p in page.get("CommonPrefixes", [])
+            )
         return sorted(n for n in names if n)
 
     def delete(self, path: str) -> None:
@@ -269,4 +271,6 @@ def open_store(uri: str) -> Store:
         return S3Store(uri)
     if scheme == "hdfs":
         return HdfsStore(uri)
-    raise StorageError(f"{uri}: unsupported storage scheme {scheme!r}; allowed: {', '.join(SCHEMES)}")
+    raise StorageError(
+        f"{uri}: unsupported storage scheme {scheme!r}; allowed: {', '.join(SCHEMES)}"
+    )

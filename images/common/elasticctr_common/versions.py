@@ -36,7 +36,9 @@ def parse_donefile(text: str, source: str = DONEFILE) -> list[Version]:
             continue
         try:
             record = json.loads(line)
-            version = Version(id=int(record["id"]), key=int(record["key"]), input=str(record["input"]))
+            version = Version(
+                id=int(record["id"]), key=int(record["key"]), input=str(record["input"])
+            )
         except (ValueError, KeyError, TypeError) as err:
             raise DonefileError(f"{source}:{number}: not a version line ({err}): {line!r}") from err
         if versions and version.id <= versions[-1].id:
@@ -61,6 +63,8 @@ def append_version(store: Store, version: Version, name: str = DONEFILE) -> None
     """
     versions = read_versions(store, name)
     if versions and version.id <= versions[-1].id:
-        raise DonefileError(f"{store.uri(name)}: version {version.id} does not follow {versions[-1].id}")
+        raise DonefileError(
+            f"{store.uri(name)}: version {version.id} does not follow {versions[-1].id}"
+        )
     lines = [v.to_line() for v in [*versions, version]]
     store.write_text(name, "\n".join(lines) + "\n")
