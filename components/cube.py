@@ -127,20 +127,16 @@ class Cube(pulumi.ComponentResource):
     def _shard_servers(self, name: str, args: CubeArgs) -> None:
         target = args.target
         selector = kube.labels("cube")
-        headless = k8s.core.v1.Service(
+        # Transfer must reach an agent before its server has loaded a first version.
+        headless = kube.service(
+            target,
             f"{name}-headless",
-            metadata=target.metadata("cube-headless", "cube"),
-            spec={
-                "cluster_ip": "None",
-                "selector": selector,
-                # Transfer must reach an agent before its server has loaded a first version.
-                "publish_not_ready_addresses": True,
-                "ports": [
-                    {"name": "server", "port": SERVER_PORT},
-                    {"name": "agent", "port": AGENT_PORT},
-                ],
-            },
-            opts=target.opts(self),
+            "cube-headless",
+            "cube",
+            {"server": SERVER_PORT, "agent": AGENT_PORT},
+            self,
+            headless=True,
+            publish_not_ready=True,
         )
         shard_env = kube.env(
             {"CUBE_SHARD_NUM": str(args.shards), "CUBE_DATA_DIR": SHARD_DIR, "HOME": "/tmp"}
@@ -149,38 +145,35 @@ class Cube(pulumi.ComponentResource):
         shard_env.append(
             kube.field_env("CUBE_SHARD_INDEX", "metadata.labels['apps.kubernetes.io/pod-index']")
         )
-        mounts: list[k8s.core.v1.VolumeMountArgsDict] = [
-            {"name": "shards", "mount_path": SHARD_DIR},
-            kube.TMP_MOUNT,
-        ]
+        shards_mount: k8s.core.v1.VolumeMountArgsDict = {"name": "shards", "mount_path": SHARD_DIR}
         # The server gets most of the pod's budget: it holds the embeddings in memory.
-        server: k8s.core.v1.ContainerArgsDict = {
-            "name": "server",
-            "image": args.image,
-            "image_pull_policy": target.image_pull_policy,
-            "command": ["python", "-m", "elasticctr_cube", "server"],
-            "args": [f"--port={SERVER_PORT}"],
-            "env": shard_env,
-            "ports": [{"name": "server", "container_port": SERVER_PORT}],
-            "resources": kube.resources(args.cpu * 0.75, args.mem * 0.875),
-            "security_context": kube.container_security(),
-            "readiness_probe": kube.http_probe("/readyz", SERVER_PORT),
-            "liveness_probe": kube.http_probe("/healthz", SERVER_PORT, 20),
-            "volume_mounts": mounts,
-        }
-        agent: k8s.core.v1.ContainerArgsDict = {
-            "name": "agent",
-            "image": args.image,
-            "image_pull_policy": target.image_pull_policy,
-            "command": ["python", "-m", "elasticctr_cube", "agent"],
-            "args": [f"--port={AGENT_PORT}", f"--server=http://127.0.0.1:{SERVER_PORT}"],
-            "env": [*shard_env, *args.store.env()],
-            "ports": [{"name": "agent", "container_port": AGENT_PORT}],
-            "resources": kube.resources(args.cpu * 0.25, args.mem * 0.125),
-            "security_context": kube.container_security(),
-            "readiness_probe": kube.http_probe("/healthz", AGENT_PORT),
-            "volume_mounts": mounts,
-        }
+        server = kube.container(
+            target,
+            "server",
+            args.image,
+            ["python", "-m", "elasticctr_cube", "server"],
+            args=[f"--port={SERVER_PORT}"],
+            env=shard_env,
+            ports={"server": SERVER_PORT},
+            cpu=args.cpu * 0.75,
+            mem=args.mem * 0.875,
+            readiness=kube.http_probe("/readyz", SERVER_PORT),
+            liveness=kube.http_probe("/healthz", SERVER_PORT, 20),
+            mounts=[shards_mount],
+        )
+        agent = kube.container(
+            target,
+            "agent",
+            args.image,
+            ["python", "-m", "elasticctr_cube", "agent"],
+            args=[f"--port={AGENT_PORT}", f"--server=http://127.0.0.1:{SERVER_PORT}"],
+            env=[*shard_env, *args.store.env()],
+            ports={"agent": AGENT_PORT},
+            cpu=args.cpu * 0.25,
+            mem=args.mem * 0.125,
+            readiness=kube.http_probe("/healthz", AGENT_PORT),
+            mounts=[shards_mount],
+        )
         k8s.apps.v1.StatefulSet(
             f"{name}-shards",
             metadata=target.metadata("cube", "cube"),
@@ -194,9 +187,7 @@ class Cube(pulumi.ComponentResource):
                     "when_deleted": "Delete",
                     "when_scaled": "Delete",
                 },
-                "template": kube.pod_template(
-                    "cube", [server, agent], [kube.tmp_volume()], service_account=None
-                ),
+                "template": kube.pod_template("cube", [server, agent]),
                 # Shard files are rebuilt from the model export: a lost volume costs a reload.
                 "volume_claim_templates": [kube.volume_claim("shards", args.storage)],
             },
@@ -205,13 +196,13 @@ class Cube(pulumi.ComponentResource):
 
     def _transfer(self, name: str, args: CubeArgs, config_map: k8s.core.v1.ConfigMap) -> None:
         target = args.target
-        container: k8s.core.v1.ContainerArgsDict = {
-            "name": "transfer",
-            "image": args.image,
-            "image_pull_policy": target.image_pull_policy,
-            "command": ["python", "-m", "elasticctr_cube", "transfer"],
-            "args": [f"--port={TRANSFER_PORT}"],
-            "env": [
+        container = kube.container(
+            target,
+            "transfer",
+            args.image,
+            ["python", "-m", "elasticctr_cube", "transfer"],
+            args=[f"--port={TRANSFER_PORT}"],
+            env=[
                 *kube.env(
                     {
                         "CUBE_CONF": f"{kube.CONFIG_DIR}/cube.conf",
@@ -224,12 +215,12 @@ class Cube(pulumi.ComponentResource):
                 ),
                 *args.store.env(),
             ],
-            "ports": [{"name": "http", "container_port": TRANSFER_PORT}],
-            "resources": kube.resources(1, 2),
-            "security_context": kube.container_security(),
-            "readiness_probe": kube.http_probe("/healthz", TRANSFER_PORT),
-            "volume_mounts": [kube.CONFIG_MOUNT, kube.TMP_MOUNT],
-        }
+            ports={"http": TRANSFER_PORT},
+            cpu=1,
+            mem=2,
+            readiness=kube.http_probe("/healthz", TRANSFER_PORT),
+            mounts=[kube.CONFIG_MOUNT],
+        )
         k8s.apps.v1.Deployment(
             f"{name}-transfer",
             metadata=target.metadata("cube-transfer", "cube-transfer"),
@@ -238,24 +229,22 @@ class Cube(pulumi.ComponentResource):
                 # One transfer at a time: two would race on the same rollout.
                 "strategy": {"type": "Recreate"},
                 "selector": {"match_labels": kube.labels("cube-transfer")},
+                # Shards of a version are built under /tmp: as large as a shard volume.
                 "template": kube.pod_template(
                     "cube-transfer",
                     [container],
-                    [
-                        kube.config_volume(config_map.metadata["name"]),
-                        {"name": "tmp", "empty_dir": {"size_limit": args.storage}},
-                    ],
+                    [kube.config_volume(config_map.metadata["name"])],
                     annotations={"elasticctr.io/config-sha256": self.config_hash},
+                    tmp_size=args.storage,
                 ),
             },
             opts=target.opts(self),
         )
-        k8s.core.v1.Service(
+        kube.service(
+            target,
             f"{name}-transfer-service",
-            metadata=target.metadata("cube-transfer", "cube-transfer"),
-            spec={
-                "selector": kube.labels("cube-transfer"),
-                "ports": [{"name": "http", "port": TRANSFER_PORT}],
-            },
-            opts=target.opts(self),
+            "cube-transfer",
+            "cube-transfer",
+            {"http": TRANSFER_PORT},
+            self,
         )

@@ -144,16 +144,22 @@ class Hdfs(pulumi.ComponentResource):
         depends_on: list[pulumi.Resource] | None = None,
     ) -> k8s.apps.v1.StatefulSet:
         """A headless Service and a StatefulSet of one HDFS role, each pod with its volume."""
-        selector = kube.labels(component)
-        service = k8s.core.v1.Service(
-            f"{resource_name}-service",
-            metadata=target.metadata(component, component),
-            spec={
-                "cluster_ip": "None",
-                "selector": selector,
-                "ports": [{"name": port_name, "port": port} for port_name, port in ports.items()],
-            },
-            opts=target.opts(self),
+        service = kube.service(
+            target, f"{resource_name}-service", component, component, ports, self, headless=True
+        )
+        node = kube.container(
+            target,
+            component.removeprefix("hdfs-"),
+            image,
+            command,
+            env=env,
+            ports=ports,
+            cpu=0.5,
+            mem=1,
+            readiness=readiness,
+            mounts=[{"name": "data", "mount_path": "/data"}],
+            # The image writes its *-site.xml files at start.
+            read_only_root=False,
         )
         return k8s.apps.v1.StatefulSet(
             resource_name,
@@ -161,26 +167,9 @@ class Hdfs(pulumi.ComponentResource):
             spec={
                 "service_name": component,
                 "replicas": replicas,
-                "selector": {"match_labels": selector},
+                "selector": {"match_labels": kube.labels(component)},
                 "persistent_volume_claim_retention_policy": kube.RETAIN_VOLUMES,
-                "template": kube.pod_template(
-                    component,
-                    [
-                        {
-                            "name": component.removeprefix("hdfs-"),
-                            "image": image,
-                            "image_pull_policy": target.image_pull_policy,
-                            "command": command,
-                            "env": env,
-                            "ports": [{"name": n, "container_port": p} for n, p in ports.items()],
-                            "resources": kube.resources(0.5, 1),
-                            # The image writes its *-site.xml files at start.
-                            "security_context": kube.container_security(read_only_root=False),
-                            "readiness_probe": readiness,
-                            "volume_mounts": [{"name": "data", "mount_path": "/data"}],
-                        }
-                    ],
-                ),
+                "template": kube.pod_template(component, [node]),
                 "volume_claim_templates": [kube.volume_claim("data", storage)],
             },
             opts=target.opts(self, depends_on=[service, *(depends_on or [])]),

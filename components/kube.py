@@ -94,11 +94,7 @@ def pod_security() -> k8s.core.v1.PodSecurityContextArgsDict:
     }
 
 
-def tmp_volume() -> k8s.core.v1.VolumeArgsDict:
-    """Scratch space for images that run with a read-only root file system."""
-    return {"name": "tmp", "empty_dir": {"size_limit": "1Gi"}}
-
-
+# Scratch space for containers with a read-only root (pod_template adds the volume).
 TMP_MOUNT: k8s.core.v1.VolumeMountArgsDict = {"name": "tmp", "mount_path": "/tmp"}
 
 
@@ -115,6 +111,78 @@ CONFIG_MOUNT: k8s.core.v1.VolumeMountArgsDict = {
     "mount_path": CONFIG_DIR,
     "read_only": True,
 }
+
+
+def container(
+    target: KubeTarget,
+    name: str,
+    image: str,
+    command: Sequence[pulumi.Input[str]],
+    *,
+    cpu: float,
+    mem: float,
+    args: Sequence[pulumi.Input[str]] = (),
+    env: Sequence[k8s.core.v1.EnvVarArgsDict] = (),
+    ports: Mapping[str, int] | None = None,
+    readiness: k8s.core.v1.ProbeArgsDict | None = None,
+    liveness: k8s.core.v1.ProbeArgsDict | None = None,
+    mounts: Sequence[k8s.core.v1.VolumeMountArgsDict] = (),
+    read_only_root: bool = True,
+) -> k8s.core.v1.ContainerArgsDict:
+    """A container following the conventions: pull policy, resources, security, /tmp."""
+    spec: k8s.core.v1.ContainerArgsDict = {
+        "name": name,
+        "image": image,
+        "image_pull_policy": target.image_pull_policy,
+        "command": list(command),
+        "resources": resources(cpu, mem),
+        "security_context": container_security(read_only_root),
+        "volume_mounts": [*mounts, TMP_MOUNT] if read_only_root else list(mounts),
+    }
+    if args:
+        spec["args"] = list(args)
+    if env:
+        spec["env"] = list(env)
+    if ports:
+        spec["ports"] = [
+            {"name": port_name, "container_port": port} for port_name, port in ports.items()
+        ]
+    if readiness is not None:
+        spec["readiness_probe"] = readiness
+    if liveness is not None:
+        spec["liveness_probe"] = liveness
+    return spec
+
+
+def service(
+    target: KubeTarget,
+    resource_name: str,
+    name: str,
+    component: str,
+    ports: Mapping[str, int],
+    parent: pulumi.Resource,
+    *,
+    headless: bool = False,
+    publish_not_ready: bool = False,
+    service_type: str | None = None,
+) -> k8s.core.v1.Service:
+    """A Service in front of `component`'s pods, named `name` (its DNS name)."""
+    spec: k8s.core.v1.ServiceSpecArgsDict = {
+        "selector": labels(component),
+        "ports": [{"name": port_name, "port": port} for port_name, port in ports.items()],
+    }
+    if headless:
+        spec["cluster_ip"] = "None"
+    if publish_not_ready:
+        spec["publish_not_ready_addresses"] = True
+    if service_type is not None:
+        spec["type"] = service_type
+    return k8s.core.v1.Service(
+        resource_name,
+        metadata=target.metadata(name, component),
+        spec=spec,
+        opts=target.opts(parent),
+    )
 
 
 def env(values: dict[str, pulumi.Input[str]]) -> list[k8s.core.v1.EnvVarArgsDict]:
@@ -158,6 +226,11 @@ def service_account(
     )
 
 
+def _mounts_tmp(spec: k8s.core.v1.ContainerArgsDict) -> bool:
+    mounts = spec.get("volume_mounts")
+    return isinstance(mounts, list) and TMP_MOUNT in mounts
+
+
 # Data volumes outlive their StatefulSet (pulumi destroy, re-creation, scale-down).
 RETAIN_VOLUMES: k8s.apps.v1.StatefulSetPersistentVolumeClaimRetentionPolicyArgsDict = {
     "when_deleted": "Retain",
@@ -180,15 +253,20 @@ def pod_template(
     service_account: pulumi.Input[str] | None = None,
     annotations: dict[str, pulumi.Input[str]] | None = None,
     restart_policy: str | None = None,
+    tmp_size: str = "1Gi",
 ) -> k8s.core.v1.PodTemplateSpecArgsDict:
-    """A pod of `component`: its labels, the restricted security context, no API token."""
+    """A pod of `component`: its labels, the restricted security context, no API token,
+    and the /tmp scratch volume its read-only containers mount."""
     spec: k8s.core.v1.PodSpecArgsDict = {
         "security_context": pod_security(),
         "automount_service_account_token": False,
         "containers": list(containers),
     }
-    if volumes:
-        spec["volumes"] = list(volumes)
+    all_volumes = list(volumes)
+    if any(_mounts_tmp(c) for c in containers):
+        all_volumes.append({"name": "tmp", "empty_dir": {"size_limit": tmp_size}})
+    if all_volumes:
+        spec["volumes"] = all_volumes
     if service_account is not None:
         spec["service_account_name"] = service_account
     if restart_policy is not None:

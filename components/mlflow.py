@@ -65,12 +65,12 @@ class Mlflow(pulumi.ComponentResource):
             # Run history must survive a replacement of everything else.
             opts=target.opts(self, retain_on_delete=True),
         )
-        container: k8s.core.v1.ContainerArgsDict = {
-            "name": "mlflow",
-            "image": args.image,
-            "image_pull_policy": target.image_pull_policy,
-            "command": ["mlflow", "server"],
-            "args": [
+        container = kube.container(
+            target,
+            "mlflow",
+            args.image,
+            ["mlflow", "server"],
+            args=[
                 "--host=0.0.0.0",
                 f"--port={PORT}",
                 "--workers=2",
@@ -79,12 +79,16 @@ class Mlflow(pulumi.ComponentResource):
                 f"--artifacts-destination={args.store.uri('mlflow')}",
                 pulumi.Output.concat("--allowed-hosts=", allowed_hosts),
             ],
-            "env": [*args.store.env(), *kube.env({"HOME": "/tmp"})],
-            "ports": [{"name": "http", "container_port": PORT}],
-            "resources": kube.resources(args.cpu, args.mem),
-            "security_context": kube.container_security(),
-            "readiness_probe": kube.http_probe("/health", PORT),
-            "volume_mounts": [{"name": "db", "mount_path": DB_DIR}, kube.TMP_MOUNT],
+            env=[*args.store.env(), *kube.env({"HOME": "/tmp"})],
+            ports={"http": PORT},
+            cpu=args.cpu,
+            mem=args.mem,
+            readiness=kube.http_probe("/health", PORT),
+            mounts=[{"name": "db", "mount_path": DB_DIR}],
+        )
+        db_volume: k8s.core.v1.VolumeArgsDict = {
+            "name": "db",
+            "persistent_volume_claim": {"claim_name": volume.metadata["name"]},
         }
         k8s.apps.v1.Deployment(
             f"{name}-server",
@@ -94,26 +98,11 @@ class Mlflow(pulumi.ComponentResource):
                 # SQLite on a ReadWriteOnce volume: never two servers at once.
                 "strategy": {"type": "Recreate"},
                 "selector": {"match_labels": kube.labels("mlflow")},
-                "template": kube.pod_template(
-                    "mlflow",
-                    [container],
-                    [
-                        {
-                            "name": "db",
-                            "persistent_volume_claim": {"claim_name": volume.metadata["name"]},
-                        },
-                        kube.tmp_volume(),
-                    ],
-                ),
+                "template": kube.pod_template("mlflow", [container], [db_volume]),
             },
             opts=target.opts(self),
         )
-        k8s.core.v1.Service(
-            f"{name}-service",
-            metadata=target.metadata("mlflow", "mlflow"),
-            spec={"selector": kube.labels("mlflow"), "ports": [{"name": "http", "port": PORT}]},
-            opts=target.opts(self),
-        )
+        kube.service(target, f"{name}-service", "mlflow", "mlflow", {"http": PORT}, self)
         allow_ingress(target, f"{name}-ingress", "mlflow", [PORT], list(args.clients), self)
 
         self.url = pulumi.Output.concat("http://", host, f".svc.cluster.local:{PORT}")

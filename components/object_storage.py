@@ -122,11 +122,21 @@ class ObjectStorage(pulumi.ComponentResource):
             store.credentials_secret or CREDENTIALS_SECRET,
             {"MINIO_ROOT_USER": KEY_ID, "MINIO_ROOT_PASSWORD": SECRET_KEY},
         )
-        service = k8s.core.v1.Service(
-            f"{name}-minio-service",
-            metadata=target.metadata("minio", "minio"),
-            spec={"selector": selector, "ports": [{"name": "s3", "port": MINIO_PORT}]},
-            opts=target.opts(self),
+        service = kube.service(
+            target, f"{name}-minio-service", "minio", "minio", {"s3": MINIO_PORT}, self
+        )
+        server = kube.container(
+            target,
+            "minio",
+            args.minio_image,
+            ["minio", "server", "/data", "--address", f":{MINIO_PORT}"],
+            env=[*server_env, *kube.env({"HOME": "/tmp"})],
+            ports={"s3": MINIO_PORT},
+            cpu=0.5,
+            mem=1,
+            readiness=kube.http_probe("/minio/health/ready", MINIO_PORT),
+            liveness=kube.http_probe("/minio/health/live", MINIO_PORT, 20),
+            mounts=[{"name": "data", "mount_path": "/data"}],
         )
         minio = k8s.apps.v1.StatefulSet(
             f"{name}-minio",
@@ -136,28 +146,7 @@ class ObjectStorage(pulumi.ComponentResource):
                 "replicas": 1,
                 "selector": {"match_labels": selector},
                 "persistent_volume_claim_retention_policy": kube.RETAIN_VOLUMES,
-                "template": kube.pod_template(
-                    "minio",
-                    [
-                        {
-                            "name": "minio",
-                            "image": args.minio_image,
-                            "image_pull_policy": target.image_pull_policy,
-                            "args": ["server", "/data", "--address", f":{MINIO_PORT}"],
-                            "env": [*server_env, *kube.env({"HOME": "/tmp"})],
-                            "ports": [{"name": "s3", "container_port": MINIO_PORT}],
-                            "resources": kube.resources(0.5, 1),
-                            "security_context": kube.container_security(),
-                            "readiness_probe": kube.http_probe("/minio/health/ready", MINIO_PORT),
-                            "liveness_probe": kube.http_probe("/minio/health/live", MINIO_PORT, 20),
-                            "volume_mounts": [
-                                {"name": "data", "mount_path": "/data"},
-                                kube.TMP_MOUNT,
-                            ],
-                        }
-                    ],
-                    [kube.tmp_volume()],
-                ),
+                "template": kube.pod_template("minio", [server]),
                 "volume_claim_templates": [kube.volume_claim("data", args.size)],
             },
             opts=target.opts(self, depends_on=[service]),
@@ -177,21 +166,19 @@ class ObjectStorage(pulumi.ComponentResource):
                 "template": kube.pod_template(
                     "minio-client",
                     [
-                        {
-                            "name": "create-bucket",
-                            "image": args.minio_image,
-                            "image_pull_policy": target.image_pull_policy,
-                            "command": ["/bin/sh", "-c", script],
-                            "env": [
+                        kube.container(
+                            target,
+                            "create-bucket",
+                            args.minio_image,
+                            ["/bin/sh", "-c", script],
+                            env=[
                                 *server_env,
                                 *kube.env({"HOME": "/tmp", "MC_CONFIG_DIR": "/tmp/mc"}),
                             ],
-                            "resources": kube.resources(0.1, 0.125),
-                            "security_context": kube.container_security(),
-                            "volume_mounts": [kube.TMP_MOUNT],
-                        }
+                            cpu=0.1,
+                            mem=0.125,
+                        )
                     ],
-                    [kube.tmp_volume()],
                     restart_policy="OnFailure",
                 ),
             },

@@ -52,13 +52,13 @@ class Serving(pulumi.ComponentResource):
             )
         super().__init__("elasticctr:serving:Serving", name, None, opts)
         target = args.target
-        container: k8s.core.v1.ContainerArgsDict = {
-            "name": "serving",
-            "image": args.image,
-            "image_pull_policy": target.image_pull_policy,
-            "command": ["python", "-m", "elasticctr_serving"],
-            "args": [f"--port={PORT}"],
-            "env": [
+        container = kube.container(
+            target,
+            "serving",
+            args.image,
+            ["python", "-m", "elasticctr_serving"],
+            args=[f"--port={PORT}"],
+            env=[
                 *kube.env(
                     {
                         "MODEL_URI": args.store.uri("models"),
@@ -71,13 +71,13 @@ class Serving(pulumi.ComponentResource):
                 ),
                 *args.store.env(),
             ],
-            "ports": [{"name": "http", "container_port": PORT}],
-            "resources": kube.resources(args.cpu, args.mem),
-            "security_context": kube.container_security(),
-            "readiness_probe": kube.http_probe("/readyz", PORT, 5),
-            "liveness_probe": kube.http_probe("/healthz", PORT, 20),
-            "volume_mounts": [kube.CONFIG_MOUNT, kube.TMP_MOUNT],
-        }
+            ports={"http": PORT},
+            cpu=args.cpu,
+            mem=args.mem,
+            readiness=kube.http_probe("/readyz", PORT, 5),
+            liveness=kube.http_probe("/healthz", PORT, 20),
+            mounts=[kube.CONFIG_MOUNT],
+        )
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=target.metadata("serving", "serving"),
@@ -89,22 +89,21 @@ class Serving(pulumi.ComponentResource):
                 "template": kube.pod_template(
                     "serving",
                     [container],
-                    [kube.config_volume(args.cube_conf_map, args.slot_conf_map), kube.tmp_volume()],
+                    [kube.config_volume(args.cube_conf_map, args.slot_conf_map)],
                     annotations={"elasticctr.io/cube-conf-sha256": args.cube_conf_hash},
                 ),
             },
             # The HPA owns the replica count once it exists; the spec only sets the start.
             opts=target.opts(self, ignore_changes=["spec.replicas"]),
         )
-        service = k8s.core.v1.Service(
+        service = kube.service(
+            target,
             f"{name}-service",
-            metadata=target.metadata("serving", "serving"),
-            spec={
-                "type": args.service_type,
-                "selector": kube.labels("serving"),
-                "ports": [{"name": "http", "port": PORT, "target_port": PORT}],
-            },
-            opts=target.opts(self),
+            "serving",
+            "serving",
+            {"http": PORT},
+            self,
+            service_type=args.service_type,
         )
         k8s.autoscaling.v2.HorizontalPodAutoscaler(
             f"{name}-autoscaler",

@@ -140,26 +140,22 @@ class Training(pulumi.ComponentResource):
         config_hash = config_map.data.apply(lambda data: kube.digest(data or {}))
 
         def task(role: str, replicas: int, policies: list[dict[str, str]]) -> dict[str, Any]:
-            container: k8s.core.v1.ContainerArgsDict = {
-                "name": role,
-                "image": args.image,
-                "image_pull_policy": target.image_pull_policy,
-                "command": ["python", "-m", "elasticctr_trainer", "run"],
-                "args": ["--config", f"{kube.CONFIG_DIR}/trainer.json"],
-                "env": [*env, *kube.env({"TRAINING_ROLE": role.upper()})],
-                "resources": kube.resources(args.cpu, args.mem),
-                "security_context": kube.container_security(),
-                "volume_mounts": [kube.CONFIG_MOUNT, kube.TMP_MOUNT],
-            }
-            if role == "pserver":
-                container["ports"] = [{"name": "pserver", "container_port": PSERVER_PORT}]
+            container = kube.container(
+                target,
+                role,
+                args.image,
+                ["python", "-m", "elasticctr_trainer", "run"],
+                args=["--config", f"{kube.CONFIG_DIR}/trainer.json"],
+                env=[*env, *kube.env({"TRAINING_ROLE": role.upper()})],
+                ports={"pserver": PSERVER_PORT} if role == "pserver" else None,
+                cpu=args.cpu,
+                mem=args.mem,
+                mounts=[kube.CONFIG_MOUNT],
+            )
             template = kube.pod_template(
                 role,
                 [container],
-                [
-                    kube.config_volume(config_map.metadata["name"], args.slot_conf_map),
-                    kube.tmp_volume(),
-                ],
+                [kube.config_volume(config_map.metadata["name"], args.slot_conf_map)],
                 service_account=account.metadata["name"],
                 annotations={"elasticctr.io/config-sha256": config_hash},
                 # Volcano restarts the whole job on a failed pod: a lone restarted pserver
