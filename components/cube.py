@@ -32,7 +32,7 @@ SHARD_DIR = f"{kube.DATA_DIR}/cube"
 @dataclass(frozen=True)
 class CubeArgs:
     target: KubeTarget
-    image: str
+    image: pulumi.Input[str]  # a pinned tag, or the digest of a build
     store: ObjectStore
     shards: int
     cpu: float = 1
@@ -146,7 +146,8 @@ class Cube(pulumi.ComponentResource):
             kube.field_env("CUBE_SHARD_INDEX", "metadata.labels['apps.kubernetes.io/pod-index']")
         )
         shards_mount: k8s.core.v1.VolumeMountArgsDict = {"name": "shards", "mount_path": SHARD_DIR}
-        # The server gets most of the pod's budget: it holds the embeddings in memory.
+        # The server gets most of the pod's budget: it holds the embeddings in memory, two
+        # versions of its shard during a rollout (cube.mem must fit both).
         server = kube.container(
             target,
             "server",
@@ -167,7 +168,7 @@ class Cube(pulumi.ComponentResource):
             args.image,
             ["python", "-m", "elasticctr_cube", "agent"],
             args=[f"--port={AGENT_PORT}", f"--server=http://127.0.0.1:{SERVER_PORT}"],
-            env=[*shard_env, *args.store.env()],
+            env=[*shard_env, *kube.env({"CUBE_URI": args.store.uri("cube")}), *args.store.env()],
             ports={"agent": AGENT_PORT},
             cpu=args.cpu * 0.25,
             mem=args.mem * 0.125,

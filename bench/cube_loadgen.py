@@ -1,0 +1,122 @@
+"""The load generator of bench/cube_vs_redis.py: the same loop drives cube and Redis.
+
+`concurrency` worker processes (one connection each, so neither side is limited by the
+GIL of one client) repeat: take the next pre-generated batch of keys, fetch their values
+with the target's real client library, turn the answer into a float32 matrix [batch, dim]
+(what serving needs), and time the whole call. Batches are drawn at random from the
+loaded keys before the clock starts. Only calls that start inside the measured window
+(after a warm-up) count.
+
+Targets: "cube" = elasticctr_cube.client.CubeClient.seek (binary protocol, one shard);
+"redis" = redis-py `mget` with the hiredis parser (hiredis also packs the command).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Target:
+    kind: str  # "cube" or "redis"
+    host: str
+    port: int
+    dim: int
+
+
+def fetcher(target: Target):
+    if target.kind == "cube":
+        from elasticctr_cube.client import CubeClient
+        from elasticctr_cube.cubeconf import CubeConf, CubeNode
+
+        client = CubeClient(CubeConf("bench", 1, (CubeNode(target.host, target.port),)), timeout=10)
+
+        def fetch(batch):
+            return client.seek(batch).values
+
+        return fetch
+    import redis
+
+    r = redis.Redis(host=target.host, port=target.port, socket_timeout=10)
+
+    def fetch_redis(batch):
+        values = r.mget(batch)
+        return np.frombuffer(b"".join(values), "<f4").reshape(len(values), target.dim)
+
+    return fetch_redis
+
+
+def batch_for(target: Target, keys: np.ndarray):
+    """Keys as the target's client takes them: a uint64 array, or Redis's 8-byte keys."""
+    keys = np.asarray(keys, dtype="<u8")
+    if target.kind != "redis":
+        return keys
+    blob = keys.tobytes()
+    return [blob[i : i + 8] for i in range(0, len(blob), 8)]
+
+
+def _batches(target: Target, keys: np.ndarray, batch: int, count: int, seed: int):
+    rng = np.random.default_rng(seed)
+    return [batch_for(target, rng.choice(keys, batch)) for _ in range(count)]
+
+
+def _worker(target, keys, batch, seed, start_at, measure_from, stop_at, results):
+    fetch = fetcher(target)
+    batches = _batches(target, keys, batch, 64, seed)
+    fetch(batches[0])  # connect before the clock starts
+    while time.time() < start_at:
+        time.sleep(0.001)
+    latencies, i = [], 0
+    cpu0 = time.process_time()
+    while True:
+        t0 = time.time()
+        if t0 >= stop_at:
+            break
+        values = fetch(batches[i % len(batches)])
+        t1 = time.time()
+        if values.shape[0] != batch:
+            raise RuntimeError(f"{target.kind}: got {values.shape[0]} values for {batch} keys")
+        if t0 >= measure_from:
+            latencies.append(t1 - t0)
+        i += 1
+    results.put((latencies, time.process_time() - cpu0))
+
+
+def run(
+    target: Target, keys: np.ndarray, *, concurrency: int, batch: int, seconds: float, warmup: float
+) -> dict:
+    """Drive `target` with `concurrency` processes; throughput and latency of the window."""
+    ctx = mp.get_context("fork")
+    results = ctx.Queue()
+    start_at = time.time() + 1.0 + 0.05 * concurrency
+    measure_from, stop_at = start_at + warmup, start_at + warmup + seconds
+    workers = [
+        ctx.Process(
+            target=_worker,
+            args=(target, keys, batch, 1000 + w, start_at, measure_from, stop_at, results),
+        )
+        for w in range(concurrency)
+    ]
+    for w in workers:
+        w.start()
+    try:
+        collected = [results.get(timeout=seconds + warmup + 60) for _ in workers]
+    finally:
+        for w in workers:
+            w.join(10)
+            if w.is_alive():
+                w.kill()
+    latencies = np.concatenate([np.asarray(lat) for lat, _ in collected])
+    requests = len(latencies)
+    client_cpu = sum(cpu for _, cpu in collected)
+    return {
+        "requests": requests,
+        "keys_per_s": requests * batch / seconds,
+        "p50_ms": float(np.percentile(latencies, 50) * 1e3) if requests else float("nan"),
+        "p99_ms": float(np.percentile(latencies, 99) * 1e3) if requests else float("nan"),
+        "client_cpu_s": client_cpu,
+    }

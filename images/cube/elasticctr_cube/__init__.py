@@ -1,0 +1,1 @@
+"""elasticctr cube: builder, server (native), agent, transfer and the client library."""

@@ -1,0 +1,289 @@
+"""cube-agent: beside each cube-server; fetches, verifies and loads its shard of a version.
+
+Commands come from cube-transfer over HTTP (:8001): prepare V (fetch the shard file of V
+from `<cube_uri>/<V>/` into the data directory, check its size and SHA-256 against the
+manifest, have the server load it into its background slot), switch V, abort V, unload
+V. A restarted server comes back empty: the agent then restores the committed version
+(`<cube_uri>/current`) on its own, so a shard never stays down after a crash.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from elasticctr_common.storage import open_store
+
+from .cliargs import env_option
+from .httpjson import ApiError, HttpCallError, call, serve
+from .manifest import read_current, read_manifest
+from .shardfile import sha256_of
+
+log = logging.getLogger("cube-agent")
+KEEP_PREPARES = 8
+IN_PROGRESS = ("queued", "fetching", "verifying", "loading")
+
+
+class AgentError(Exception):
+    """A prepare step failed; the message says which and why."""
+
+
+class Agent:
+    def __init__(
+        self,
+        *,
+        shard: int,
+        shard_num: int,
+        cube_uri: str,
+        server_url: str,
+        data_dir: str,
+        load_timeout: float = 600.0,
+    ) -> None:
+        self.shard, self.shard_num = shard, shard_num
+        self.cube_store = open_store(cube_uri)
+        self.server_url = server_url.rstrip("/")
+        self.data_dir = Path(data_dir)
+        self.load_timeout = load_timeout
+        self._lock = threading.Lock()  # guards _prepares and _aborted
+        self._work = threading.Lock()  # one fetch + load at a time
+        self._prepares: dict[int, dict[str, Any]] = {}
+        self._aborted: set[int] = set()
+
+    # -- the server -------------------------------------------------------------------
+    def server(self, method: str, path: str, body: Any = None, timeout: float = 10.0):
+        code, answer = call(method, self.server_url + path, body, timeout)
+        if code >= 400 and path != "/readyz":
+            raise ApiError(code, f"cube-server {path}: {(answer or {}).get('error', code)}")
+        return answer
+
+    def held_versions(self) -> set[int]:
+        status = self.server("GET", "/control/status")
+        return {v for v in (status["cur_version"], status["bg_version"]) if v is not None}
+
+    # -- prepare: fetch, verify, load -------------------------------------------------
+    def prepare(self, version: int) -> dict[str, Any]:
+        with self._lock:
+            self._aborted.discard(version)
+            state = self._prepares.get(version)
+            if state and state["state"] in IN_PROGRESS:
+                return dict(state)
+            state = {"version": version, "state": "queued", "error": None, "started": time.time()}
+            self._prepares[version] = state
+            for old in sorted(self._prepares)[:-KEEP_PREPARES]:
+                del self._prepares[old]
+        threading.Thread(target=self._prepare, args=(version,), daemon=True).start()
+        return dict(state)
+
+    def _set(self, version: int, state: str, error: str | None = None) -> None:
+        with self._lock:
+            entry = self._prepares.setdefault(version, {"version": version, "started": time.time()})
+            entry.update(state=state, error=error, seconds=round(time.time() - entry["started"], 3))
+
+    def _check_abort(self, version: int) -> None:
+        with self._lock:
+            if version in self._aborted:
+                raise AgentError(f"version {version}: aborted")
+
+    def _prepare(self, version: int) -> None:
+        with self._work:
+            try:
+                self._check_abort(version)
+                self.prepare_now(version)
+            except Exception as err:  # storage clients raise their own types: all fail the prepare
+                with self._lock:
+                    aborted = version in self._aborted
+                message = str(err) if isinstance(err, AgentError | ApiError) else _describe(err)
+                self._set(version, "aborted" if aborted else "failed", message)
+                log.warning("prepare of version %s failed: %s", version, err)
+                self.cleanup()
+            else:
+                self._set(version, "ready")
+
+    def prepare_now(self, version: int) -> None:
+        """Fetch, verify and load `version` (caller holds no lock; raises on failure)."""
+        if version in self.held_versions():
+            return
+        self._set(version, "fetching")
+        path = self.fetch(version)
+        self._check_abort(version)
+        self._set(version, "loading")
+        self.server("POST", "/control/load", {"version": version, "path": str(path)})
+        deadline = time.monotonic() + self.load_timeout
+        while time.monotonic() < deadline:
+            self._check_abort(version)
+            status = self.server("GET", "/control/status")
+            if version in (status["cur_version"], status["bg_version"]):
+                return
+            load = status.get("load") or {}
+            if load.get("version") == version and load.get("state") in ("failed", "cancelled"):
+                raise AgentError(
+                    f"cube-server could not load version {version}: {load.get('error')}"
+                )
+            time.sleep(0.02)
+        raise AgentError(f"cube-server did not load version {version} in {self.load_timeout}s")
+
+    def local_path(self, version: int, file: str) -> Path:
+        return self.data_dir / str(version) / file
+
+    def fetch(self, version: int) -> Path:
+        manifest = read_manifest(self.cube_store, version)
+        if manifest.shard_num != self.shard_num:
+            raise AgentError(
+                f"version {version} has {manifest.shard_num} shards, this agent serves shard "
+                f"{self.shard} of {self.shard_num}"
+            )
+        entry = manifest.entry(self.shard)
+        local = self.local_path(version, entry.file)
+        if not (local.exists() and local.stat().st_size == entry.bytes):
+            self.cube_store.child(str(version)).download(entry.file, local)
+        self._set(version, "verifying")
+        size = local.stat().st_size
+        problem = None
+        if size != entry.bytes:
+            problem = f"size {size} bytes, manifest says {entry.bytes}"
+        elif (digest := sha256_of(local)) != entry.sha256:
+            problem = f"sha256 {digest}, manifest says {entry.sha256}"
+        if problem:
+            local.unlink(missing_ok=True)
+            raise AgentError(f"shard file of version {version} is corrupt: {problem}")
+        return local
+
+    # -- switch, abort, unload --------------------------------------------------------
+    def switch(self, version: int) -> dict[str, Any]:
+        answer = self.server("POST", "/control/switch", {"version": version})
+        self.cleanup()
+        return answer
+
+    def abort(self, version: int) -> dict[str, Any]:
+        with self._lock:
+            self._aborted.add(version)
+            if version in self._prepares and self._prepares[version]["state"] in IN_PROGRESS:
+                self._prepares[version].update(state="aborted", error="aborted")
+        status = self.server("GET", "/control/status")
+        result = "nothing held"
+        if status["bg_version"] == version or (status.get("load") or {}).get("version") == version:
+            result = self.server("POST", "/control/unload", {"version": version})["result"]
+        self.cleanup()
+        return {"result": result, "version": version}
+
+    def unload(self, version: int) -> dict[str, Any]:
+        answer = self.server("POST", "/control/unload", {"version": version})
+        self.cleanup()
+        return answer
+
+    def cleanup(self) -> None:
+        """Delete local files of versions the server neither holds nor is about to load."""
+        try:
+            keep = self.held_versions()
+        except (ApiError, HttpCallError):
+            return
+        with self._lock:
+            keep |= {v for v, p in self._prepares.items() if p["state"] in IN_PROGRESS}
+        for child in self.data_dir.glob("*") if self.data_dir.exists() else []:
+            if child.name.isdigit() and int(child.name) not in keep:
+                shutil.rmtree(child, ignore_errors=True)
+
+    # -- restore after a server restart -----------------------------------------------
+    def restore_once(self) -> int | None:
+        """If the server holds no current version, bring back the committed one."""
+        try:
+            status = self.server("GET", "/control/status", timeout=2.0)
+        except (ApiError, HttpCallError):
+            return None  # server down: try again later
+        if status["cur_version"] is not None or not self._work.acquire(blocking=False):
+            return None
+        try:
+            committed = read_current(self.cube_store)
+            if committed is None:
+                return None
+            log.warning("server holds no version: restoring committed version %s", committed)
+            self.prepare_now(committed)
+            self.server("POST", "/control/switch", {"version": committed})
+            self.cleanup()
+            return committed
+        except Exception as err:  # any failure: try again at the next interval
+            log.warning("restore failed (will retry): %s", _describe(err))
+            return None
+        finally:
+            self._work.release()
+
+    def status(self) -> dict[str, Any]:
+        try:
+            server: Any = self.server("GET", "/control/status", timeout=2.0)
+        except (ApiError, HttpCallError) as err:
+            server = {"error": str(err)}
+        with self._lock:
+            prepares = {str(v): dict(p) for v, p in self._prepares.items()}
+        return {
+            "shard": self.shard,
+            "shard_num": self.shard_num,
+            "server": server,
+            "prepares": prepares,
+        }
+
+
+def _describe(err: Exception) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def _version(body: dict[str, Any]) -> int:
+    try:
+        return int(body["version"])
+    except (KeyError, TypeError, ValueError):
+        raise ApiError(400, 'needs "version": an integer') from None
+
+
+def routes(agent: Agent):
+    return {
+        ("GET", "/healthz"): lambda _: (200, {"status": "ok"}),
+        ("GET", "/agent/status"): lambda _: (200, agent.status()),
+        ("POST", "/agent/prepare"): lambda b: (202, agent.prepare(_version(b))),
+        ("POST", "/agent/switch"): lambda b: (200, agent.switch(_version(b))),
+        ("POST", "/agent/abort"): lambda b: (200, agent.abort(_version(b))),
+        ("POST", "/agent/unload"): lambda b: (200, agent.unload(_version(b))),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="elasticctr_cube agent", description=__doc__)
+    env_option(p, "--shard", "CUBE_SHARD_INDEX", type=int, help="this shard's index")
+    env_option(p, "--shard-num", "CUBE_SHARD_NUM", type=int, help="number of shards")
+    env_option(p, "--cube-uri", "CUBE_URI", help="where cube-transfer publishes versions")
+    p.add_argument("--server", default="http://127.0.0.1:8027", help="this shard's cube-server")
+    env_option(
+        p,
+        "--data-dir",
+        "CUBE_DATA_DIR",
+        default="/var/lib/elasticctr/cube",
+        help="local shard files (shared with the server)",
+    )
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--restore-interval", type=float, default=2.0)
+    p.add_argument("--load-timeout", type=float, default=600.0)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s cube-agent %(message)s")
+    if not 0 <= args.shard < args.shard_num:
+        raise SystemExit(
+            f"cube-agent: need 0 <= --shard < --shard-num, got {args.shard}/{args.shard_num}"
+        )
+    agent = Agent(
+        shard=args.shard,
+        shard_num=args.shard_num,
+        cube_uri=args.cube_uri,
+        server_url=args.server,
+        data_dir=args.data_dir,
+        load_timeout=args.load_timeout,
+    )
+    serve(args.host, args.port, routes(agent))
+    log.info(
+        "shard %s of %s on port %s, server %s", args.shard, args.shard_num, args.port, args.server
+    )
+    while True:
+        agent.restore_once()
+        time.sleep(args.restore_interval)

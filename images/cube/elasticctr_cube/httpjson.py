@@ -1,0 +1,99 @@
+"""Small JSON-over-HTTP helpers (standard library only) for the agent and the transfer."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# (code, JSON-able body) from a handler given the request's JSON body (or {} for GET).
+Handler = Callable[[dict[str, Any]], tuple[int, Any]]
+
+
+class HttpCallError(Exception):
+    """The peer did not answer (connection refused, timeout, not JSON)."""
+
+
+class ApiError(Exception):
+    """Raised by a handler to answer `code` with {"error": message}."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
+def call(method: str, url: str, body: Any = None, timeout: float = 10.0) -> tuple[int, Any]:
+    """(HTTP status, decoded JSON) of one request; HttpCallError if there is no answer."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            code, raw = response.status, response.read()
+    except urllib.error.HTTPError as err:
+        code, raw = err.code, err.read()
+    except (OSError, ValueError) as err:
+        raise HttpCallError(f"{method} {url}: {err}") from err
+    try:
+        return code, json.loads(raw) if raw else None
+    except ValueError as err:
+        raise HttpCallError(f"{method} {url}: answer is not JSON ({raw[:200]!r})") from err
+
+
+def serve(host: str, port: int, routes: dict[tuple[str, str], Handler]) -> ThreadingHTTPServer:
+    """Start a threaded JSON server in a daemon thread; `routes` maps (method, path)."""
+
+    class _Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def _dispatch(self, method: str) -> None:
+            path = self.path.split("?", 1)[0]
+            handler = routes.get((method, path))
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if handler is None:
+                if any(p == path for _, p in routes):
+                    return self._send(405, {"error": f"{method} is not allowed on {path}"})
+                return self._send(404, {"error": f"no such endpoint {method} {path}"})
+            try:
+                request = json.loads(raw) if raw else {}
+                if not isinstance(request, dict):
+                    raise ApiError(400, "body must be a JSON object")
+                code, body = handler(request)
+            except ValueError as err:
+                code, body = 400, {"error": f"bad request: {err}"}
+            except ApiError as err:
+                code, body = err.code, {"error": str(err)}
+            except Exception as err:  # a handler bug must not kill the server
+                log.exception("%s %s failed", method, path)
+                code, body = 500, {"error": f"{type(err).__name__}: {err}"}
+            self._send(code, body)
+
+        def _send(self, code: int, body: Any) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            self._dispatch("GET")
+
+        def do_POST(self) -> None:
+            self._dispatch("POST")
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s " + format, self.client_address[0], *args)
+
+    server = ThreadingHTTPServer((host, port), _Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
+    return server

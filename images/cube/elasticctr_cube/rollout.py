@@ -1,0 +1,177 @@
+"""The two-phase, all-or-nothing switch of a cube version over every shard's agent.
+
+Phase 1 (prepare): every agent fetches, verifies and loads version V beside the one it
+serves. Any failure (fetch, checksum, load, an agent or server that stops answering, a
+timeout) aborts: every agent drops V, and the previous version never stopped serving.
+Phase 2 (switch): every shard switches to V, an instant pointer swap on each server. If
+a shard fails to switch, the shards that did are switched back and V is dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cubeconf import CubeConf
+from .httpjson import HttpCallError, call
+
+log = logging.getLogger("cube-transfer")
+UNREACHABLE_POLLS = 3  # consecutive failed status polls before an agent counts as lost
+
+
+@dataclass
+class Rollout:
+    """One attempt to switch every shard to `version`; `shards` holds each shard's state."""
+
+    version: int
+    previous: int | None
+    phase: str = "preparing"
+    shards: dict[int, str] = field(default_factory=dict)
+    errors: dict[int, str] = field(default_factory=dict)
+
+    def error_text(self) -> str:
+        return "; ".join(f"shard {s}: {e}" for s, e in sorted(self.errors.items()))
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "previous": self.previous,
+            "phase": self.phase,
+            "shards": {str(s): st for s, st in sorted(self.shards.items())},
+            "errors": {str(s): e for s, e in sorted(self.errors.items())},
+        }
+
+
+class RolloutRunner:
+    def __init__(
+        self,
+        conf: CubeConf,
+        *,
+        prepare_timeout: float = 600.0,
+        request_timeout: float = 10.0,
+        hold_before_switch: float = 0.0,
+    ) -> None:
+        self.conf = conf
+        self.prepare_timeout = prepare_timeout
+        self.request_timeout = request_timeout
+        self.hold_before_switch = hold_before_switch
+        self._pool = ThreadPoolExecutor(max_workers=max(1, conf.shard), thread_name_prefix="agent")
+
+    def agent(self, shard: int, method: str, path: str, body: Any = None) -> Any:
+        url = self.conf.nodes[shard].agent_url + path
+        code, answer = call(method, url, body, self.request_timeout)
+        if code >= 400:
+            raise HttpCallError(f"{url}: HTTP {code}: {(answer or {}).get('error', answer)}")
+        return answer
+
+    def each(self, fn) -> dict[int, Exception | None]:
+        """Run fn(shard) on every shard in parallel; the exception of each, or None."""
+
+        def guarded(shard: int) -> Exception | None:
+            try:
+                fn(shard)
+            except Exception as err:  # collected and reported per shard
+                return err
+            return None
+
+        return dict(
+            zip(
+                range(self.conf.shard), self._pool.map(guarded, range(self.conf.shard)), strict=True
+            )
+        )
+
+    def run(self, r: Rollout) -> bool:
+        """Prepare, hold, switch; True when every shard serves r.version."""
+        if not self._prepare(r):
+            self._abort(r)
+            return False
+        if self.hold_before_switch > 0:
+            r.phase = "holding"
+            time.sleep(self.hold_before_switch)
+        r.phase = "switching"
+        failures = self.each(
+            lambda s: self.agent(s, "POST", "/agent/switch", {"version": r.version})
+        )
+        for s, err in failures.items():
+            r.shards[s] = "switched" if err is None else "switch failed"
+            if err is not None:
+                r.errors[s] = f"switch failed: {err}"
+        if r.errors:
+            self._revert(r)
+            self._abort(r)
+            return False
+        r.phase = "committed"
+        return True
+
+    def _prepare(self, r: Rollout) -> bool:
+        r.phase = "preparing"
+        started = self.each(
+            lambda s: self.agent(s, "POST", "/agent/prepare", {"version": r.version})
+        )
+        pending = set()
+        for s, err in started.items():
+            if err is None:
+                pending.add(s)
+                r.shards[s] = "preparing"
+            else:
+                r.shards[s], r.errors[s] = "failed", f"prepare not accepted: {err}"
+        misses = dict.fromkeys(pending, 0)
+        deadline = time.monotonic() + self.prepare_timeout
+        while pending and not r.errors and time.monotonic() < deadline:
+            time.sleep(0.05)
+            for s in sorted(pending):
+                try:
+                    status = self.agent(s, "GET", "/agent/status")
+                except HttpCallError as err:
+                    misses[s] += 1
+                    if misses[s] >= UNREACHABLE_POLLS:
+                        r.shards[s], r.errors[s] = "failed", f"agent unreachable: {err}"
+                        pending.discard(s)
+                    continue
+                misses[s] = 0
+                state = (status.get("prepares") or {}).get(str(r.version)) or {}
+                r.shards[s] = state.get("state", "unknown")
+                if r.shards[s] == "ready":
+                    pending.discard(s)
+                elif r.shards[s] in ("failed", "aborted"):
+                    r.errors[s] = state.get("error") or r.shards[s]
+                    pending.discard(s)
+        for s in pending:
+            r.errors.setdefault(s, f"not ready after {self.prepare_timeout}s (state {r.shards[s]})")
+        return not r.errors
+
+    def _revert(self, r: Rollout) -> None:
+        """Switch every shard back to the previous version (a no-op where it never left)."""
+        if r.previous is None:
+            return
+        r.phase = "reverting"
+        for attempt in range(3):
+            failures = self.each(
+                lambda s: self.agent(s, "POST", "/agent/switch", {"version": r.previous})
+            )
+            lost = {s: e for s, e in failures.items() if e is not None}
+            if not lost:
+                return
+            time.sleep(0.2 * (attempt + 1))
+        for s, err in lost.items():
+            r.errors[s] = f"{r.errors.get(s, '')}; switching back failed: {err}".lstrip("; ")
+            log.error("shard %s could not be switched back to %s: %s", s, r.previous, err)
+
+    def _abort(self, r: Rollout) -> None:
+        r.phase = "aborting"
+        failures = self.each(
+            lambda s: self.agent(s, "POST", "/agent/abort", {"version": r.version})
+        )
+        for s, err in failures.items():
+            if err is not None:
+                log.warning("shard %s: abort of %s not acknowledged: %s", s, r.version, err)
+        r.phase = "aborted"
+
+    def switch_all(self, version: int) -> dict[int, Exception | None]:
+        return self.each(lambda s: self.agent(s, "POST", "/agent/switch", {"version": version}))
+
+    def unload_all(self, version: int) -> dict[int, Exception | None]:
+        return self.each(lambda s: self.agent(s, "POST", "/agent/unload", {"version": version}))

@@ -1,0 +1,199 @@
+"""The shard file: one immutable, memory-mappable file per shard and version.
+
+Layout (little-endian; the native server maps it as is, see server/src/shardfile.rs):
+
+    0   magic "ECUBESH1"  8   format u32 = 1      12  header_len u32 = 64
+    16  version u64       24  key_count u64       32  shard u32      36  shard_num u32
+    40  dim u32           44  bucket_bits u32     48  body_crc32 u32 52  header_crc32 u32
+    56  reserved (8 zero bytes)
+    64  bucket table: (2^bucket_bits + 1) x u32, index of each bucket's first key
+        zero padding to a multiple of 8
+        keys: key_count x u64, ordered by (bucket, key)
+        values: key_count x dim x f32, in key order
+
+bucket(key) = mix64(key) >> (64 - bucket_bits) (mix64 = splitmix64's finalizer), with
+about 4 keys per bucket: a lookup reads one table entry, scans ~4 adjacent keys and
+copies one value. body_crc32 (zlib's CRC-32) covers bytes [64, end); the file size is
+fixed by the header, so truncation is detected before the checksum.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = b"ECUBESH1"
+FORMAT = 1
+HEADER_LEN = 64
+KEYS_PER_BUCKET = 4
+MAX_KEYS = 2**32 - 1
+_HEADER = struct.Struct("<8sIIQQIIIII")  # up to and including body_crc32 (52 bytes)
+_M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+
+
+class ShardFileError(ValueError):
+    """A shard file is truncated, corrupt or not what was expected; names the file."""
+
+
+class DuplicateKeyError(ValueError):
+    """The input holds a key more than once."""
+
+
+@dataclass(frozen=True)
+class ShardHeader:
+    version: int
+    key_count: int
+    shard: int
+    shard_num: int
+    dim: int
+    bucket_bits: int
+    body_crc32: int
+
+    @property
+    def table_offset(self) -> int:
+        return HEADER_LEN
+
+    @property
+    def keys_offset(self) -> int:
+        return (HEADER_LEN + ((1 << self.bucket_bits) + 1) * 4 + 7) & ~7
+
+    @property
+    def values_offset(self) -> int:
+        return self.keys_offset + self.key_count * 8
+
+    @property
+    def file_bytes(self) -> int:
+        return self.values_offset + self.key_count * self.dim * 4
+
+    def pack(self) -> bytes:
+        head = _HEADER.pack(
+            MAGIC,
+            FORMAT,
+            HEADER_LEN,
+            self.version,
+            self.key_count,
+            self.shard,
+            self.shard_num,
+            self.dim,
+            self.bucket_bits,
+            self.body_crc32,
+        )
+        return head + struct.pack("<I", zlib.crc32(head)) + bytes(8)
+
+
+def mix64(keys: np.ndarray) -> np.ndarray:
+    z = np.asarray(keys, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        z = (z ^ (z >> np.uint64(30))) * _M1
+        z = (z ^ (z >> np.uint64(27))) * _M2
+    return z ^ (z >> np.uint64(31))
+
+
+def bucket_bits_for(key_count: int) -> int:
+    """Smallest power-of-two bucket count with at most KEYS_PER_BUCKET keys per bucket."""
+    buckets = max(1, -(-key_count // KEYS_PER_BUCKET))
+    return (buckets - 1).bit_length()
+
+
+def buckets_of(keys: np.ndarray, bits: int) -> np.ndarray:
+    if bits == 0:
+        return np.zeros(len(keys), dtype=np.int64)
+    return (mix64(keys) >> np.uint64(64 - bits)).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class WrittenShard:
+    path: Path
+    header: ShardHeader
+    bytes: int
+    sha256: str
+
+
+def write_shard_file(
+    path: str | Path,
+    *,
+    version: int,
+    shard: int,
+    shard_num: int,
+    keys: np.ndarray,
+    values: np.ndarray,
+) -> WrittenShard:
+    """Sort `keys`/`values` into the shard layout and write them to `path`."""
+    keys = np.asarray(keys, dtype=np.uint64)
+    values = np.ascontiguousarray(values, dtype="<f4")
+    if values.ndim != 2 or len(values) != len(keys) or values.shape[1] == 0:
+        raise ValueError(f"values must be [{len(keys)}, dim > 0], got {values.shape}")
+    if len(keys) > MAX_KEYS:
+        raise ValueError(f"{len(keys)} keys exceed {MAX_KEYS} per shard: use more shards")
+    bits = bucket_bits_for(len(keys))
+    buckets = buckets_of(keys, bits)
+    order = np.lexsort((keys, buckets))
+    keys, values, buckets = keys[order], values[order], buckets[order]
+    repeated = np.flatnonzero(keys[1:] == keys[:-1])
+    if len(repeated):
+        dupes = np.unique(keys[repeated])
+        shown = ", ".join(str(k) for k in dupes[:5].tolist())
+        raise DuplicateKeyError(
+            f"{len(dupes)} keys occur more than once in the input, e.g. {shown}"
+        )
+    table = np.zeros((1 << bits) + 1, dtype="<u4")
+    np.cumsum(np.bincount(buckets, minlength=1 << bits), out=table[1:])
+    header = ShardHeader(version, len(keys), shard, shard_num, values.shape[1], bits, 0)
+    pad = bytes(header.keys_offset - HEADER_LEN - table.nbytes)
+    parts = [table.tobytes(), pad, keys.astype("<u8").tobytes(), values.tobytes()]
+    crc = 0
+    for part in parts:
+        crc = zlib.crc32(part, crc)
+    header = ShardHeader(version, len(keys), shard, shard_num, values.shape[1], bits, crc)
+    digest = hashlib.sha256()
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    with open(tmp, "wb") as out:
+        for part in [header.pack(), *parts]:
+            out.write(part)
+            digest.update(part)
+    tmp.replace(path)
+    return WrittenShard(path, header, header.file_bytes, digest.hexdigest())
+
+
+def read_header(data: bytes | memoryview, source: str) -> ShardHeader:
+    if len(data) < HEADER_LEN:
+        raise ShardFileError(f"{source}: truncated: {len(data)} bytes, no complete header")
+    fields = _HEADER.unpack_from(data, 0)
+    if fields[0] != MAGIC:
+        raise ShardFileError(f"{source}: not a cube shard file (bad magic {fields[0]!r})")
+    if fields[1] != FORMAT or fields[2] != HEADER_LEN:
+        raise ShardFileError(f"{source}: unsupported shard file format {fields[1]}")
+    (header_crc,) = struct.unpack_from("<I", data, 52)
+    if zlib.crc32(bytes(data[:52])) != header_crc:
+        raise ShardFileError(f"{source}: corrupt header (header checksum mismatch)")
+    return ShardHeader(*fields[3:])
+
+
+def read_shard_file(path: str | Path) -> tuple[ShardHeader, np.ndarray, np.ndarray]:
+    """Check a shard file as the server does; (header, keys, values [n, dim])."""
+    data = Path(path).read_bytes()
+    header = read_header(data, str(path))
+    if len(data) != header.file_bytes:
+        what = "truncated" if len(data) < header.file_bytes else "has trailing bytes"
+        raise ShardFileError(
+            f"{path}: {what}: {len(data)} bytes, header describes {header.file_bytes}"
+        )
+    if zlib.crc32(memoryview(data)[HEADER_LEN:]) != header.body_crc32:
+        raise ShardFileError(f"{path}: corrupt data (body checksum mismatch)")
+    keys = np.frombuffer(data, "<u8", header.key_count, header.keys_offset)
+    values = np.frombuffer(data, "<f4", header.key_count * header.dim, header.values_offset)
+    return header, keys, values.reshape(header.key_count, header.dim)
+
+
+def sha256_of(path: str | Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()

@@ -1,0 +1,273 @@
+//! HTTP/1.1 (Content-Length bodies, keep-alive): the cube JSON seek API, control, health.
+
+use crate::state::{json_string, Failure, State};
+use serde_json::Value;
+use std::io::{self, BufRead, Read, Write};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+
+const MAX_HEADER_BYTES: usize = 64 * 1024;
+/// A missing key's status in the seek answer: Paddle Serving's cube sets -1 as uint32.
+const MISSING_STATUS: u32 = u32::MAX;
+
+struct Request {
+    method: String,
+    path: String,
+    body: Vec<u8>,
+    keep_alive: bool,
+}
+
+/// Serve one HTTP request. Ok(false) means: close the connection.
+pub fn handle(r: &mut impl BufRead, w: &mut impl Write, state: &Arc<State>) -> io::Result<bool> {
+    let req = match read_request(r, state.config.max_keys * 32 + 4096)? {
+        Ok(req) => req,
+        Err((code, msg)) => {
+            respond(w, code, &error_json(&msg), false)?;
+            return Ok(false);
+        }
+    };
+    let (code, body) = match route(&req, state) {
+        Ok((code, body)) => (code, body),
+        Err((code, msg)) => {
+            state.counters.errors.fetch_add(1, Relaxed);
+            (code, error_json(&msg))
+        }
+    };
+    respond(w, code, &body, req.keep_alive)?;
+    Ok(req.keep_alive)
+}
+
+fn read_request(r: &mut impl BufRead, max_body: usize) -> io::Result<Result<Request, Failure>> {
+    let mut head = Vec::with_capacity(512);
+    loop {
+        let before = head.len();
+        let n = r
+            .by_ref()
+            .take((MAX_HEADER_BYTES + 1 - before) as u64)
+            .read_until(b'\n', &mut head)?;
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "connection closed mid-header",
+            ));
+        }
+        if head.len() > MAX_HEADER_BYTES {
+            return Ok(Err((431, "request header too large".into())));
+        }
+        if head[before..].iter().all(|b| *b == b'\r' || *b == b'\n') {
+            if before > 0 {
+                break;
+            }
+            head.clear(); // blank lines before a request line are ignored (RFC 9112 2.2)
+        }
+    }
+    let text = String::from_utf8_lossy(&head);
+    let mut lines = text.split("\r\n").flat_map(|l| l.split('\n'));
+    let request_line = lines.next().unwrap_or("");
+    let mut parts = request_line.split_whitespace();
+    let (Some(method), Some(target), Some(proto)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Ok(Err((
+            400,
+            format!("malformed request line {request_line:?}"),
+        )));
+    };
+    let mut keep_alive = proto == "HTTP/1.1";
+    let mut length = 0usize;
+    for line in lines {
+        let Some((name, value)) = line.split_once(':') else {
+            continue;
+        };
+        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
+        match name.as_str() {
+            "content-length" => match value.parse() {
+                Ok(n) => length = n,
+                Err(_) => return Ok(Err((400, format!("bad Content-Length {value:?}")))),
+            },
+            "transfer-encoding" if !value.eq_ignore_ascii_case("identity") => {
+                return Ok(Err((
+                    411,
+                    "chunked bodies are not supported: send Content-Length".into(),
+                )))
+            }
+            "connection" => {
+                keep_alive = !value.eq_ignore_ascii_case("close")
+                    && (keep_alive || value.eq_ignore_ascii_case("keep-alive"))
+            }
+            _ => {}
+        }
+    }
+    if length > max_body {
+        return Ok(Err((
+            413,
+            format!("request body of {length} bytes exceeds the limit of {max_body} bytes"),
+        )));
+    }
+    let mut body = vec![0u8; length];
+    r.read_exact(&mut body)?;
+    let path = target.split('?').next().unwrap_or("").to_string();
+    Ok(Ok(Request {
+        method: method.to_string(),
+        path,
+        body,
+        keep_alive,
+    }))
+}
+
+fn respond(w: &mut impl Write, code: u16, body: &str, keep_alive: bool) -> io::Result<()> {
+    let reason = match code {
+        200 => "OK",
+        202 => "Accepted",
+        400 => "Bad Request",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        409 => "Conflict",
+        411 => "Length Required",
+        413 => "Payload Too Large",
+        431 => "Request Header Fields Too Large",
+        503 => "Service Unavailable",
+        _ => "Error",
+    };
+    let conn = if keep_alive { "keep-alive" } else { "close" };
+    let head = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: {conn}\r\n\r\n",
+        body.len()
+    );
+    w.write_all(head.as_bytes())?;
+    w.write_all(body.as_bytes())?;
+    w.flush()
+}
+
+fn error_json(msg: &str) -> String {
+    format!("{{\"error\":{}}}", json_string(msg))
+}
+
+fn route(req: &Request, state: &Arc<State>) -> Result<(u16, String), Failure> {
+    let post = req.method == "POST";
+    match (req.path.as_str(), post) {
+        ("/healthz", _) => Ok((200, "{\"status\":\"ok\"}".into())),
+        ("/readyz", _) => match state.current_version() {
+            Some(v) => Ok((200, format!("{{\"ready\":true,\"version\":{v}}}"))),
+            None => Ok((
+                503,
+                "{\"ready\":false,\"error\":\"no version is switched in\"}".into(),
+            )),
+        },
+        ("/control/status", _) => Ok((200, state.status_json())),
+        ("/DictService/seek", true) => seek(&parse(&req.body)?, state),
+        ("/control/load", true) => {
+            let cmd = parse(&req.body)?;
+            let version = version_of(&cmd)?.ok_or((400, "load needs \"version\"".to_string()))?;
+            let path = cmd.get("path").and_then(Value::as_str).ok_or((
+                400,
+                "load needs \"path\" (a shard file on this pod)".to_string(),
+            ))?;
+            let result = state.start_load(version, path.to_string())?;
+            Ok((
+                202,
+                format!("{{\"result\":\"{result}\",\"version\":{version}}}"),
+            ))
+        }
+        ("/control/switch", true) => {
+            let version = version_of(&parse(&req.body)?)?
+                .ok_or((400, "switch needs \"version\"".to_string()))?;
+            let result = state.switch(version)?;
+            Ok((
+                200,
+                format!("{{\"result\":\"{result}\",\"version\":{version}}}"),
+            ))
+        }
+        ("/control/unload", true) => {
+            let result = state.unload(version_of(&parse(&req.body)?)?)?;
+            Ok((200, format!("{{\"result\":\"{result}\"}}")))
+        }
+        ("/DictService/seek" | "/control/load" | "/control/switch" | "/control/unload", false) => {
+            Err((405, format!("{} needs POST", req.path)))
+        }
+        _ => Err((404, format!("no such endpoint {} {}", req.method, req.path))),
+    }
+}
+
+fn parse(body: &[u8]) -> Result<Value, Failure> {
+    if body.is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    let v: Value =
+        serde_json::from_slice(body).map_err(|e| (400, format!("body is not JSON: {e}")))?;
+    if v.is_object() {
+        Ok(v)
+    } else {
+        Err((400, "body must be a JSON object".into()))
+    }
+}
+
+/// "version" as a JSON integer or a decimal string (Paddle's cube uses strings).
+fn version_of(cmd: &Value) -> Result<Option<u64>, Failure> {
+    match cmd.get("version") {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => u64_of(v).map(Some).ok_or((
+            400,
+            format!("\"version\" must be an unsigned integer, got {v}"),
+        )),
+    }
+}
+
+fn u64_of(v: &Value) -> Option<u64> {
+    match v {
+        Value::Number(n) => n.as_u64(),
+        Value::String(s) => s.parse().ok(),
+        _ => None,
+    }
+}
+
+fn seek(cmd: &Value, state: &State) -> Result<(u16, String), Failure> {
+    state.counters.requests.fetch_add(1, Relaxed);
+    let keys = cmd
+        .get("keys")
+        .and_then(Value::as_array)
+        .ok_or((400, "seek needs \"keys\": [uint64, ...]".to_string()))?;
+    if keys.len() > state.config.max_keys {
+        return Err((
+            413,
+            format!(
+                "request of {} keys exceeds the limit of {} keys",
+                keys.len(),
+                state.config.max_keys
+            ),
+        ));
+    }
+    let keys: Vec<u64> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| {
+            u64_of(k).ok_or((
+                400,
+                format!("keys[{i}] = {k} is not an unsigned 64-bit integer"),
+            ))
+        })
+        .collect::<Result<_, _>>()?;
+    let dict = state.dict_for(version_of(cmd)?)?;
+    let mut out = String::with_capacity(32 + keys.len() * (dict.value_bytes * 4 / 3 + 32));
+    out.push_str("{\"values\":[");
+    let mut missing = 0u64;
+    for (i, &k) in keys.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        match dict.get(k) {
+            Some(v) => {
+                out.push_str("{\"status\":0,\"value\":\"");
+                crate::b64::encode_into(v, &mut out);
+                out.push_str("\"}");
+            }
+            None => {
+                missing += 1;
+                out.push_str(&format!("{{\"status\":{MISSING_STATUS},\"value\":\"\"}}"));
+            }
+        }
+    }
+    out.push_str(&format!("],\"version\":{}}}", dict.version));
+    state.counters.keys.fetch_add(keys.len() as u64, Relaxed);
+    state.counters.missing.fetch_add(missing, Relaxed);
+    Ok((200, out))
+}

@@ -1,0 +1,140 @@
+//! cube-server: serves one shard of the cube sparse-parameter table.
+//!
+//! One TCP port carries both protocols: a request starting with byte 0xCB is the binary
+//! batch protocol (binary.rs), anything else is HTTP (http.rs). One thread per connection.
+
+mod b64;
+mod binary;
+mod http;
+mod shardfile;
+mod state;
+
+use state::{Config, State};
+use std::io::{BufRead, BufReader};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+use std::sync::Arc;
+
+const USAGE: &str = "usage: cube-server --shard I --shard-num N [--host 0.0.0.0] [--port 8027] \
+[--max-keys 100000] [--max-connections 1024]";
+
+struct Args {
+    host: String,
+    port: u16,
+    shard: u32,
+    shard_num: u32,
+    max_keys: usize,
+    max_connections: usize,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        host: "0.0.0.0".into(),
+        port: 8027,
+        shard: u32::MAX,
+        shard_num: 0,
+        max_keys: 100_000,
+        max_connections: 1024,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        if arg == "-h" || arg == "--help" {
+            return Err(USAGE.into());
+        }
+        // --flag value, or --flag=value
+        let (flag, value) = match arg.split_once('=') {
+            Some((f, v)) => (f.to_string(), v.to_string()),
+            None => {
+                let v = it.next().ok_or(format!("{arg} needs a value\n{USAGE}"))?;
+                (arg, v)
+            }
+        };
+        let bad = |e: &dyn std::fmt::Display| format!("{flag} {value:?}: {e}\n{USAGE}");
+        match flag.as_str() {
+            "--host" => a.host = value.clone(),
+            "--port" => a.port = value.parse().map_err(|e| bad(&e))?,
+            "--shard" => a.shard = value.parse().map_err(|e| bad(&e))?,
+            "--shard-num" => a.shard_num = value.parse().map_err(|e| bad(&e))?,
+            "--max-keys" => a.max_keys = value.parse().map_err(|e| bad(&e))?,
+            "--max-connections" => a.max_connections = value.parse().map_err(|e| bad(&e))?,
+            _ => return Err(format!("unknown option {flag}\n{USAGE}")),
+        }
+    }
+    if a.shard_num == 0 || a.shard >= a.shard_num {
+        return Err(format!(
+            "need --shard I and --shard-num N with 0 <= I < N\n{USAGE}"
+        ));
+    }
+    Ok(a)
+}
+
+fn serve(stream: TcpStream, state: Arc<State>) {
+    let _ = stream.set_nodelay(true);
+    let Ok(read_half) = stream.try_clone() else {
+        return;
+    };
+    let mut r = BufReader::with_capacity(64 * 1024, read_half);
+    let mut w = stream;
+    let mut scratch = binary::Scratch::default();
+    loop {
+        let first = match r.fill_buf() {
+            Ok([]) | Err(_) => return,
+            Ok(buf) => buf[0],
+        };
+        let keep = if first == binary::REQUEST_MAGIC[0] {
+            binary::handle(&mut r, &mut w, &state, &mut scratch)
+        } else {
+            http::handle(&mut r, &mut w, &state)
+        };
+        if !matches!(keep, Ok(true)) {
+            return;
+        }
+    }
+}
+
+fn main() {
+    let args = parse_args().unwrap_or_else(|msg| {
+        eprintln!("{msg}");
+        std::process::exit(2);
+    });
+    let listener = TcpListener::bind((args.host.as_str(), args.port)).unwrap_or_else(|e| {
+        eprintln!(
+            "cube-server: cannot listen on {}:{}: {e}",
+            args.host, args.port
+        );
+        std::process::exit(1);
+    });
+    let state = Arc::new(State::new(Config {
+        shard: args.shard,
+        shard_num: args.shard_num,
+        max_keys: args.max_keys,
+    }));
+    let addr = listener
+        .local_addr()
+        .map_or(format!("{}:{}", args.host, args.port), |a| a.to_string());
+    eprintln!(
+        "cube-server: shard {} of {} listening on {addr} (no version loaded yet)",
+        args.shard, args.shard_num
+    );
+    let open = Arc::new(AtomicUsize::new(0));
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        if open.load(SeqCst) >= args.max_connections {
+            drop(stream); // over the limit: refuse rather than spawn without bound
+            continue;
+        }
+        open.fetch_add(1, SeqCst);
+        let open_on_error = Arc::clone(&open);
+        let (state, open) = (Arc::clone(&state), Arc::clone(&open));
+        let spawned = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                serve(stream, state);
+                open.fetch_sub(1, SeqCst);
+            });
+        if let Err(e) = spawned {
+            open_on_error.fetch_sub(1, SeqCst);
+            eprintln!("cube-server: cannot start a connection thread: {e}");
+        }
+    }
+}

@@ -1,0 +1,212 @@
+"""Helpers of the cube tests: test data, child processes by PID, a 3-shard cluster."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+from elasticctr_common.storage import open_store
+from elasticctr_common.versions import Version, append_version
+from elasticctr_cube.client import CubeClient
+from elasticctr_cube.cubeconf import CubeConf, CubeNode
+from elasticctr_cube.httpjson import HttpCallError, call
+from elasticctr_cube.seqfile import write_sequence_file
+
+REPO = Path(__file__).resolve().parents[3]
+PYTHONPATH = os.pathsep.join(str(REPO / "images" / p) for p in ("cube", "common"))
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until(predicate, timeout: float = 20.0, what: str = "condition", interval=0.02):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def http_ok(url: str) -> bool:
+    try:
+        return call("GET", url, timeout=1.0)[0] == 200
+    except HttpCallError:
+        return False
+
+
+def model_table(version: int, n: int = 3000, dim: int = 8, seed: int = 7):
+    """The same key set for every version (large uint64 keys included); values differ per
+    version, and column 0 holds the version so a mixed answer is visible."""
+    rng = np.random.default_rng(seed)
+    keys = np.unique(rng.integers(0, 2**64 - 1, n, dtype=np.uint64, endpoint=True))
+    values = np.random.default_rng(seed * 1000 + version).standard_normal((len(keys), dim))
+    values = values.astype(np.float32)
+    values[:, 0] = version
+    return keys, values
+
+
+def write_model_version(model_dir: Path, version: int, keys, values, parts: int = 2) -> str:
+    """What the trainer exports: <model>/<V>/sparse/part-* SequenceFiles, then the donefile."""
+    sparse = model_dir / str(version) / "sparse"
+    sparse.mkdir(parents=True, exist_ok=True)
+    for p, idx in enumerate(np.array_split(np.arange(len(keys)), parts)):
+        write_sequence_file(sparse / f"part-{p:05d}", (keys[idx], values[idx]))
+    (sparse / "_SUCCESS").write_bytes(b"")
+    return f"file://{sparse}"
+
+
+class Procs:
+    """Child processes of one test, by name; all are stopped by PID at the end."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.procs: dict[str, subprocess.Popen] = {}
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PYTHONUNBUFFERED": "1"}
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (owned by the child)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+    def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.terminate()
+        for name, proc in list(self.procs.items()):
+            try:
+                proc.wait(5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(5)
+            del self.procs[name]
+
+    def log(self, name: str) -> str:
+        return (self.log_dir / f"{name}.log").read_text(errors="replace")
+
+
+def start_server(procs: Procs, name: str, port: int, shard: int, shard_num: int, *extra: str):
+    procs.start(name, [sys.executable, "-m", "elasticctr_cube", "server", "--host", "127.0.0.1",
+                       "--port", str(port), "--shard", str(shard), "--shard-num", str(shard_num),
+                       *extra])  # fmt: skip
+    wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 10, f"{name} to listen")
+
+
+class CubeCluster:
+    """S servers + S agents + one transfer on loopback, over file:// storage."""
+
+    def __init__(self, procs: Procs, root: Path, shards: int, transfer_args: list[str]):
+        self.procs, self.root, self.shards = procs, root, shards
+        self.model_dir, self.cube_dir = root / "models", root / "cube"
+        self.model_dir.mkdir()
+        self.cube_uri = f"file://{self.cube_dir}"
+        self.conf = CubeConf("ctr_embedding", shards, tuple(
+            CubeNode("127.0.0.1", free_port(), free_port()) for _ in range(shards)))  # fmt: skip
+        self.conf_path = root / "cube.conf"
+        self.conf_path.write_text(self.conf.to_json())
+        self.transfer_port = free_port()
+        self.transfer_args = transfer_args
+        for s in range(shards):
+            self.start_server(s)
+            self.start_agent(s)
+        self.start_transfer()
+
+    def start_server(self, s: int) -> None:
+        start_server(self.procs, f"server{s}", self.conf.nodes[s].port, s, self.shards)
+
+    def start_agent(self, s: int) -> None:
+        node = self.conf.nodes[s]
+        self.procs.start(f"agent{s}", [
+            sys.executable, "-m", "elasticctr_cube", "agent", "--shard", str(s),
+            "--shard-num", str(self.shards), "--cube-uri", self.cube_uri,
+            "--server", node.server_url, "--data-dir", str(self.root / f"data{s}"),
+            "--host", "127.0.0.1", "--port", str(node.agent_port), "--restore-interval", "0.2",
+        ])  # fmt: skip
+        wait_until(lambda: http_ok(f"{node.agent_url}/healthz"), 20, f"agent{s} to listen")
+
+    def start_transfer(self) -> None:
+        self.procs.start("transfer", [
+            sys.executable, "-m", "elasticctr_cube", "transfer",
+            "--model-uri", f"file://{self.model_dir}", "--cube-uri", self.cube_uri,
+            "--cube-conf", str(self.conf_path), "--work-dir", str(self.root / "transfer"),
+            "--host", "127.0.0.1", "--port", str(self.transfer_port), "--poll-seconds", "0.1",
+            *self.transfer_args,
+        ])  # fmt: skip
+        wait_until(lambda: http_ok(self.transfer_url("/healthz")), 20, "transfer to listen")
+
+    def transfer_url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.transfer_port}{path}"
+
+    def publish_model(self, version: int, keys, values) -> None:
+        uri = write_model_version(self.model_dir, version, keys, values)
+        append_version(open_store(f"file://{self.model_dir}"), Version(version, version, uri))
+
+    def transfer_status(self) -> dict:
+        return call("GET", self.transfer_url("/status"))[1]
+
+    def history(self) -> list[dict]:
+        return call("GET", self.transfer_url("/history"))[1]["history"]
+
+    def wait_result(self, version: int, timeout: float = 60.0) -> dict:
+        def done():
+            return next((h for h in reversed(self.history()) if h["version"] == version), None)
+
+        return wait_until(done, timeout, f"a rollout result for version {version}", 0.05)
+
+    def server_status(self, s: int) -> dict:
+        return call("GET", f"{self.conf.nodes[s].server_url}/control/status")[1]
+
+    def client(self, **kwargs) -> CubeClient:
+        return CubeClient(self.conf, **kwargs)
+
+    def dump(self) -> str:
+        names = [f"server{s}" for s in range(self.shards)] + [
+            f"agent{s}" for s in range(self.shards)
+        ]
+        return "\n".join(f"--- {n}\n{self.procs.log(n)[-3000:]}" for n in [*names, "transfer"])
+
+
+def expect_values(result, keys, tables: dict[int, tuple]) -> None:
+    """`result` holds exactly the vectors of one version for `keys`."""
+    table_keys, table_values = tables[result.version]
+    index = np.searchsorted(table_keys, keys)
+    assert result.missing == 0 and result.found.all()
+    np.testing.assert_array_equal(result.values, table_values[index])
+
+
+def server_call(port: int, method: str, path: str, body=None):
+    return call(method, f"http://127.0.0.1:{port}{path}", body)
+
+
+def load_version(port: int, version: int, path, timeout: float = 10.0) -> dict:
+    """Ask a server to load `path` as `version`; its status once the load has ended."""
+    code, answer = server_call(
+        port, "POST", "/control/load", {"version": version, "path": str(path)}
+    )
+    assert code == 202, answer
+
+    def ended():
+        status = server_call(port, "GET", "/control/status")[1]
+        load = status["load"] or {}
+        held = version in (status["cur_version"], status["bg_version"])
+        return status if held or load.get("state") in ("failed", "cancelled") else None
+
+    return wait_until(ended, timeout, f"the load of version {version}")

@@ -1,0 +1,107 @@
+"""cube-builder: SequenceFiles -> per-shard files, manifest, publish; bad input is refused."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from elasticctr_common.storage import open_store
+from elasticctr_cube.builder import BuildError, build, main, publish
+from elasticctr_cube.manifest import read_manifest
+from elasticctr_cube.seqfile import write_sequence_file
+from elasticctr_cube.shardfile import (
+    HEADER_LEN,
+    ShardFileError,
+    bucket_bits_for,
+    read_shard_file,
+    sha256_of,
+)
+
+from tests.images.cube.cubetest import model_table, write_model_version
+
+
+def test_build_partitions_keys_by_modulo_and_writes_a_manifest(tmp_path):
+    keys, values = model_table(version=4, n=2000)
+    uri = write_model_version(tmp_path / "models", 4, keys, values, parts=3)
+    manifest = build(uri, tmp_path / "out", version=4, shard_num=3)
+    assert (manifest.version, manifest.shard_num, manifest.dim) == (4, 3, 8)
+    assert manifest.key_count == len(keys) == sum(e.keys for e in manifest.shards)
+    for entry in manifest.shards:
+        path = tmp_path / "out" / entry.file
+        assert entry.sha256 == sha256_of(path) and entry.bytes == path.stat().st_size
+        header, shard_keys, shard_values = read_shard_file(path)
+        assert (header.version, header.shard, header.shard_num) == (4, entry.shard, 3)
+        assert (shard_keys % 3 == entry.shard).all()
+        index = np.searchsorted(keys, shard_keys)
+        np.testing.assert_array_equal(keys[index], shard_keys)
+        np.testing.assert_array_equal(values[index], shard_values)
+    on_disk = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert on_disk["shards"][0]["file"] == "shard-0.cube"
+
+
+def test_publish_writes_the_manifest_last_and_the_cli_does_both(tmp_path):
+    keys, values = model_table(version=1, n=100)
+    uri = write_model_version(tmp_path / "models", 1, keys, values)
+    cube = open_store(f"file://{tmp_path / 'cube'}")
+    manifest = build(uri, tmp_path / "out", version=1, shard_num=2)
+    publish(tmp_path / "out", manifest, cube)
+    assert read_manifest(cube, 1) == manifest
+    assert main(["--input", uri, "--output", cube.uri(), "--version", "2", "--shards", "2"]) == 0
+    assert read_manifest(cube, 2).key_count == len(keys)
+
+
+def test_bucket_table_sizes():
+    assert [bucket_bits_for(n) for n in (0, 1, 4, 5, 8, 9, 1_000_000)] == [0, 0, 0, 1, 1, 2, 18]
+
+
+def test_duplicate_keys_across_files_are_refused(tmp_path):
+    sparse = tmp_path / "sparse"
+    sparse.mkdir()
+    write_sequence_file(sparse / "part-0", [(7, bytes(8)), (9, bytes(8))])
+    write_sequence_file(sparse / "part-1", [(7, bytes(8))])
+    with pytest.raises(BuildError, match=r"shard 1: 1 keys occur more than once .* e\.g\. 7"):
+        build(f"file://{sparse}", tmp_path / "out", version=1, shard_num=2)
+
+
+def test_wrong_dimension_is_refused(tmp_path):
+    keys, values = model_table(version=1, n=50)
+    uri = write_model_version(tmp_path / "models", 1, keys, values)
+    with pytest.raises(BuildError, match="vectors have 8 floats, expected 9"):
+        build(uri, tmp_path / "out", version=1, shard_num=2, dim=9)
+
+
+def test_files_of_different_dimensions_are_refused(tmp_path):
+    sparse = tmp_path / "sparse"
+    sparse.mkdir()
+    write_sequence_file(sparse / "part-0", [(1, bytes(8))])
+    write_sequence_file(sparse / "part-1", [(2, bytes(12))])
+    with pytest.raises(BuildError, match=r"part-1.*vectors have 3 floats, expected 2"):
+        build(f"file://{sparse}", tmp_path / "out", version=1, shard_num=2)
+
+
+def test_empty_or_missing_input_is_refused(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(BuildError, match="no input files"):
+        build(f"file://{tmp_path / 'empty'}", tmp_path / "out", version=1, shard_num=2)
+    write_sequence_file(tmp_path / "empty" / "part-0", [])
+    with pytest.raises(BuildError, match="holds no records"):
+        build(f"file://{tmp_path / 'empty'}", tmp_path / "out", version=1, shard_num=2)
+
+
+def test_truncated_or_corrupt_shard_files_are_detected(tmp_path):
+    keys, values = model_table(version=1, n=300)
+    uri = write_model_version(tmp_path / "models", 1, keys, values)
+    path = tmp_path / "out" / build(uri, tmp_path / "out", version=1, shard_num=1).shards[0].file
+    data = path.read_bytes()
+    path.write_bytes(data[:-1])
+    with pytest.raises(ShardFileError, match="truncated"):
+        read_shard_file(path)
+    path.write_bytes(
+        data[: HEADER_LEN + 100] + bytes([data[HEADER_LEN + 100] ^ 1]) + data[HEADER_LEN + 101 :]
+    )
+    with pytest.raises(ShardFileError, match="body checksum mismatch"):
+        read_shard_file(path)
+    path.write_bytes(data[:20] + bytes([data[20] ^ 1]) + data[21:])
+    with pytest.raises(ShardFileError, match="header checksum mismatch"):
+        read_shard_file(path)
