@@ -8,16 +8,23 @@ an S3 PUT is atomic by itself).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import posixpath
 import shutil
-import tempfile
 import uuid
 from abc import ABC, abstractmethod
 from pathlib import Path
 from urllib.parse import urlparse
 
 SCHEMES = ("file", "s3", "hdfs")
+# Name prefix of in-flight writes (local, HDFS): list() hides them, so a reader of a directory
+# never sees a half-written object, nor the debris of a writer killed mid-write.
+TMP_PREFIX = "._tmp."
+
+
+def _tmp_name(name: str) -> str:
+    return f"{TMP_PREFIX}{name}.{uuid.uuid4().hex}"
 
 
 class StorageError(Exception):
@@ -51,7 +58,7 @@ class Store(ABC):
 
     @abstractmethod
     def list(self, path: str = "") -> list[str]:
-        """Names of the immediate children of `path` (files and directories), sorted."""
+        """Names of the immediate children of directory `path`, sorted; [] if it is none."""
 
     @abstractmethod
     def delete(self, path: str) -> None:
@@ -99,15 +106,17 @@ class LocalStore(Store):
     def write_bytes(self, path: str, data: bytes) -> None:
         target = self._path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
+        tmp = target.with_name(_tmp_name(target.name))
         try:
+            # Not mkstemp: its 0600 mode would survive the rename; 0666 & ~umask is a new file's.
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
                 out.flush()
                 os.fsync(out.fileno())
             os.replace(tmp, target)
         except BaseException:
-            Path(tmp).unlink(missing_ok=True)
+            tmp.unlink(missing_ok=True)
             raise
 
     def exists(self, path: str) -> bool:
@@ -115,7 +124,9 @@ class LocalStore(Store):
 
     def list(self, path: str = "") -> list[str]:
         target = self._path(path)
-        return sorted(p.name for p in target.iterdir()) if target.is_dir() else []
+        if not target.is_dir():
+            return []
+        return sorted(p.name for p in target.iterdir() if not p.name.startswith(TMP_PREFIX))
 
     def delete(self, path: str) -> None:
         target = self._path(path)
@@ -159,9 +170,17 @@ class S3Store(Store):
         self.client.put_object(Bucket=self.bucket, Key=self._key(path), Body=data)
 
     def exists(self, path: str) -> bool:
+        """True for an object, or a "directory": a prefix that has objects under it."""
         key = self._key(path)
-        listing = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=2)
-        return any(o["Key"] == key or o["Key"].startswith(key + "/") for o in _contents(listing))
+        if key:
+            # Exact key first: a listing of Prefix=key could be filled by siblings such as
+            # "key.bak" or "key-1", which sort before "key/...".
+            listing = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
+            if any(o["Key"] == key for o in _contents(listing)):
+                return True
+            key += "/"
+        listing = self.client.list_objects_v2(Bucket=self.bucket, Prefix=key, MaxKeys=1)
+        return bool(_contents(listing))
 
     def list(self, path: str = "") -> list[str]:
         prefix = self._key(path)
@@ -232,13 +251,14 @@ class HdfsStore(Store):
         target = self._path(path)
         parent = posixpath.dirname(target)
         self.client.mkdirs(parent, create_parent=True)
-        tmp = posixpath.join(parent, f"._tmp.{posixpath.basename(target)}.{uuid.uuid4().hex}")
+        tmp = posixpath.join(parent, _tmp_name(posixpath.basename(target)))
         try:
             with self.client.create(tmp) as writer:
                 writer.write(data)
             self.client.rename(tmp, target, overwrite=True)
         except BaseException:
-            self.client.delete(tmp)
+            with contextlib.suppress(Exception):  # keep the original error, not the clean-up's
+                self.client.delete(tmp)
             raise
 
     def exists(self, path: str) -> bool:
@@ -249,11 +269,15 @@ class HdfsStore(Store):
         return True
 
     def list(self, path: str = "") -> list[str]:
+        target = self._path(path)
         try:
-            statuses = list(self.client.list_status(self._path(path)))
+            if not self.client.get_file_info(target).isdir:
+                return []  # list_status of a file is the file itself; other stores give []
+            statuses = list(self.client.list_status(target))
         except FileNotFoundError:
             return []
-        return sorted(posixpath.basename(s.path.rstrip("/")) for s in statuses)
+        names = (posixpath.basename(s.path.rstrip("/")) for s in statuses)
+        return sorted(n for n in names if not n.startswith(TMP_PREFIX))
 
     def delete(self, path: str) -> None:
         if self.exists(path):

@@ -1,0 +1,57 @@
+"""Session fixtures for the whole suite: real servers on 127.0.0.1 (tests/support/services.py).
+
+Each starts the first time a test asks for it and stops at the end of the session. They skip
+only when a prerequisite cannot exist on this machine (no java for HDFS); a server that should
+start and does not is an error, with its log in the message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.services import HdfsMiniCluster, MlflowServer, S3Server
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[S3Server]:
+    """S3 API (moto). Subprocess env: `s3_server.env()`; buckets: `s3_server.create_bucket()`."""
+    with S3Server() as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def hdfs_cluster() -> Iterator[HdfsMiniCluster]:
+    """HDFS (MiniDFSCluster, 1 datanode) at `hdfs_cluster.url`; env: `hdfs_cluster.env()`."""
+    reason = HdfsMiniCluster.missing_prerequisite()
+    if reason:
+        pytest.skip(reason)
+    with HdfsMiniCluster(datanodes=1) as cluster:
+        yield cluster
+
+
+@pytest.fixture(scope="session")
+def mlflow_server() -> Iterator[MlflowServer]:
+    """MLflow tracking server; env: `mlflow_server.env()` (MLFLOW_TRACKING_URI, telemetry off)."""
+    with MlflowServer() as server:
+        yield server
+
+
+@pytest.fixture
+def s3_env(s3_server: S3Server, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """boto3 in this test process talks to `s3_server` (restored after the test)."""
+    env = s3_server.env()
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+@pytest.fixture
+def hdfs_env(hdfs_cluster: HdfsMiniCluster, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """hdfs-native in this test process acts as the cluster's user (restored after the test)."""
+    env = hdfs_cluster.env()
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("HDFS_UGI", raising=False)
+    return env
