@@ -30,7 +30,7 @@ UGI_SECRET = "hdfs-ugi"
 @dataclass(frozen=True)
 class TrainingArgs:
     target: KubeTarget
-    image: str
+    image: pulumi.Input[str]  # a pinned tag, or the digest of a build
     store: ObjectStore
     slot_conf_map: pulumi.Input[str]
     job_name: str
@@ -49,6 +49,7 @@ class TrainingArgs:
     embedding_dim: int = 9
     max_bad_line_fraction: float = 0.01
     queue: str = "default"
+    work_size: str = "20Gi"  # per-pod scratch (emptyDir) for staged data and checkpoints
     hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
     mlflow_url: pulumi.Input[str] | None = None
     depends_on: tuple[pulumi.Resource, ...] = ()  # e.g. the Volcano release (its CRDs)
@@ -73,6 +74,7 @@ def trainer_config(args: TrainingArgs, train_data_uri: str) -> dict[str, Any]:
             "checkpoint_uri": args.store.uri("checkpoints"),
             "max_bad_line_fraction": args.max_bad_line_fraction,
             "mlflow_experiment": args.job_name,
+            "work_dir": kube.DATA_DIR,
         },
         "hyper_parameters": {
             "sparse_dim": args.sparse_dim,
@@ -150,12 +152,16 @@ class Training(pulumi.ComponentResource):
                 ports={"pserver": PSERVER_PORT} if role == "pserver" else None,
                 cpu=args.cpu,
                 mem=args.mem,
-                mounts=[kube.CONFIG_MOUNT],
+                # Scratch of the trainer image (work_dir): staged hours, checkpoint shards.
+                mounts=[kube.CONFIG_MOUNT, {"name": "work", "mount_path": kube.DATA_DIR}],
             )
             template = kube.pod_template(
                 role,
                 [container],
-                [kube.config_volume(config_map.metadata["name"], args.slot_conf_map)],
+                [
+                    kube.config_volume(config_map.metadata["name"], args.slot_conf_map),
+                    {"name": "work", "empty_dir": {"size_limit": args.work_size}},
+                ],
                 service_account=account.metadata["name"],
                 annotations={"elasticctr.io/config-sha256": config_hash},
                 # Volcano restarts the whole job on a failed pod: a lone restarted pserver

@@ -96,6 +96,7 @@ def test_config_file_and_mounts() -> None:
         "checkpoint_uri": "s3://test-bucket/checkpoints",
         "max_bad_line_fraction": 0.01,
         "mlflow_experiment": "ctr",
+        "work_dir": "/var/lib/elasticctr",
     }
     assert config["hyper_parameters"]["embedding_dim"] == 11
     assert config["hyper_parameters"]["fc_sizes"] == [400, 400, 400]

@@ -1,0 +1,90 @@
+"""python -m elasticctr_trainer run|local|generate|pserver-sync (see docs/trainer.md)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m elasticctr_trainer")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    run = commands.add_parser("run", help="run this pod's role (TRAINING_ROLE) of the job")
+    run.add_argument("--config", required=True, help="trainer.json")
+
+    local = commands.add_parser("local", help="run pservers and trainers as local processes")
+    local.add_argument("--config", required=True)
+    local.add_argument("--pservers", type=int, default=1)
+    local.add_argument("--trainers", type=int, default=2)
+    local.add_argument("--log-dir", default="elasticctr-local-logs")
+
+    gen = commands.add_parser("generate", help="write synthetic ElasticCTR data")
+    gen.add_argument("--out", required=True, help="storage URI (file://, s3://, hdfs://)")
+    gen.add_argument("--slots", type=int, default=8)
+    gen.add_argument("--vocab", type=int, default=200, help="feasigns per slot")
+    gen.add_argument("--start", default="20191221/00", help="first hour, YYYYMMDD/HH")
+    gen.add_argument("--hours", type=int, default=2)
+    gen.add_argument("--examples-per-hour", type=int, default=30000)
+    gen.add_argument("--files-per-hour", type=int, default=4)
+    gen.add_argument("--heldout", type=int, default=5000)
+    gen.add_argument("--seed", type=int, default=7)
+    gen.add_argument("--missing-hour", action="append", default=[], help="write no donefile")
+
+    sync = commands.add_parser("pserver-sync", help="internal: a pserver's checkpoint uploader")
+    sync.add_argument("--checkpoint-uri", required=True)
+    sync.add_argument("--rank", type=int, required=True)
+    sync.add_argument("--parent-pid", type=int, required=True)
+    sync.add_argument("--poll-seconds", type=float, default=0.5)
+
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    if args.command == "run":
+        from .config import load_config
+        from .roles import role_from_env
+
+        config, role = load_config(args.config), role_from_env()
+        # Paddle's train_from_dataset writes debug files (<id>_train_desc.prototxt) into the
+        # current directory: keep them in the scratch directory, not wherever we started.
+        os.makedirs(config.runner.work_dir, exist_ok=True)
+        os.chdir(config.runner.work_dir)
+        if role.is_server:
+            from .pserver import run_pserver
+
+            run_pserver(config, role)
+        else:
+            from .trainer import run_trainer
+
+            run_trainer(config, role)
+        return 0
+    if args.command == "local":
+        from .local import run_local
+
+        return run_local(args.config, args.pservers, args.trainers, args.log_dir)
+    if args.command == "generate":
+        import json
+
+        from elasticctr_common.storage import open_store
+
+        from .generate import bayes_auc, generate
+
+        model = generate(
+            args.out, args.slots, args.vocab, args.start, args.hours, args.examples_per_hour,
+            args.files_per_hour, args.heldout, args.seed, args.missing_hour,
+        )  # fmt: skip
+        summary = {"out": args.out, "slots": model.slots}
+        if args.heldout:
+            heldout = open_store(args.out).read_text("heldout/part-00000").splitlines()
+            summary["heldout_bayes_auc"] = bayes_auc(model, heldout)
+        print(json.dumps(summary))
+        return 0
+    from .checkpoint import serve_uploads
+
+    serve_uploads(args.checkpoint_uri, args.rank, args.parent_pid, args.poll_seconds)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Checkpoints that let a restarted job resume after its last completed pass.
+
+The full model state lives on the pservers (sparse rows with their show/click and AdaGrad
+state, dense parameters with their Adam moments). Trainer 0 asks every pserver to save
+its shard with `fleet.save_persistables` into `<work_dir>/checkpoints/pass-<N>` on the
+pserver's own disk (Paddle's table save: gzip text, `<table>/part-<rank>-<shard>.gz`).
+A helper process beside each pserver (`pserver-sync`) uploads its own part files to
+`<checkpoint_uri>/pass-<N>/pserver-<rank>/` and marks them done; trainer 0 also saves the
+dense parameters it pulled, then appends the pass to `<checkpoint_uri>/index` last, so a
+half-written checkpoint is never used. On start, each pserver downloads its shard of the
+latest checkpoint and loads every table before it serves; trainer 0 puts the dense
+parameters into its scope before `init_worker`, which pushes them to the pservers.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+from elasticctr_common.storage import Store
+
+log = logging.getLogger(__name__)
+INDEX = "index"
+KEEP = 2  # checkpoints kept; the index keeps every line as history
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    pass_id: int
+    hour: str | None  # online mode: the last hour trained
+    version: int  # the model version exported by this pass
+    pservers: int
+    trainers: int
+
+    def to_line(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+
+def latest(store: Store) -> Checkpoint | None:
+    if not store.exists(INDEX):
+        return None
+    lines = [line for line in store.read_text(INDEX).splitlines() if line.strip()]
+    return Checkpoint(**json.loads(lines[-1])) if lines else None
+
+
+def append(store: Store, checkpoint: Checkpoint) -> None:
+    text = store.read_text(INDEX) if store.exists(INDEX) else ""
+    store.write_text(INDEX, text + checkpoint.to_line() + "\n")
+
+
+def local_dir(work_dir: str, pass_id: int) -> str:
+    return os.path.join(work_dir, "checkpoints", f"pass-{pass_id}")
+
+
+def own_part_files(directory: str, rank: int) -> list[Path]:
+    """This pserver's files in a table save directory shared by several pservers."""
+    prefix = f"part-{rank:03d}"
+    root = Path(directory)
+    return sorted(
+        p
+        for p in root.glob("*/part-*")
+        if p.name == prefix or p.name.startswith((prefix + "-", prefix + "."))
+    )
+
+
+# trainer 0 -------------------------------------------------------------------------
+
+
+def save_dense(store: Store, pass_id: int, arrays: dict[str, np.ndarray]) -> None:
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    store.write_bytes(f"pass-{pass_id}/dense.npz", buffer.getvalue())
+
+
+def load_dense(store: Store, pass_id: int) -> dict[str, np.ndarray]:
+    with np.load(io.BytesIO(store.read_bytes(f"pass-{pass_id}/dense.npz"))) as data:
+        return {name: data[name] for name in data.files}
+
+
+def request_upload(store: Store, pass_id: int, directory: str) -> None:
+    store.write_text(f"requests/pass-{pass_id}.json", json.dumps({"dir": directory}))
+
+
+def wait_uploads(store: Store, pass_id: int, pservers: int, timeout: float) -> None:
+    deadline = time.time() + timeout
+    markers = [f"pass-{pass_id}/pserver-{rank}.done" for rank in range(pservers)]
+    while not all(store.exists(m) for m in markers):
+        if time.time() > deadline:
+            missing = [store.uri(m) for m in markers if not store.exists(m)]
+            raise TimeoutError(f"checkpoint pass {pass_id}: pservers did not upload {missing}")
+        time.sleep(0.5)
+
+
+def prune(store: Store, pass_id: int, keep: int = KEEP) -> None:
+    """After pass `pass_id` is in the index: drop its upload request and older checkpoints."""
+    store.delete(f"requests/pass-{pass_id}.json")
+    store.delete(f"pass-{pass_id - keep}")
+
+
+# pserver ------------------------------------------------------------------------------
+
+
+def upload_pending(store: Store, rank: int) -> list[int]:
+    """Upload this pserver's saved shards for every request it has not answered yet."""
+    done = []
+    for name in store.list("requests"):
+        pass_id = int(name.removeprefix("pass-").removesuffix(".json"))
+        marker = f"pass-{pass_id}/pserver-{rank}.done"
+        if store.exists(marker):
+            continue
+        directory = json.loads(store.read_text(f"requests/{name}"))["dir"]
+        files = own_part_files(directory, rank)
+        if not files:  # saved by an earlier attempt of this pod: nothing here to send
+            continue
+        for path in files:
+            relative = path.relative_to(directory).as_posix()
+            store.upload(path, f"pass-{pass_id}/pserver-{rank}/{relative}")
+        store.write_text(marker, json.dumps({"files": len(files)}))
+        for path in files:  # the uploaded copy is the checkpoint now
+            path.unlink()
+        log.info("checkpoint pass %d: uploaded %d files of pserver %d", pass_id, len(files), rank)
+        done.append(pass_id)
+    return done
+
+
+def download_shard(store: Store, checkpoint: Checkpoint, rank: int, directory: str) -> list[int]:
+    """Fetch this pserver's files of `checkpoint`; return the table ids they hold."""
+    root = f"pass-{checkpoint.pass_id}/pserver-{rank}"
+    tables = []
+    for table in store.list(root):
+        for name in store.list(f"{root}/{table}"):
+            store.download(f"{root}/{table}/{name}", os.path.join(directory, table, name))
+        tables.append(int(table))
+    if not tables:
+        raise FileNotFoundError(f"{store.uri(root)}: no table files for pserver {rank}")
+    return sorted(tables)
+
+
+def serve_uploads(checkpoint_uri: str, rank: int, parent_pid: int, poll_seconds: float) -> None:
+    """The `pserver-sync` helper: upload requested shards until its pserver is gone."""
+    from elasticctr_common.storage import open_store
+
+    store = open_store(checkpoint_uri)
+    while os.getppid() == parent_pid:
+        try:
+            upload_pending(store, rank)
+        except Exception:  # a storage hiccup: log it and retry on the next poll
+            log.exception("pserver %d: checkpoint upload failed, retrying", rank)
+        time.sleep(poll_seconds)

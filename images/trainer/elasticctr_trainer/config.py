@@ -1,0 +1,120 @@
+"""trainer.json (docs/architecture.md): a `runner` part (I/O, mode, passes) and a
+`hyper_parameters` part (the model). Unknown keys are an error, so a typo is never
+silently ignored; every default is written once, here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from .hours import parse_hour
+
+
+class ConfigError(ValueError):
+    """trainer.json is invalid; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Runner:
+    train_data_uri: str
+    start_date_hr: str
+    slot_conf: str
+    model_uri: str
+    checkpoint_uri: str
+    mode: str = "offline"  # offline: train START..END `passes` times; online: one pass per hour
+    end_date_hr: str | None = None  # required offline; online stops after it when set
+    passes: int = 1
+    max_bad_line_fraction: float = 0.01
+    mlflow_experiment: str = "elasticctr"
+    eval_data_uri: str | None = None  # trainer 0 evaluates and saves predictions per version
+    work_dir: str = "/var/lib/elasticctr"  # local scratch: staged data, checkpoint shards
+    thread_num: int = 1  # Paddle dataset reader/trainer threads per trainer
+    online_poll_seconds: float = 60.0
+    sync_timeout_seconds: float = 3600.0  # how long a trainer waits for its peers
+
+
+@dataclass(frozen=True)
+class HyperParameters:
+    sparse_dim: int = 1000001
+    embedding_dim: int = 9
+    fc_sizes: list[int] = field(default_factory=lambda: [400, 400, 400])
+    learning_rate: float = 0.0001  # dense Adam
+    batch_size: int = 32
+    sparse_learning_rate: float = 0.05  # AdaGrad of the sparse table (CTR accessor)
+    sparse_initial_range: float = 0.0001
+
+
+@dataclass(frozen=True)
+class TrainerConfig:
+    runner: Runner
+    hyper_parameters: HyperParameters
+
+
+def _build(cls: type, section: str, data: Any) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{section}: expected an object")
+    known = {f.name for f in fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ConfigError(f"{section}: unknown key(s) {', '.join(unknown)}")
+    try:
+        return cls(**data)
+    except TypeError as err:  # a required key is missing
+        raise ConfigError(f"{section}: {err}") from None
+
+
+def parse_config(data: Any) -> TrainerConfig:
+    if not isinstance(data, dict):
+        raise ConfigError("trainer.json: expected an object with runner and hyper_parameters")
+    unknown = sorted(set(data) - {"runner", "hyper_parameters"})
+    if unknown:
+        raise ConfigError(f"trainer.json: unknown key(s) {', '.join(unknown)}")
+    runner = _build(Runner, "runner", data.get("runner"))
+    hyper = _build(HyperParameters, "hyper_parameters", data.get("hyper_parameters", {}))
+    _check(runner, hyper)
+    return TrainerConfig(runner, hyper)
+
+
+def _check(runner: Runner, hyper: HyperParameters) -> None:
+    if runner.mode not in ("offline", "online"):
+        raise ConfigError(f"runner.mode: expected offline or online, got {runner.mode!r}")
+    for key in ("start_date_hr", "end_date_hr"):
+        value = getattr(runner, key)
+        if value is not None:
+            try:
+                parse_hour(value)
+            except ValueError as err:
+                raise ConfigError(f"runner.{key}: {err}") from None
+    if runner.mode == "offline" and runner.end_date_hr is None:
+        raise ConfigError("runner.end_date_hr: required in offline mode")
+    if runner.end_date_hr is not None and parse_hour(runner.end_date_hr) < parse_hour(
+        runner.start_date_hr
+    ):
+        raise ConfigError("runner.end_date_hr: before runner.start_date_hr")
+    if runner.passes < 1:
+        raise ConfigError(f"runner.passes: must be >= 1, got {runner.passes}")
+    if runner.mode == "online" and runner.passes != 1:
+        raise ConfigError("runner.passes: online mode trains each hour once (one pass per hour)")
+    if not 0 <= runner.max_bad_line_fraction <= 1:
+        raise ConfigError("runner.max_bad_line_fraction: must be within [0, 1]")
+    if runner.thread_num < 1:
+        raise ConfigError("runner.thread_num: must be >= 1")
+    if hyper.sparse_dim < 2:
+        raise ConfigError("hyper_parameters.sparse_dim: must be >= 2 (key 0 is padding)")
+    if hyper.embedding_dim < 1:
+        raise ConfigError("hyper_parameters.embedding_dim: must be >= 1")
+    if not hyper.fc_sizes or any(size < 1 for size in hyper.fc_sizes):
+        raise ConfigError("hyper_parameters.fc_sizes: a non-empty list of positive sizes")
+    if hyper.batch_size < 1:
+        raise ConfigError("hyper_parameters.batch_size: must be >= 1")
+
+
+def load_config(path: str | Path) -> TrainerConfig:
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{path}: not JSON ({err})") from None
+    return parse_config(data)

@@ -1,0 +1,124 @@
+"""Trainer 0 exports model version V (docs/architecture.md, "Model versions").
+
+Paddle 2.6 cannot hand trainer 0 the sparse table of an async parameter server as a file
+it can read: `fleet.save_persistables`/`save_one_table` make each pserver write its own
+shard (gzip text, 6 significant digits) to the pserver's local disk, and
+`recv_and_save_model` only serves non-distributed tables. So the dump pulls rows with
+the training program's own `distributed_lookup_table` op, for every key in
+[1, sparse_dim) in chunks. A pull does not create rows (Paddle's
+`pserver_create_value_when_push` defaults to true): keys never trained come back as
+zeros with show == 0 and are left out. A key missing from the export therefore means
+the zero vector, which is exactly what the trainer computes with for that key.
+
+Each pulled row is `[show, click, embed_w, embedx...]`; the exported value is the part
+after show/click, `embedding_dim` floats, which the `cvm` op feeds to sum pooling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import paddle
+from elasticctr_common.storage import Store
+from elasticctr_common.versions import Version, append_version, read_versions
+
+from .feed import lod_tensor
+from .model import SHOW_CLICK_COLUMNS, CtrDnn
+from .seqfile import write_embeddings
+
+log = logging.getLogger(__name__)
+PULL_CHUNK = 100_000
+RECORDS_PER_PART = 1_000_000
+MODEL_FILE, PARAMS_FILE = "model.pdmodel", "model.pdiparams"
+
+
+def pull_rows(exe, dump_program, net: CtrDnn, keys: np.ndarray) -> np.ndarray:
+    """Rows `[show, click, embed_w, embedx...]` of `keys`, pulled from the pservers."""
+    feed = {v.name: lod_tensor([[0]]) for v in net.slot_ids[1:]}
+    feed[net.slot_ids[0].name] = lod_tensor([keys.tolist()])
+    (rows,) = exe.run(dump_program, feed=feed, fetch_list=[net.pulled[0]], return_numpy=False)
+    return np.array(rows)
+
+
+def dump_sparse(
+    exe, dump_program, net: CtrDnn, sparse_dim: int
+) -> tuple[np.ndarray, np.ndarray, float]:
+    """(keys, embeddings) of every trained key, and the sum of their show counts."""
+    keys_out, values_out, shows = [], [], 0.0
+    for start in range(1, sparse_dim, PULL_CHUNK):
+        keys = np.arange(start, min(start + PULL_CHUNK, sparse_dim), dtype=np.int64)
+        rows = pull_rows(exe, dump_program, net, keys)
+        trained = np.any(rows != 0, axis=1)
+        keys_out.append(keys[trained].astype(np.uint64))
+        values_out.append(rows[trained, SHOW_CLICK_COLUMNS:])
+        shows += float(rows[trained, 0].astype(np.float64).sum())
+    return np.concatenate(keys_out), np.concatenate(values_out).astype(np.float32), shows
+
+
+def next_version(models: Store) -> int:
+    versions = read_versions(models)
+    return versions[-1].id + 1 if versions else 1
+
+
+def save_dense(exe, test_program, net: CtrDnn, directory: Path) -> dict[str, object]:
+    """The inference model whose inputs are the pooled slot embeddings."""
+    prefix = str(directory / Path(MODEL_FILE).stem)
+    paddle.static.save_inference_model(
+        prefix, net.pooled, [net.prob], exe, program=test_program.clone()
+    )
+    return {
+        "feed_names": [v.name for v in net.pooled],
+        "fetch_name": net.prob.name,
+        "model_file": MODEL_FILE,
+        "params_file": PARAMS_FILE,
+    }
+
+
+def export_version(
+    exe,
+    test_program,
+    dump_program,
+    net: CtrDnn,
+    models: Store,
+    slots: list[int],
+    sparse_dim: int,
+    embedding_dim: int,
+    extra_meta: dict[str, object],
+    extra_files: dict[str, bytes] | None = None,
+) -> Version:
+    """Write `<V>/dense/`, `<V>/sparse/part-*` and any extra files, then the donefile line."""
+    version = next_version(models)
+    with tempfile.TemporaryDirectory(prefix="elasticctr-export-") as tmp:
+        dense_dir = Path(tmp) / "dense"
+        meta = {
+            "version": version,
+            "slots": slots,
+            "embedding_dim": embedding_dim,
+            "sparse_dim": sparse_dim,
+            **save_dense(exe, test_program, net, dense_dir),
+            **extra_meta,
+        }
+        keys, values, shows = dump_sparse(exe, dump_program, net, sparse_dim)
+        meta["sparse_keys"] = len(keys)
+        meta["table_shows"] = shows  # impressions the table has counted, all passes
+        for name in (MODEL_FILE, PARAMS_FILE):
+            models.upload(dense_dir / name, f"{version}/dense/{name}")
+        models.write_text(f"{version}/dense/meta.json", json.dumps(meta, indent=1))
+        for part, start in enumerate(range(0, max(len(keys), 1), RECORDS_PER_PART)):
+            local = Path(tmp) / f"part-{part:05d}"
+            with open(local, "wb") as out:
+                end = start + RECORDS_PER_PART
+                write_embeddings(out, keys[start:end], values[start:end])
+            models.upload(local, f"{version}/sparse/part-{part:05d}")
+        for name, data in (extra_files or {}).items():
+            models.write_bytes(f"{version}/{name}", data)
+    line = Version(id=version, key=version, input=models.uri(f"{version}/sparse"))
+    append_version(models, line)
+    log.info(
+        "exported version %d: %d sparse keys -> %s", version, len(keys), models.uri(str(version))
+    )
+    return line

@@ -1,0 +1,36 @@
+"""Plain Python feed: parsed examples -> the feed dict of the CTR-DNN program.
+
+Used for evaluation and by the benchmark's Python data path; training reads through
+Paddle's C++ dataset instead.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from paddle.base import core
+
+from .lines import Example
+
+
+def lod_tensor(key_lists: list[list[int]]) -> core.LoDTensor:
+    """One variable-length id list per example, as an int64 LoDTensor of level 1."""
+    offsets = np.zeros(len(key_lists) + 1, dtype=np.int64)
+    np.cumsum([len(keys) for keys in key_lists], out=offsets[1:])
+    flat = np.fromiter((k for keys in key_lists for k in keys), np.int64, int(offsets[-1]))
+    tensor = core.LoDTensor()
+    tensor.set(flat.reshape(-1, 1), core.CPUPlace())
+    tensor.set_lod([offsets.tolist()])
+    return tensor
+
+
+def feed_dict(names: list[str], examples: list[Example]) -> dict[str, object]:
+    """`names` in `CtrDnn.feed_order` order: label, show, click, then the slots."""
+    label, show, click, *slots = names
+    feed: dict[str, object] = {
+        label: np.array([[e.label] for e in examples], dtype=np.int64),
+        show: np.array([[e.show] for e in examples], dtype=np.float32),
+        click: np.array([[e.click] for e in examples], dtype=np.float32),
+    }
+    for index, name in enumerate(slots):
+        feed[name] = lod_tensor([e.keys[index] for e in examples])
+    return feed

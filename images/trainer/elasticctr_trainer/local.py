@@ -1,0 +1,105 @@
+"""Local mode: N pservers and M trainers as processes on this machine, with the same code
+and environment contract as the cluster (host-name endpoints on loopback).
+
+The job fails as a whole, like a Volcano job: when any process exits non-zero, the
+others are stopped. Logs go to `<log_dir>/<role>-<i>.log`, PIDs to `<role>-<i>.pid`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+SHUTDOWN_GRACE_SECONDS = 30.0
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
+def process_envs(pservers: int, trainers: int, ports: list[int]) -> dict[str, dict[str, str]]:
+    common = {
+        "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(f"localhost:{p}" for p in ports),
+        "PADDLE_TRAINERS_NUM": str(trainers),
+    }
+    envs = {}
+    for i, port in enumerate(ports[:pservers]):
+        envs[f"pserver-{i}"] = {
+            **common, "TRAINING_ROLE": "PSERVER", "PADDLE_PSERVER_ID": str(i),
+            "PADDLE_PORT": str(port), "POD_IP": "127.0.0.1",
+        }  # fmt: skip
+    for i in range(trainers):
+        envs[f"trainer-{i}"] = {**common, "TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": str(i)}
+    return envs
+
+
+def run_local(config: str, pservers: int, trainers: int, log_dir: str) -> int:
+    """Run the job; return 0 when every trainer finished, 1 otherwise."""
+    logs = Path(log_dir)
+    logs.mkdir(parents=True, exist_ok=True)
+    envs = process_envs(pservers, trainers, free_ports(pservers))
+    pythonpath = os.pathsep.join(p for p in sys.path if p)
+    procs: dict[str, subprocess.Popen] = {}
+    command = [sys.executable, "-m", "elasticctr_trainer", "run", "--config", config]
+    signal.signal(signal.SIGTERM, _exit_on_signal)
+    try:
+        for name, env in envs.items():  # pservers first
+            with open(logs / f"{name}.log", "wb") as log:
+                procs[name] = subprocess.Popen(
+                    command,
+                    env={**os.environ, **env, "PYTHONPATH": pythonpath},
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+            (logs / f"{name}.pid").write_text(str(procs[name].pid))
+        return _supervise(procs)
+    finally:
+        _stop(procs)
+
+
+def _exit_on_signal(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # runs run_local's `finally`, which stops the processes
+
+
+def _supervise(procs: dict[str, subprocess.Popen]) -> int:
+    """1 as soon as any process fails; 0 once every trainer finished (trainer 0 stops the
+    pservers at the end, so they exit 0 too)."""
+    trainers = [p for n, p in procs.items() if n.startswith("trainer-")]
+    while True:
+        for name, proc in procs.items():
+            code = proc.poll()
+            if code not in (None, 0):
+                print(f"local: {name} exited with {code}; stopping the job", file=sys.stderr)
+                return 1
+        if all(t.poll() == 0 for t in trainers):
+            deadline = time.time() + SHUTDOWN_GRACE_SECONDS
+            while time.time() < deadline and any(p.poll() is None for p in procs.values()):
+                time.sleep(0.2)
+            return 0
+        time.sleep(0.2)
+
+
+def _stop(procs: dict[str, subprocess.Popen]) -> None:
+    for proc in procs.values():
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+    deadline = time.time() + 10
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

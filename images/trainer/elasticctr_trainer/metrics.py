@@ -1,0 +1,90 @@
+"""Pass metrics: AUC from Paddle's histograms, and logging to stdout and MLflow."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+
+def auc_from_histograms(positive: np.ndarray, negative: np.ndarray) -> float:
+    """ROC AUC from the per-threshold counts that `paddle.static.auc` accumulates."""
+    pos = np.asarray(positive, dtype=np.float64).ravel()[::-1]
+    neg = np.asarray(negative, dtype=np.float64).ravel()[::-1]
+    if pos.sum() == 0 or neg.sum() == 0:
+        return float("nan")
+    tp, fp = np.cumsum(pos), np.cumsum(neg)
+    tp_prev, fp_prev = np.concatenate([[0.0], tp[:-1]]), np.concatenate([[0.0], fp[:-1]])
+    area = np.sum((fp - fp_prev) * (tp + tp_prev) / 2.0)
+    return float(area / (tp[-1] * fp[-1]))
+
+
+def auc(labels: np.ndarray, scores: np.ndarray) -> float:
+    """Exact ROC AUC (ties share their average rank)."""
+    labels = np.asarray(labels).astype(bool)
+    scores = np.asarray(scores, dtype=np.float64)
+    order = np.argsort(scores, kind="mergesort")
+    ranks = np.empty(len(scores))
+    sorted_scores = scores[order]
+    start = 0
+    while start < len(scores):
+        end = start
+        while end + 1 < len(scores) and sorted_scores[end + 1] == sorted_scores[start]:
+            end += 1
+        ranks[order[start : end + 1]] = (start + end) / 2.0 + 1
+        start = end + 1
+    positives = labels.sum()
+    negatives = len(labels) - positives
+    if positives == 0 or negatives == 0:
+        return float("nan")
+    return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
+
+
+def _experiment_id(mlflow, name: str) -> str:
+    """The experiment's id, creating it if needed: every trainer starts at once, so
+    creation races, and the loser must not end up in the Default experiment."""
+    found = mlflow.get_experiment_by_name(name)
+    if found is not None:
+        return found.experiment_id
+    try:
+        return mlflow.create_experiment(name)
+    except mlflow.exceptions.MlflowException:
+        found = mlflow.get_experiment_by_name(name)
+        if found is None:
+            raise
+        return found.experiment_id
+
+
+class MetricsLogger:
+    """One JSON line per event on stdout; MLflow too when MLFLOW_TRACKING_URI is set."""
+
+    def __init__(self, experiment: str, run_name: str, tags: dict[str, str]) -> None:
+        self.mlflow = None
+        if os.environ.get("MLFLOW_TRACKING_URI"):
+            import mlflow
+
+            mlflow.start_run(
+                experiment_id=_experiment_id(mlflow, experiment), run_name=run_name, tags=tags
+            )
+            self.mlflow = mlflow
+
+    def metrics(self, step: int, values: dict[str, float]) -> None:
+        print(json.dumps({"event": "metrics", "step": step, **values}), file=sys.stdout, flush=True)
+        if self.mlflow is not None:
+            finite = {k: v for k, v in values.items() if np.isfinite(v)}
+            self.mlflow.log_metrics(finite, step=step)
+
+    def event(self, name: str, payload: dict[str, Any]) -> None:
+        print(json.dumps({"event": name, **payload}), file=sys.stdout, flush=True)
+        if self.mlflow is not None:
+            self.mlflow.log_dict(payload, f"{name}.json")
+
+    def close(self, failed: bool = False) -> None:
+        if self.mlflow is not None:
+            self.mlflow.end_run(status="FAILED" if failed else "FINISHED")

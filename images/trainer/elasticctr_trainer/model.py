@@ -1,0 +1,131 @@
+"""CTR-DNN for the parameter server (static graph), as in ElasticCTR and PaddleRec's
+`models/rank/dnn`: one sparse embedding table shared by all slots, sum pooling per slot,
+FC layers with ReLU, softmax over two classes.
+
+The table holds CTR-accessor rows: each pulled row is `[show, click, embed_w, embedx...]`
+(`embedding_dim + 2` floats). The `cvm` op drops show/click from the forward pass and, in
+the backward pass, writes each example's show/click into the first two gradient columns,
+which is the push layout `[slot, show, click, grads...]` the CtrCommonAccessor expects.
+The pooled slot embeddings (`embedding_dim` floats each) are the inputs of the exported
+dense model; serving sums the per-key vectors the same way.
+
+This module knows nothing of trainer.json: `build_ctr_dnn` takes plain numbers.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import paddle
+
+SPARSE_TABLE = "embedding"
+SHOW_CLICK_COLUMNS = 2
+AUC_THRESHOLDS = 2**12
+
+
+@dataclass
+class CtrDnn:
+    label: paddle.static.Variable
+    show: paddle.static.Variable
+    click: paddle.static.Variable
+    slot_ids: list[paddle.static.Variable]
+    pulled: list[paddle.static.Variable]  # per slot: [ids, embedding_dim + 2] rows
+    pooled: list[paddle.static.Variable]  # per slot: [batch, embedding_dim]
+    prob: paddle.static.Variable  # [batch, 2]
+    loss: paddle.static.Variable
+    auc_stat_pos: paddle.static.Variable  # cumulative histograms, reset per pass
+    auc_stat_neg: paddle.static.Variable
+    loss_sum: paddle.static.Variable  # sum of example losses, reset per pass
+    example_count: paddle.static.Variable
+
+    @property
+    def feed_order(self) -> list[paddle.static.Variable]:
+        """Dataset variables, in the order `lines.multislot_line` writes them."""
+        return [self.label, self.show, self.click, *self.slot_ids]
+
+    @property
+    def pass_state(self) -> list[paddle.static.Variable]:
+        return [self.auc_stat_pos, self.auc_stat_neg, self.loss_sum, self.example_count]
+
+
+def _accumulator(name: str) -> paddle.static.Variable:
+    return paddle.static.create_global_var(
+        shape=[1], value=0.0, dtype="float32", persistable=True, name=name
+    )
+
+
+def build_ctr_dnn(
+    slot_count: int, sparse_dim: int, embedding_dim: int, fc_sizes: list[int]
+) -> CtrDnn:
+    """Build the network into the default main/startup programs."""
+    label = paddle.static.data("label", [None, 1], "int64")
+    # Not "show"/"click": Paddle's PS pass creates variables with those names.
+    show = paddle.static.data("ctr_show", [None, 1], "float32")
+    click = paddle.static.data("ctr_click", [None, 1], "float32")
+    slot_ids = [
+        paddle.static.data(f"slot_{i}", [None, 1], "int64", lod_level=1) for i in range(slot_count)
+    ]
+    show_click = paddle.concat([paddle.reshape(show, [-1, 1]), paddle.reshape(click, [-1, 1])], 1)
+    show_click.stop_gradient = True
+
+    pulled, pooled = [], []
+    for ids in slot_ids:
+        rows = paddle.static.nn.sparse_embedding(
+            ids,
+            size=[sparse_dim, embedding_dim + SHOW_CLICK_COLUMNS],
+            padding_idx=0,
+            param_attr=paddle.ParamAttr(name=SPARSE_TABLE),
+        )
+        pulled.append(rows)
+        embedding = paddle.static.nn.continuous_value_model(rows, show_click, use_cvm=False)
+        pooled.append(paddle.static.nn.sequence_lod.sequence_pool(embedding, "sum"))
+
+    hidden = paddle.concat(pooled, axis=1)
+    width = slot_count * embedding_dim
+    layers = [(size, "relu") for size in fc_sizes] + [(2, None)]
+    for size, activation in layers:
+        init = paddle.nn.initializer.Normal(std=1.0 / math.sqrt(width))
+        hidden = paddle.static.nn.fc(
+            hidden, size, activation=activation, weight_attr=paddle.ParamAttr(initializer=init)
+        )
+        width = size
+    logits = hidden
+    prob = paddle.nn.functional.softmax(logits)
+    cost = paddle.nn.functional.cross_entropy(logits, label, reduction="none")
+    loss = paddle.mean(cost)
+    _, _, stats = paddle.static.auc(prob, label, num_thresholds=AUC_THRESHOLDS, slide_steps=1)
+
+    loss_sum, example_count = _accumulator("pass_loss_sum"), _accumulator("pass_examples")
+    paddle.assign(paddle.add(loss_sum, paddle.sum(cost)), loss_sum)
+    batch = paddle.cast(paddle.shape(label)[0:1], "float32")
+    paddle.assign(paddle.add(example_count, batch), example_count)
+    return CtrDnn(
+        label, show, click, slot_ids, pulled, pooled, prob, loss,
+        stats[2], stats[3], loss_sum, example_count,
+    )  # fmt: skip
+
+
+def async_strategy(
+    embedding_dim: int, sparse_learning_rate: float, sparse_initial_range: float, shard_num: int
+):
+    """Async parameter-server strategy with the CTR accessor on the sparse table."""
+    from paddle.distributed import fleet
+
+    prefix = f"table_parameters.{SPARSE_TABLE}."
+    table = {
+        "shard_num": shard_num,
+        "accessor.accessor_class": "CtrCommonAccessor",
+        "accessor.fea_dim": embedding_dim + SHOW_CLICK_COLUMNS,
+        "accessor.embedx_dim": embedding_dim - 1,
+        "accessor.embedx_threshold": 0,
+    }
+    for part, initial_range in (("embed", 0.0), ("embedx", sparse_initial_range)):
+        table[f"accessor.{part}_sgd_param.name"] = "SparseAdaGradSGDRule"
+        table[f"accessor.{part}_sgd_param.adagrad.learning_rate"] = sparse_learning_rate
+        table[f"accessor.{part}_sgd_param.adagrad.initial_range"] = initial_range
+        table[f"accessor.{part}_sgd_param.adagrad.initial_g2sum"] = 3.0
+    strategy = fleet.DistributedStrategy()
+    strategy.a_sync = True
+    strategy.sparse_table_configs = {SPARSE_TABLE: {prefix + k: v for k, v in table.items()}}
+    return strategy

@@ -1,0 +1,51 @@
+"""Fleet initialisation and the training program, shared by pservers and trainers (both
+must build the same program so they agree on the tables)."""
+
+from __future__ import annotations
+
+import paddle
+from paddle.distributed import fleet
+from paddle.distributed.fleet.base.role_maker import Role as FleetRole
+from paddle.distributed.fleet.base.role_maker import UserDefinedRoleMaker
+
+from .config import HyperParameters
+from .model import CtrDnn, async_strategy, build_ctr_dnn
+from .roles import Role
+
+SHARDS_PER_PSERVER = 8  # sparse table shards: one file each per checkpoint
+
+
+def init_fleet(role: Role) -> None:
+    """Fleet with the role we derived, not Paddle's env matching (see roles.py)."""
+    paddle.enable_static()  # before fleet.init, which otherwise sets up dygraph collectives
+    maker = UserDefinedRoleMaker(
+        is_collective=False,
+        init_gloo=False,
+        server_endpoints=role.pserver_endpoints,
+        worker_num=role.trainers,
+        role=FleetRole.SERVER if role.is_server else FleetRole.WORKER,
+        current_id=role.index,
+    )
+    fleet.init(maker)
+
+
+def build_training_program(hyper: HyperParameters, slot_count: int, pservers: int) -> CtrDnn:
+    paddle.enable_static()
+    net = build_ctr_dnn(slot_count, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes)
+    strategy = async_strategy(
+        hyper.embedding_dim,
+        hyper.sparse_learning_rate,
+        hyper.sparse_initial_range,
+        shard_num=SHARDS_PER_PSERVER * pservers,
+    )
+    optimizer = fleet.distributed_optimizer(
+        paddle.optimizer.Adam(learning_rate=hyper.learning_rate), strategy
+    )
+    optimizer.minimize(net.loss)
+    return net
+
+
+def dense_parameter_names(program) -> list[str]:
+    from .model import SPARSE_TABLE
+
+    return [p.name for p in program.all_parameters() if p.name != SPARSE_TABLE]

@@ -1,0 +1,294 @@
+"""The trainer role: passes over hour directories through Paddle's C++ dataset, metrics
+per pass, and (trainer 0) export, evaluation and checkpoint after each pass.
+
+A pass, for every trainer: train its share of the files, write a report marker, wait
+for trainer 0's result. Trainer 0 in between: gathers every report, fails the pass if
+the bad-line fraction is over the threshold, else exports version V, evaluates it, and
+checkpoints; the others wait, so nothing moves the model while it is saved.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import paddle
+from elasticctr_common.slotconf import read_slot_conf
+from elasticctr_common.storage import open_store
+from paddle.distributed import fleet
+
+from . import checkpoint as ckpt
+from .config import TrainerConfig
+from .evaluate import evaluate, predictions_text
+from .export import export_version
+from .hours import next_hour, ready_hours, wait_for_hours
+from .lines import LineParser
+from .metrics import MetricsLogger, auc_from_histograms
+from .program import build_training_program, dense_parameter_names, init_fleet
+from .roles import Role
+from .staging import collect_reports, split_files, stage
+from .sync import PassSync
+
+log = logging.getLogger(__name__)
+
+
+class BadDataError(RuntimeError):
+    """A pass had more malformed lines than `runner.max_bad_line_fraction` allows."""
+
+
+@dataclass(frozen=True)
+class PlannedPass:
+    pass_id: int
+    hours: list[str]
+
+
+def plan_passes(
+    config: TrainerConfig, last: ckpt.Checkpoint | None, logger
+) -> Iterator[PlannedPass]:
+    runner = config.runner
+    data = open_store(runner.train_data_uri)
+    done = last.pass_id if last else 0
+    if runner.mode == "offline":
+        ready, skipped = ready_hours(data, runner.start_date_hr, runner.end_date_hr)
+        if skipped:
+            logger.event("skipped_hours", {"hours": skipped, "reason": "no donefile"})
+        if not ready:
+            span = f"{runner.start_date_hr}..{runner.end_date_hr}"
+            raise FileNotFoundError(f"{data.uri()}: no hour of {span} has a donefile")
+        for pass_id in range(done + 1, runner.passes + 1):
+            yield PlannedPass(pass_id, ready)
+        return
+    start = next_hour(last.hour) if last and last.hour else runner.start_date_hr
+    for offset, hour in enumerate(
+        wait_for_hours(data, start, runner.end_date_hr, runner.online_poll_seconds)
+    ):
+        yield PlannedPass(done + 1 + offset, [hour])
+
+
+def pipe_command(config: TrainerConfig, report_dir: str) -> str:
+    """`python -m elasticctr_trainer.pipe ...`, with this process's import path."""
+    paths = [p for p in sys.path if p and os.path.isdir(p)]
+    env = f"PYTHONPATH={shlex.quote(os.pathsep.join(paths))}"
+    args = [
+        sys.executable, "-m", "elasticctr_trainer.pipe",
+        "--slot-conf", os.path.abspath(config.runner.slot_conf),
+        "--sparse-dim", str(config.hyper_parameters.sparse_dim),
+        "--report-dir", report_dir,
+    ]  # fmt: skip
+    return f"{env} {' '.join(shlex.quote(a) for a in args)}"
+
+
+class Trainer:
+    def __init__(self, config: TrainerConfig, role: Role) -> None:
+        self.config = config
+        self.role = role
+        self.slots = read_slot_conf(config.runner.slot_conf)
+        self.parser = LineParser(self.slots, config.hyper_parameters.sparse_dim)
+        self.models = open_store(config.runner.model_uri)
+        self.checkpoints = open_store(config.runner.checkpoint_uri)
+        self.data = open_store(config.runner.train_data_uri)
+        self.started_at = time.time()
+        self.sync = PassSync(
+            self.checkpoints.child("sync"), self.started_at, config.runner.sync_timeout_seconds
+        )
+        self.work_dir = os.path.join(config.runner.work_dir, role.name)
+        self.logger = MetricsLogger(
+            config.runner.mlflow_experiment,
+            run_name=role.name,
+            tags={"role": "trainer", "trainer_id": str(role.index)},
+        )
+
+    # setup ----------------------------------------------------------------------------
+
+    def build(self) -> None:
+        init_fleet(self.role)
+        self.net = build_training_program(
+            self.config.hyper_parameters, len(self.slots), len(self.role.pserver_endpoints)
+        )
+        self.main = paddle.static.default_main_program()
+        self.test_program = self.main.clone(for_test=True)._prune(targets=[self.net.prob])
+        self.dump_program = self.main.clone(for_test=True)._prune(targets=[self.net.pulled[0]])
+        self.exe = paddle.static.Executor(paddle.CPUPlace())
+        self.exe.run(paddle.static.default_startup_program())
+        self.scope = paddle.static.global_scope()
+
+    def restore_dense(self, last: ckpt.Checkpoint) -> None:
+        arrays = ckpt.load_dense(self.checkpoints, last.pass_id)
+        for name, value in arrays.items():
+            self.scope.find_var(name).get_tensor().set(value, paddle.CPUPlace())
+        log.info("restored %d dense parameters of pass %d", len(arrays), last.pass_id)
+
+    def pull_dense(self) -> dict[str, np.ndarray]:
+        """The pservers' current dense parameters, into the scope and returned."""
+        with tempfile.TemporaryDirectory() as tmp:
+            fleet.save_dense_params(self.exe, os.path.join(tmp, "dense"), self.scope, self.main)
+        return {
+            name: np.array(self.scope.find_var(name).get_tensor())
+            for name in dense_parameter_names(self.main)
+        }
+
+    def check_resume(self, last: ckpt.Checkpoint) -> None:
+        pservers = len(self.role.pserver_endpoints)
+        if last.pservers != pservers:
+            raise RuntimeError(
+                f"checkpoint pass {last.pass_id} was taken with {last.pservers} pservers, "
+                f"this job has {pservers}: resharding is not supported"
+            )
+
+    # one pass -------------------------------------------------------------------------
+
+    def train_pass(self, planned: PlannedPass) -> dict:
+        pass_dir = os.path.join(self.work_dir, f"pass-{planned.pass_id}")
+        report_dir = os.path.join(pass_dir, "reports")
+        mine = split_files(self.data, planned.hours, self.role.index, self.role.trainers)
+        staged = stage(self.data, mine, os.path.join(pass_dir, "stage"))
+        self.logger.event(
+            "pass_start", {"pass": planned.pass_id, "hours": planned.hours, "files": mine}
+        )
+        for var in self.net.pass_state:
+            tensor = self.scope.find_var(var.name).get_tensor()
+            tensor.set(np.zeros_like(np.array(tensor)), paddle.CPUPlace())
+        started = time.time()
+        if staged.local_paths:
+            dataset = paddle.distributed.QueueDataset()
+            dataset.init(
+                batch_size=self.config.hyper_parameters.batch_size,
+                thread_num=self.config.runner.thread_num,
+                use_var=self.net.feed_order,
+                pipe_command=pipe_command(self.config, report_dir),
+            )
+            dataset.set_filelist(staged.local_paths)
+            self.exe.train_from_dataset(
+                self.main,
+                dataset,
+                fetch_list=[self.net.loss],
+                fetch_info=["loss"],
+                print_period=1000,
+            )
+        seconds = time.time() - started
+        reports = collect_reports(report_dir, staged)
+        shutil.rmtree(pass_dir, ignore_errors=True)  # staged copies and reports
+        value = lambda v: np.array(self.scope.find_var(v.name).get_tensor())  # noqa: E731
+        examples = float(value(self.net.example_count).sum())
+        metrics = {
+            "loss": float(value(self.net.loss_sum).sum()) / examples if examples else float("nan"),
+            "auc": auc_from_histograms(value(self.net.auc_stat_pos), value(self.net.auc_stat_neg)),
+            "examples": examples,
+            "seconds": seconds,
+            "examples_per_sec": examples / seconds if seconds > 0 else 0.0,
+            "files": float(len(mine)),
+        }
+        self.logger.metrics(planned.pass_id, metrics)
+        for report in reports:
+            if report["bad"]:
+                self.logger.event("bad_lines", report)
+        return {"metrics": metrics, "reports": reports}
+
+    def check_bad_lines(self, pass_id: int, payloads: list[dict]) -> str | None:
+        reports = [r for p in payloads for r in p["reports"]]
+        lines = sum(r["lines"] for r in reports)
+        bad = sum(r["bad"] for r in reports)
+        limit = self.config.runner.max_bad_line_fraction
+        self.logger.metrics(pass_id, {"bad_lines": float(bad), "lines": float(lines)})
+        if lines and bad / lines > limit:
+            worst = sorted(reports, key=lambda r: -r["bad"])[:5]
+            return (
+                f"pass {pass_id}: {bad} of {lines} lines malformed ({bad / lines:.2%}), over "
+                f"runner.max_bad_line_fraction={limit:.2%}; worst files: "
+                + ", ".join(f"{r['file']} ({r['bad']}/{r['lines']}: {r['reasons']})" for r in worst)
+            )
+        return None
+
+    def finish_pass(self, planned: PlannedPass) -> dict:
+        """Trainer 0: export, evaluate, checkpoint."""
+        # A fresh executor: one whose cached programs saw train_from_dataset rebind the
+        # feed variables crashes in the feed op (Paddle 2.6).
+        exe = paddle.static.Executor(paddle.CPUPlace())
+        dense = self.pull_dense()
+        extra_files, extra_meta = {}, {"pass": planned.pass_id, "hours": planned.hours}
+        if self.config.runner.eval_data_uri:
+            result = evaluate(
+                exe, self.test_program, self.net,
+                open_store(self.config.runner.eval_data_uri), self.parser,
+            )  # fmt: skip
+            self.logger.metrics(planned.pass_id, {"eval_auc": result["auc"]})
+            extra_files["eval/predictions.txt"] = predictions_text(result["predictions"])
+            extra_meta["eval_auc"] = result["auc"]
+        version = export_version(
+            exe, self.test_program, self.dump_program, self.net, self.models, self.slots,
+            self.config.hyper_parameters.sparse_dim, self.config.hyper_parameters.embedding_dim,
+            extra_meta, extra_files,
+        )  # fmt: skip
+        local = ckpt.local_dir(self.config.runner.work_dir, planned.pass_id)
+        fleet.save_persistables(self.exe, local, mode=0)
+        ckpt.save_dense(self.checkpoints, planned.pass_id, dense)
+        ckpt.request_upload(self.checkpoints, planned.pass_id, local)
+        ckpt.wait_uploads(
+            self.checkpoints, planned.pass_id, len(self.role.pserver_endpoints),
+            self.config.runner.sync_timeout_seconds,
+        )  # fmt: skip
+        ckpt.append(
+            self.checkpoints,
+            ckpt.Checkpoint(
+                pass_id=planned.pass_id,
+                hour=planned.hours[-1] if self.config.runner.mode == "online" else None,
+                version=version.id,
+                pservers=len(self.role.pserver_endpoints),
+                trainers=self.role.trainers,
+            ),
+        )
+        ckpt.prune(self.checkpoints, planned.pass_id)
+        self.logger.event("version", {"pass": planned.pass_id, "version": version.id})
+        return {"ok": True, "version": version.id}
+
+    # the loop -------------------------------------------------------------------------
+
+    def run(self) -> None:
+        self.build()
+        last = ckpt.latest(self.checkpoints)
+        if last:
+            self.check_resume(last)
+            self.logger.event("resume", {"after_pass": last.pass_id, "version": last.version})
+            if self.role.index == 0:
+                self.restore_dense(last)
+        fleet.init_worker()
+        failed = True
+        try:
+            for planned in plan_passes(self.config, last, self.logger):
+                payload = self.train_pass(planned)
+                self.sync.trainer_done(planned.pass_id, self.role.index, payload)
+                if self.role.index == 0:
+                    payloads = self.sync.wait_trainers(planned.pass_id, self.role.trainers)
+                    error = self.check_bad_lines(planned.pass_id, payloads)
+                    result = {"ok": False, "error": error} if error else self.finish_pass(planned)
+                    self.sync.publish_result(planned.pass_id, result)
+                    self.sync.forget(planned.pass_id - 1)
+                else:
+                    result = self.sync.wait_result(planned.pass_id)
+                if not result["ok"]:
+                    raise BadDataError(result["error"])
+            failed = False
+        finally:
+            self.shutdown(failed)
+
+    def shutdown(self, failed: bool) -> None:
+        if not failed:
+            self.sync.trainer_finished(self.role.index)
+            if self.role.index == 0:
+                # every trainer is past its last pull/push: stop the pservers so the job ends
+                self.sync.wait_finished(list(range(1, self.role.trainers)))
+                fleet.fleet._runtime_handle._worker.stop_server()
+        fleet.stop_worker()
+        self.logger.close(failed)
+
+
+def run_trainer(config: TrainerConfig, role: Role) -> None:
+    Trainer(config, role).run()

@@ -1,0 +1,161 @@
+"""The whole training job as real processes (local mode): 2 pservers + 2 trainers on
+file:// data, logging to a real MLflow server. One run, many checks: AUC against the
+generator's Bayes-optimal AUC, the model version layout, an independent read of the
+SequenceFile, the exported dense model + embeddings reproducing the trainer's own
+predictions, skipped hours and bad-line reports."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tests.images.trainer.conftest import BAD_FILE, BAD_LINES, MISSING_HOUR
+from tests.images.trainer.trainertest import (
+    AUC_TOLERANCE,
+    heldout_auc,
+    read_sequence_file,
+    run_job,
+    trainer_env,
+    write_config,
+)
+
+pytestmark = pytest.mark.slow
+HERE = Path(__file__).parent
+
+
+def pooled_embeddings(lines, slots, sparse_dim, keys, values, feed_names) -> dict:
+    """Sum of each slot's exported vectors per example, as serving computes it; keys
+    absent from the export (never trained, or the padding key 0) are zero vectors."""
+    table = {int(k): v for k, v in zip(keys, values, strict=True)}
+    zero = np.zeros(values.shape[1], dtype=np.float32)
+    pooled = {name: np.zeros((len(lines), values.shape[1]), np.float32) for name in feed_names}
+    index = {slot: name for slot, name in zip(slots, feed_names, strict=True)}
+    for row, line in enumerate(lines):
+        for token in line.split()[2:]:
+            feasign, slot = token.split(":")
+            pooled[index[int(slot)]][row] += table.get(int(feasign) % sparse_dim, zero)
+    return pooled
+
+
+@pytest.fixture(scope="module")
+def job(synthetic, mlflow_server, tmp_path_factory):
+    work = tmp_path_factory.mktemp("job")
+    runner = {
+        "train_data_uri": synthetic.train_uri,
+        "start_date_hr": "20191221/00",
+        "end_date_hr": MISSING_HOUR,
+        "slot_conf": synthetic.slot_conf,
+        "passes": 2,
+        "model_uri": f"file://{work}/models",
+        "checkpoint_uri": f"file://{work}/checkpoints",
+        "eval_data_uri": f"file://{synthetic.root}/heldout",
+        "work_dir": str(work / "scratch"),
+        "mlflow_experiment": "trainer-job-test",
+    }
+    config = write_config(work / "trainer.json", runner)
+    run = run_job(config, work / "logs", pservers=2, trainers=2, env=mlflow_server.env())
+    return run, work
+
+
+def test_auc_is_within_tolerance_of_bayes_optimal(job, synthetic):
+    _, work = job
+    predictions = np.loadtxt(work / "models/2/eval/predictions.txt")
+    auc = heldout_auc(synthetic.heldout, predictions)
+    meta = json.loads((work / "models/2/dense/meta.json").read_text())
+    assert meta["eval_auc"] == pytest.approx(auc, abs=1e-9)
+    print(f"held-out AUC {auc:.4f}, Bayes-optimal {synthetic.bayes_auc:.4f}")
+    assert auc >= synthetic.bayes_auc - AUC_TOLERANCE
+
+
+def test_each_pass_reports_metrics_per_trainer(job):
+    run, _ = job
+    for trainer in ("trainer-0", "trainer-1"):
+        passes = [e for e in run.events(trainer, "metrics") if "examples_per_sec" in e]
+        assert [e["step"] for e in passes] == [1, 2]
+        for metrics in passes:
+            assert metrics["examples"] > 0 and metrics["examples_per_sec"] > 0
+            assert 0 < metrics["loss"] < 1 and 0.5 < metrics["auc"] <= 1
+
+
+def test_metrics_reach_mlflow(job, mlflow_server):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server.tracking_uri)
+    experiment = client.get_experiment_by_name("trainer-job-test")
+    runs = client.search_runs([experiment.experiment_id])
+    assert sorted(r.info.run_name for r in runs) == ["trainer-0", "trainer-1"]
+    for run in runs:
+        history = client.get_metric_history(run.info.run_id, "examples_per_sec")
+        assert [m.step for m in history] == [1, 2]
+        assert {"loss", "auc", "examples"} <= set(run.data.metrics)
+
+
+def test_missing_hour_is_skipped_and_reported(job):
+    run, _ = job
+    for trainer in ("trainer-0", "trainer-1"):
+        assert run.events(trainer, "skipped_hours") == [
+            {"event": "skipped_hours", "hours": [MISSING_HOUR], "reason": "no donefile"}
+        ]
+
+
+def test_bad_lines_are_reported_per_file(job, synthetic):
+    run, _ = job
+    reports = run.events("trainer-0", "bad_lines") + run.events("trainer-1", "bad_lines")
+    assert len(reports) == 2  # the bad file, once per pass
+    for report in reports:
+        assert report["file"] == f"{synthetic.train_uri}/{BAD_FILE}"
+        assert report["bad"] == len(BAD_LINES)
+        assert sum(report["reasons"].values()) == len(BAD_LINES) and len(report["reasons"]) == 8
+
+
+def test_versions_are_published_by_the_donefile_last(job):
+    _, work = job
+    models = work / "models"
+    lines = [json.loads(line) for line in (models / "donefile").read_text().splitlines()]
+    assert lines == [{"id": v, "key": v, "input": f"file://{models}/{v}/sparse"} for v in (1, 2)]
+    for version in (1, 2):
+        assert sorted(p.name for p in (models / str(version) / "dense").iterdir()) == [
+            "meta.json", "model.pdiparams", "model.pdmodel",
+        ]  # fmt: skip
+        assert [p.name for p in (models / str(version) / "sparse").iterdir()] == ["part-00000"]
+    index = (work / "checkpoints/index").read_text().splitlines()
+    assert [json.loads(line)["pass_id"] for line in index] == [1, 2]
+
+
+def test_sequence_file_reads_back_independently(job, synthetic):
+    _, work = job
+    meta = json.loads((work / "models/2/dense/meta.json").read_text())
+    keys, values = read_sequence_file((work / "models/2/sparse/part-00000").read_bytes())
+    assert len(keys) == meta["sparse_keys"] == len(set(keys.tolist()))
+    assert values.shape == (len(keys), meta["embedding_dim"]) == (len(keys), 9)
+    assert keys.min() >= 1 and keys.max() < meta["sparse_dim"]
+    trained = {
+        int(f) % meta["sparse_dim"] for feasigns in synthetic.model.feasigns for f in feasigns
+    }
+    assert set(keys.tolist()) <= trained  # only keys the data holds
+    assert len(keys) >= 0.95 * len(trained)
+    assert np.all(np.isfinite(values)) and np.abs(values).max() > 0
+
+
+def test_exported_model_reproduces_the_trainers_predictions(job, synthetic, tmp_path):
+    _, work = job
+    dense = work / "models/2/dense"
+    meta = json.loads((dense / "meta.json").read_text())
+    keys, values = read_sequence_file((work / "models/2/sparse/part-00000").read_bytes())
+    pooled = pooled_embeddings(
+        synthetic.heldout, meta["slots"], meta["sparse_dim"], keys, values, meta["feed_names"]
+    )
+    np.savez(tmp_path / "pooled.npz", **pooled)
+    command = [sys.executable, str(HERE / "predict_exported.py"), str(dense),
+               str(tmp_path / "pooled.npz"), str(tmp_path / "out.npy")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, env=trainer_env(), timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    served = np.load(tmp_path / "out.npy")
+    trainer = np.loadtxt(work / "models/2/eval/predictions.txt")
+    assert served.shape == trainer.shape == (len(synthetic.heldout),)
+    assert np.max(np.abs(served - trainer)) <= 1e-5

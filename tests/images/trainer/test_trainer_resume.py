@@ -1,0 +1,61 @@
+"""Killing a trainer mid-pass fails the job; running it again resumes after the last
+checkpointed pass, with the pservers' table restored (its show counts keep adding up)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from tests.images.trainer.trainertest import LocalJob, run_job, wait_for, write_config
+
+pytestmark = pytest.mark.slow
+
+
+def test_killed_trainer_resumes_from_checkpoint(synthetic, tmp_path):
+    runner = {
+        "train_data_uri": synthetic.train_uri,
+        "start_date_hr": "20191221/01",
+        "end_date_hr": "20191221/01",
+        "slot_conf": synthetic.slot_conf,
+        "passes": 3,
+        "model_uri": f"file://{tmp_path}/models",
+        "checkpoint_uri": f"file://{tmp_path}/checkpoints",
+        "work_dir": str(tmp_path / "scratch"),
+    }
+    config = write_config(tmp_path / "trainer.json", runner)
+    index = tmp_path / "checkpoints" / "index"
+
+    first = LocalJob(config, tmp_path / "logs-1", pservers=1, trainers=2)
+    try:
+        wait_for(index.exists, timeout=300, what="the checkpoint of pass 1")
+        wait_for(lambda: '"pass_start", "pass": 2' in first.log("trainer-1"), 60, "pass 2")
+        time.sleep(1.0)  # inside train_from_dataset of pass 2
+        os.killpg(first.pid("trainer-1"), signal.SIGKILL)
+        assert first.wait(timeout=120) == 1
+    finally:
+        first.stop()
+    assert [json.loads(line)["pass_id"] for line in index.read_text().splitlines()] == [1]
+
+    second = run_job(config, tmp_path / "logs-2", pservers=1, trainers=2)
+    for trainer in ("trainer-0", "trainer-1"):
+        assert second.events(trainer, "resume") == [
+            {"event": "resume", "after_pass": 1, "version": 1}
+        ]
+        steps = [e["step"] for e in second.events(trainer, "metrics") if "examples" in e]
+        assert steps == [2, 3]
+    assert "restored checkpoint pass 1" in second.log("pserver-0")
+    assert [json.loads(line)["pass_id"] for line in index.read_text().splitlines()] == [1, 2, 3]
+
+    versions = [json.loads(line)["id"] for line in (tmp_path / "models/donefile").read_text().splitlines()]  # fmt: skip
+    assert versions == [1, 2, 3]
+    shows = [
+        json.loads((tmp_path / f"models/{v}/dense/meta.json").read_text())["table_shows"]
+        for v in versions
+    ]
+    # every pass pushes the same key occurrences: pass 3 holds three passes' worth only
+    # if the restarted pservers started from pass 1's table
+    assert shows[1] == pytest.approx(2 * shows[0]) and shows[2] == pytest.approx(3 * shows[0])

@@ -1,0 +1,105 @@
+"""The same training, reading from and writing to an S3 server (moto, offline mode) and
+HDFS (Hadoop's MiniDFSCluster, online mode: the job waits for the next hour's
+donefile, then trains it)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from elasticctr_common.storage import Store, open_store
+
+from tests.images.trainer.conftest import MISSING_HOUR
+from tests.images.trainer.trainertest import (
+    AUC_TOLERANCE,
+    LocalJob,
+    heldout_auc,
+    run_job,
+    wait_for,
+    write_config,
+)
+
+pytestmark = pytest.mark.slow
+
+
+def copy_tree(local: Path, store: Store, skip: tuple[str, ...] = ()) -> None:
+    for path in sorted(local.rglob("*")):
+        relative = path.relative_to(local).as_posix()
+        if path.is_file() and relative not in skip:
+            store.write_bytes(relative, path.read_bytes())
+
+
+def eval_auc(models: Store, version: int, synthetic) -> float:
+    predictions = np.array(models.read_text(f"{version}/eval/predictions.txt").split(), float)
+    auc = heldout_auc(synthetic.heldout, predictions)
+    print(f"{models.uri()}: held-out AUC {auc:.4f}, Bayes-optimal {synthetic.bayes_auc:.4f}")
+    return auc
+
+
+def test_offline_training_on_s3(synthetic, s3_server, s3_env, tmp_path):
+    bucket = s3_server.create_bucket()
+    root = open_store(f"s3://{bucket}/elasticctr")
+    copy_tree(synthetic.root / "train", root.child("train"))
+    copy_tree(synthetic.root / "heldout", root.child("heldout"))
+    runner = {
+        "train_data_uri": root.uri("train"),
+        "start_date_hr": "20191221/00",
+        "end_date_hr": "20191221/01",
+        "slot_conf": synthetic.slot_conf,
+        "passes": 2,
+        "model_uri": root.uri("models"),
+        "checkpoint_uri": root.uri("checkpoints"),
+        "eval_data_uri": root.uri("heldout"),
+        "work_dir": str(tmp_path / "scratch"),
+    }
+    config = write_config(tmp_path / "trainer.json", runner)
+    run_job(config, tmp_path / "logs", pservers=1, trainers=2, env=s3_env)
+    models = root.child("models")
+    assert [json.loads(line)["input"] for line in models.read_text("donefile").splitlines()] == [
+        models.uri("1/sparse"), models.uri("2/sparse"),
+    ]  # fmt: skip
+    assert eval_auc(models, 2, synthetic) >= synthetic.bayes_auc - AUC_TOLERANCE
+    assert root.child("checkpoints").exists("pass-2/pserver-0.done")
+
+
+def test_online_training_on_hdfs_waits_for_the_next_hour(
+    synthetic, hdfs_cluster, hdfs_env, tmp_path
+):
+    root = open_store(f"{hdfs_cluster.url}/elasticctr")
+    copy_tree(synthetic.root / "train", root.child("train"))  # hour 02 has no donefile yet
+    copy_tree(synthetic.root / "heldout", root.child("heldout"))
+    runner = {
+        "mode": "online",
+        "train_data_uri": root.uri("train"),
+        "start_date_hr": "20191221/00",
+        "end_date_hr": MISSING_HOUR,
+        "slot_conf": synthetic.slot_conf,
+        "model_uri": root.uri("models"),
+        "checkpoint_uri": root.uri("checkpoints"),
+        "eval_data_uri": root.uri("heldout"),
+        "work_dir": str(tmp_path / "scratch"),
+        "online_poll_seconds": 0.5,
+    }
+    config = write_config(tmp_path / "trainer.json", runner)
+    models = root.child("models")
+    job = LocalJob(config, tmp_path / "logs", pservers=1, trainers=2, env=hdfs_env)
+    try:
+
+        def published() -> int:
+            return (
+                len(models.read_text("donefile").splitlines()) if models.exists("donefile") else 0
+            )
+
+        wait_for(lambda: published() == 2, timeout=400, what="versions of hours 00 and 01")
+        assert job.proc.poll() is None  # waiting for hour 02
+        root.write_text(f"train/{MISSING_HOUR}/donefile", "")
+        assert job.wait() == 0, job.output()
+    finally:
+        job.stop()
+    hours = [json.loads(models.read_text(f"{v}/dense/meta.json"))["hours"] for v in (1, 2, 3)]
+    assert hours == [["20191221/00"], ["20191221/01"], [MISSING_HOUR]]
+    assert eval_auc(models, 3, synthetic) >= synthetic.bayes_auc - AUC_TOLERANCE
+    index = root.child("checkpoints").read_text("index").splitlines()
+    assert [json.loads(line)["hour"] for line in index] == [h[0] for h in hours]

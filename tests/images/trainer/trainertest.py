@@ -1,0 +1,156 @@
+"""Helpers for the trainer tests: trainer.json, the local job as a subprocess (cleaned up
+by PID even when a test fails), and readers that do not reuse the trainer's code."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[3]
+PYTHONPATH = os.pathsep.join(str(REPO / p) for p in ("images/trainer", "images/common", "."))
+JOB_TIMEOUT = 600
+AUC_TOLERANCE = 0.03  # of the generator's Bayes-optimal AUC (issue 3)
+
+
+def heldout_auc(lines: list[str], predictions: np.ndarray) -> float:
+    from elasticctr_trainer.metrics import auc
+
+    labels = np.array([int(line.split()[1]) > 0 for line in lines])
+    return auc(labels, predictions)
+
+
+def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "TRAINING_ROLE"))}
+    env.pop("MLFLOW_TRACKING_URI", None)
+    return {**env, "PYTHONPATH": PYTHONPATH, **(extra or {})}
+
+
+def write_config(path: Path, runner: dict, hyper: dict | None = None) -> Path:
+    hyper = {"sparse_dim": 100003, "learning_rate": 0.003, "batch_size": 64, **(hyper or {})}
+    path.write_text(json.dumps({"runner": runner, "hyper_parameters": hyper}, indent=1))
+    return path
+
+
+class LocalJob:
+    """`python -m elasticctr_trainer local ...`; `stop()` kills whatever is left, by PID."""
+
+    def __init__(self, config: Path, log_dir: Path, pservers: int, trainers: int, env=None):
+        self.log_dir = log_dir
+        command = [
+            sys.executable, "-m", "elasticctr_trainer", "local", "--config", str(config),
+            "--pservers", str(pservers), "--trainers", str(trainers), "--log-dir", str(log_dir),
+        ]  # fmt: skip
+        self.proc = subprocess.Popen(
+            command, env=trainer_env(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+
+    def wait(self, timeout: float = JOB_TIMEOUT) -> int:
+        try:
+            self.proc.wait(timeout=timeout)
+        finally:
+            self.stop()
+        return self.proc.returncode
+
+    def pid(self, name: str) -> int:
+        return int((self.log_dir / f"{name}.pid").read_text())
+
+    def log(self, name: str) -> str:
+        path = self.log_dir / f"{name}.log"
+        return path.read_text(errors="replace") if path.exists() else ""
+
+    def events(self, name: str, event: str) -> list[dict]:
+        found = []
+        for line in self.log(name).splitlines():
+            if line.startswith('{"event": "' + event + '"'):
+                found.append(json.loads(line))
+        return found
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        for pid_file in self.log_dir.glob("*.pid"):
+            kill_if_ours(int(pid_file.read_text()))
+
+    def output(self) -> str:
+        return self.proc.stdout.read().decode(errors="replace") if self.proc.stdout else ""
+
+
+def kill_if_ours(pid: int) -> None:
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return
+    if b"elasticctr_trainer" in cmdline:
+        os.killpg(pid, signal.SIGKILL)
+
+
+def run_job(config: Path, log_dir: Path, pservers: int, trainers: int, env=None) -> LocalJob:
+    job = LocalJob(config, log_dir, pservers, trainers, env)
+    code = job.wait()
+    if code != 0:
+        logs = "\n".join(f"--- {p.name}\n{tail(p)}" for p in sorted(log_dir.glob("*.log")))
+        raise AssertionError(f"local job exited {code}\n{job.output()}\n{logs}")
+    return job
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    kept = [
+        line
+        for line in path.read_text(errors="replace").splitlines()
+        if not line.startswith(("I1", "W1", "_generated_var"))
+    ]
+    return "\n".join(kept[-lines:])
+
+
+def wait_for(predicate, timeout: float, what: str) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.2)
+
+
+def read_sequence_file(data: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """An independent SequenceFile reader (Hadoop's layout, raw BytesWritable framing):
+    (uint64 keys, float32 values)."""
+    assert data[:4] == b"SEQ\x06", "not a version-6 SequenceFile"
+    pos = 4
+    for _ in range(2):  # key and value class: Hadoop Text, one-byte vint length
+        length = data[pos]
+        assert data[pos + 1 : pos + 1 + length] == b"org.apache.hadoop.io.BytesWritable"
+        pos += 1 + length
+    assert data[pos : pos + 2] == b"\x00\x00", "compressed"
+    pos += 2
+    (meta,) = struct.unpack_from(">i", data, pos)
+    assert meta == 0
+    pos += 4
+    sync = data[pos : pos + 16]
+    pos += 16
+    keys, values = [], []
+    while pos < len(data):
+        (record_length,) = struct.unpack_from(">i", data, pos)
+        if record_length == -1:
+            assert data[pos + 4 : pos + 20] == sync, "bad sync marker"
+            pos += 20
+            continue
+        (key_length,) = struct.unpack_from(">i", data, pos + 4)
+        assert key_length == 8
+        start = pos + 8
+        keys.append(struct.unpack_from("<Q", data, start)[0])
+        value = data[start + 8 : start + record_length]
+        values.append(np.frombuffer(value, dtype="<f4"))
+        pos = start + record_length
+    return np.array(keys, dtype=np.uint64), np.array(values, dtype=np.float32)
