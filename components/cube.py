@@ -27,6 +27,8 @@ TRANSFER_PORT = 8099
 CONFIG_MAP = "cube-conf"
 DICT_NAME = "ctr_embedding"
 SHARD_DIR = f"{kube.DATA_DIR}/cube"
+SHARD_ACCOUNT = "cube"  # servers and agents
+TRANSFER_ACCOUNT = "cube-transfer"
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ class Cube(pulumi.ComponentResource):
             readiness=kube.http_probe("/healthz", AGENT_PORT),
             mounts=[shards_mount],
         )
+        account = kube.service_account(target, SHARD_ACCOUNT, "cube", self)
         k8s.apps.v1.StatefulSet(
             f"{name}-shards",
             metadata=target.metadata("cube", "cube"),
@@ -188,7 +191,9 @@ class Cube(pulumi.ComponentResource):
                     "when_deleted": "Delete",
                     "when_scaled": "Delete",
                 },
-                "template": kube.pod_template("cube", [server, agent]),
+                "template": kube.pod_template(
+                    "cube", [server, agent], service_account=account.metadata["name"]
+                ),
                 # Shard files are rebuilt from the model export: a lost volume costs a reload.
                 "volume_claim_templates": [kube.volume_claim("shards", args.storage)],
             },
@@ -222,6 +227,7 @@ class Cube(pulumi.ComponentResource):
             readiness=kube.http_probe("/healthz", TRANSFER_PORT),
             mounts=[kube.CONFIG_MOUNT],
         )
+        account = kube.service_account(target, TRANSFER_ACCOUNT, "cube-transfer", self)
         k8s.apps.v1.Deployment(
             f"{name}-transfer",
             metadata=target.metadata("cube-transfer", "cube-transfer"),
@@ -235,6 +241,7 @@ class Cube(pulumi.ComponentResource):
                     "cube-transfer",
                     [container],
                     [kube.config_volume(config_map.metadata["name"])],
+                    service_account=account.metadata["name"],
                     annotations={"elasticctr.io/config-sha256": self.config_hash},
                     tmp_size=args.storage,
                 ),

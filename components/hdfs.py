@@ -21,6 +21,19 @@ DATANODE_PORTS = {"data": 9866, "http": 9864, "ipc": 9867}
 # is a subdirectory of the volume: the mount point itself always exists.
 NAMENODE_DIR = "/data/namenode"
 DATANODE_DIR = "/data/datanode"
+SERVICE_ACCOUNT = "hdfs"
+
+
+@dataclass(frozen=True)
+class _Role:
+    """One HDFS role (namenode or datanode) as a StatefulSet."""
+
+    component: str
+    command: list[str]
+    replicas: int
+    ports: dict[str, int]
+    storage: str
+    readiness: k8s.core.v1.ProbeArgsDict
 
 
 @dataclass(frozen=True)
@@ -85,32 +98,26 @@ class Hdfs(pulumi.ComponentResource):
                 "ENSURE_NAMENODE_DIR": NAMENODE_DIR,
             }
         )
+        account = kube.service_account(target, SERVICE_ACCOUNT, "hdfs", self)
         namenode_ports = {"rpc": NAMENODE_RPC_PORT, "http": NAMENODE_HTTP_PORT}
         namenode = self._node_set(
             f"{name}-namenode",
-            target,
-            "hdfs-namenode",
-            args.image,
-            ["hdfs", "namenode"],
-            1,
-            namenode_ports,
+            args,
+            _Role("hdfs-namenode", ["hdfs", "namenode"], 1, namenode_ports, args.namenode_storage,
+                  kube.http_probe("/", NAMENODE_HTTP_PORT)),
             site,
-            args.namenode_storage,
-            kube.http_probe("/", NAMENODE_HTTP_PORT),
-        )
+            account.metadata["name"],
+        )  # fmt: skip
         self._node_set(
             f"{name}-datanode",
-            target,
-            "hdfs-datanode",
-            args.image,
-            ["hdfs", "datanode"],
-            args.datanodes,
-            DATANODE_PORTS,
+            args,
+            _Role("hdfs-datanode", ["hdfs", "datanode"], args.datanodes, DATANODE_PORTS,
+                  args.datanode_storage,
+                  {"tcp_socket": {"port": DATANODE_PORTS["data"]}, "period_seconds": 10}),
             site,
-            args.datanode_storage,
-            {"tcp_socket": {"port": DATANODE_PORTS["data"]}, "period_seconds": 10},
+            account.metadata["name"],
             depends_on=[namenode],
-        )
+        )  # fmt: skip
         # Trainers, the client's upload and the datanodes themselves talk to HDFS.
         allow_ingress(
             target,
@@ -132,31 +139,27 @@ class Hdfs(pulumi.ComponentResource):
     def _node_set(
         self,
         resource_name: str,
-        target: KubeTarget,
-        component: str,
-        image: str,
-        command: list[str],
-        replicas: int,
-        ports: dict[str, int],
+        args: HdfsArgs,
+        role: _Role,
         env: list[k8s.core.v1.EnvVarArgsDict],
-        storage: str,
-        readiness: k8s.core.v1.ProbeArgsDict,
+        service_account: pulumi.Input[str],
         depends_on: list[pulumi.Resource] | None = None,
     ) -> k8s.apps.v1.StatefulSet:
         """A headless Service and a StatefulSet of one HDFS role, each pod with its volume."""
+        target, component, ports = args.target, role.component, role.ports
         service = kube.service(
             target, f"{resource_name}-service", component, component, ports, self, headless=True
         )
         node = kube.container(
             target,
             component.removeprefix("hdfs-"),
-            image,
-            command,
+            args.image,
+            role.command,
             env=env,
             ports=ports,
             cpu=0.5,
             mem=1,
-            readiness=readiness,
+            readiness=role.readiness,
             mounts=[{"name": "data", "mount_path": "/data"}],
             # The image writes its *-site.xml files at start.
             read_only_root=False,
@@ -166,11 +169,11 @@ class Hdfs(pulumi.ComponentResource):
             metadata=target.metadata(component, component),
             spec={
                 "service_name": component,
-                "replicas": replicas,
+                "replicas": role.replicas,
                 "selector": {"match_labels": kube.labels(component)},
                 "persistent_volume_claim_retention_policy": kube.RETAIN_VOLUMES,
-                "template": kube.pod_template(component, [node]),
-                "volume_claim_templates": [kube.volume_claim("data", storage)],
+                "template": kube.pod_template(component, [node], service_account=service_account),
+                "volume_claim_templates": [kube.volume_claim("data", role.storage)],
             },
             opts=target.opts(self, depends_on=[service, *(depends_on or [])]),
         )

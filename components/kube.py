@@ -116,7 +116,7 @@ CONFIG_MOUNT: k8s.core.v1.VolumeMountArgsDict = {
 def container(
     target: KubeTarget,
     name: str,
-    image: str,
+    image: pulumi.Input[str],
     command: Sequence[pulumi.Input[str]],
     *,
     cpu: float,

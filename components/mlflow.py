@@ -18,12 +18,13 @@ from components.object_storage import ObjectStore
 
 PORT = 5000
 DB_DIR = f"{kube.DATA_DIR}/mlflow"
+SERVICE_ACCOUNT = "mlflow"
 
 
 @dataclass(frozen=True)
 class MlflowArgs:
     target: KubeTarget
-    image: str
+    image: pulumi.Input[str]  # a pinned tag, or the digest of a build
     store: ObjectStore
     storage: str = "5Gi"
     cpu: float = 0.5
@@ -90,6 +91,7 @@ class Mlflow(pulumi.ComponentResource):
             "name": "db",
             "persistent_volume_claim": {"claim_name": volume.metadata["name"]},
         }
+        account = kube.service_account(target, SERVICE_ACCOUNT, "mlflow", self)
         k8s.apps.v1.Deployment(
             f"{name}-server",
             metadata=target.metadata("mlflow", "mlflow"),
@@ -98,7 +100,9 @@ class Mlflow(pulumi.ComponentResource):
                 # SQLite on a ReadWriteOnce volume: never two servers at once.
                 "strategy": {"type": "Recreate"},
                 "selector": {"match_labels": kube.labels("mlflow")},
-                "template": kube.pod_template("mlflow", [container], [db_volume]),
+                "template": kube.pod_template(
+                    "mlflow", [container], [db_volume], service_account=account.metadata["name"]
+                ),
             },
             opts=target.opts(self),
         )

@@ -19,6 +19,7 @@ MINIO_PORT = 9000
 CREDENTIALS_SECRET = "object-storage-credentials"
 KEY_ID = "AWS_ACCESS_KEY_ID"
 SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
+SERVICE_ACCOUNT = "minio"
 
 
 @dataclass(frozen=True)
@@ -55,7 +56,7 @@ class ObjectStorageArgs:
     mode: Literal["minio", "external"]
     bucket: str
     region: str
-    endpoint: str = ""  # external mode
+    endpoint: pulumi.Input[str] = ""  # external mode (an Output when a cloud made the bucket)
     access_key: pulumi.Input[str] | None = None  # external mode; secret
     secret_key: pulumi.Input[str] | None = None
     minio_image: str = ""
@@ -122,6 +123,7 @@ class ObjectStorage(pulumi.ComponentResource):
             store.credentials_secret or CREDENTIALS_SECRET,
             {"MINIO_ROOT_USER": KEY_ID, "MINIO_ROOT_PASSWORD": SECRET_KEY},
         )
+        account = kube.service_account(target, SERVICE_ACCOUNT, "minio", self)
         service = kube.service(
             target, f"{name}-minio-service", "minio", "minio", {"s3": MINIO_PORT}, self
         )
@@ -146,7 +148,9 @@ class ObjectStorage(pulumi.ComponentResource):
                 "replicas": 1,
                 "selector": {"match_labels": selector},
                 "persistent_volume_claim_retention_policy": kube.RETAIN_VOLUMES,
-                "template": kube.pod_template("minio", [server]),
+                "template": kube.pod_template(
+                    "minio", [server], service_account=account.metadata["name"]
+                ),
                 "volume_claim_templates": [kube.volume_claim("data", args.size)],
             },
             opts=target.opts(self, depends_on=[service]),
@@ -179,6 +183,7 @@ class ObjectStorage(pulumi.ComponentResource):
                             mem=0.125,
                         )
                     ],
+                    service_account=account.metadata["name"],
                     restart_policy="OnFailure",
                 ),
             },

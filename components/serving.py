@@ -19,12 +19,13 @@ from components.object_storage import ObjectStore
 
 PORT = 8010
 API_PATH = "/ElasticCTRPredictionService/inference"
+SERVICE_ACCOUNT = "serving"
 
 
 @dataclass(frozen=True)
 class ServingArgs:
     target: KubeTarget
-    image: str
+    image: pulumi.Input[str]  # a pinned tag, or the digest of a build
     store: ObjectStore
     slot_conf_map: pulumi.Input[str]
     cube_conf_map: pulumi.Input[str]
@@ -78,6 +79,7 @@ class Serving(pulumi.ComponentResource):
             liveness=kube.http_probe("/healthz", PORT, 20),
             mounts=[kube.CONFIG_MOUNT],
         )
+        account = kube.service_account(target, SERVICE_ACCOUNT, "serving", self)
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
             metadata=target.metadata("serving", "serving"),
@@ -90,6 +92,7 @@ class Serving(pulumi.ComponentResource):
                     "serving",
                     [container],
                     [kube.config_volume(args.cube_conf_map, args.slot_conf_map)],
+                    service_account=account.metadata["name"],
                     annotations={"elasticctr.io/cube-conf-sha256": args.cube_conf_hash},
                 ),
             },

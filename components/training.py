@@ -25,6 +25,7 @@ from components.object_storage import ObjectStore
 PSERVER_PORT = 30240
 CONFIG_MAP = "training-config"
 UGI_SECRET = "hdfs-ugi"
+SERVICE_ACCOUNT = "training"
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class Training(pulumi.ComponentResource):
                 string_data={"HDFS_UGI": pulumi.Output.secret(args.hdfs_ugi)},
                 opts=target.opts(self),
             )
-        account = kube.service_account(target, "training", "training", self)
+        account = kube.service_account(target, SERVICE_ACCOUNT, "training", self)
 
         env: list[k8s.core.v1.EnvVarArgsDict] = [
             *kube.env(

@@ -1,22 +1,112 @@
-"""The cluster of a stack, by `cloud`: the one place that knows which cloud it is."""
+"""The cluster of a stack, by `cloud`: the one place that knows which cloud it is.
+
+Each cloud component gets typed args mapped from its config section and hands back the same
+ClusterResult (Kubernetes provider, kubeconfig, bucket, registry, Volcano), so the rest of
+the program never asks which cloud it runs on.
+"""
 
 from __future__ import annotations
 
-from components.cluster import ClusterResult
+from collections.abc import Sequence
+
+import pulumi
+
+from components import cube, mlflow, serving, training
+from components.cluster import ClusterResult, NodePoolSpec
+from components.cluster.aws import EksCluster, EksClusterArgs
+from components.cluster.baidu import BaiduCce, BaiduCceArgs
 from components.cluster.existing import ExistingCluster, ExistingClusterArgs
-from infra.config import StackConfig
+from components.cluster.huawei import HuaweiCce, HuaweiCceArgs
+from infra.config import Cloud, NodePool, StackConfig
+from infra.load_config import as_secret
+
+# The service accounts of the pods that read and write the bucket (AWS gives them the
+# bucket role through Pod Identity).
+BUCKET_SERVICE_ACCOUNTS = (
+    training.SERVICE_ACCOUNT,
+    cube.SHARD_ACCOUNT,
+    cube.TRANSFER_ACCOUNT,
+    serving.SERVICE_ACCOUNT,
+    mlflow.SERVICE_ACCOUNT,
+)
 
 
 def build_cluster(config: StackConfig) -> ClusterResult:
-    # Until the cloud components exist (Baidu CCE, Huawei CCE, AWS EKS), every cloud means a
-    # cluster the user already has, reached through `cluster.kubeconfig`.
-    cluster = ExistingCluster(
+    cluster = config.cluster
+    # One cluster per stack: the stack name keeps clusters of several stacks apart.
+    name = f"elasticctr-{pulumi.get_stack()}"
+    bucket = config.storage.bucket if config.storage.mode == "cloud" else None
+    if config.cloud == Cloud.AWS:
+        aws = cluster.aws
+        return EksCluster(
+            "cluster",
+            EksClusterArgs(
+                cluster_name=name,
+                region=aws.region,
+                kubernetes_version=aws.kubernetes_version,
+                node_pools=_pools(aws.node_pools),
+                subnet_ids=tuple(aws.subnet_ids),
+                bucket=bucket,
+                bucket_users=tuple((config.namespace, sa) for sa in BUCKET_SERVICE_ACCOUNTS),
+            ),
+        ).result
+    if config.cloud == Cloud.HUAWEI:
+        huawei = cluster.huawei
+        return HuaweiCce(
+            "cluster",
+            HuaweiCceArgs(
+                cluster_name=name,
+                region=huawei.region,
+                kubernetes_version=huawei.kubernetes_version,
+                cluster_flavor=huawei.cluster_flavor,
+                key_pair=huawei.key_pair,
+                node_pools=_pools(huawei.node_pools),
+                volcano_addon=config.volcano.managed,
+                bucket=bucket,
+                bucket_access_key=as_secret(config.storage.access_key),
+                bucket_secret_key=as_secret(config.storage.secret_key),
+            ),
+        ).result
+    if config.cloud == Cloud.BAIDU:
+        baidu = cluster.baidu
+        return BaiduCce(
+            "cluster",
+            BaiduCceArgs(
+                cluster_name=name,
+                region=baidu.region,
+                kubernetes_version=baidu.kubernetes_version,
+                vpc_id=baidu.vpc_id,
+                subnet_id=baidu.subnet_id,
+                ssh_key_id=baidu.ssh_key_id,
+                ccr_instance_id=baidu.ccr_instance_id,
+                master_flavor=baidu.master_flavor,
+                node_pools=_pools(baidu.node_pools),
+                create_timeout_seconds=baidu.create_timeout_minutes * 60,
+                bucket=bucket,
+                bucket_access_key=as_secret(config.storage.access_key),
+                bucket_secret_key=as_secret(config.storage.secret_key),
+            ),
+        ).result
+    return ExistingCluster(
         "cluster",
         ExistingClusterArgs(
-            kubeconfig=config.cluster.kubeconfig,
-            context=config.cluster.context,
+            kubeconfig=cluster.kubeconfig,
+            context=cluster.context,
             volcano_managed=config.volcano.managed,
-            render_dir=config.cluster.render_dir,
+            render_dir=cluster.render_dir,
         ),
+    ).result
+
+
+def _pools(pools: Sequence[NodePool]) -> tuple[NodePoolSpec, ...]:
+    return tuple(
+        NodePoolSpec(
+            name=pool.name,
+            instance_type=pool.instance_type,
+            min_nodes=pool.min_nodes,
+            desired_nodes=pool.desired_nodes,
+            max_nodes=pool.max_nodes,
+            disk_gb=pool.disk_gb,
+        )
+        for pool in pools
     )
-    return cluster.result

@@ -77,8 +77,136 @@ class Cloud(StrEnum):
     AWS = "aws"
 
 
+# Instance types as each cloud spells them (checked before anything is created).
+AWS_INSTANCE = r"^[a-z][a-z0-9-]*\.[a-z0-9-]+$"
+HUAWEI_FLAVOR = r"^[a-z][a-z0-9]*\.[a-z0-9]+\.[0-9]+$"
+BAIDU_SPEC = r"^bcc\.[a-z0-9]+\.c[0-9]+m[0-9]+$"
+
+
+class NodePool(Section):
+    """A group of identical worker nodes; the cloud scales it between min and max."""
+
+    name: DnsLabel = Field("cpu", description="pool name (nodes get label elasticctr.io/pool)")
+    instance_type: str = Field("", description="instance type")
+    min_nodes: int = Field(1, ge=0, le=1000, description="fewest nodes")
+    desired_nodes: int = Field(2, ge=0, le=1000, description="nodes to start with")
+    max_nodes: int = Field(4, ge=1, le=1000, description="most nodes")
+    disk_gb: int = Field(100, ge=20, le=2000, description="data disk per node, GiB")
+
+    @model_validator(mode="after")
+    def _counts(self) -> NodePool:
+        if self.min_nodes > self.max_nodes:
+            raise Problem(
+                "max_nodes", f"must be >= min_nodes ({self.min_nodes}), got {self.max_nodes}"
+            )
+        if not self.min_nodes <= self.desired_nodes <= self.max_nodes:
+            raise Problem(
+                "desired_nodes",
+                f"must be from min_nodes ({self.min_nodes}) to max_nodes ({self.max_nodes}), "
+                f"got {self.desired_nodes}",
+            )
+        return self
+
+
+class AwsNodePool(NodePool):
+    instance_type: Annotated[
+        str, _allowed(AWS_INSTANCE, "an EC2 instance type such as m6i.2xlarge")
+    ] = Field("m6i.2xlarge", description="EC2 instance type")
+
+
+class HuaweiNodePool(NodePool):
+    instance_type: Annotated[str, _allowed(HUAWEI_FLAVOR, "an ECS flavor such as c7.2xlarge.4")] = (
+        Field("c7.2xlarge.4", description="ECS flavor")
+    )
+
+
+class BaiduNodePool(NodePool):
+    instance_type: Annotated[str, _allowed(BAIDU_SPEC, "a BCC spec such as bcc.g5.c8m32")] = Field(
+        "bcc.g5.c8m32", description="BCC machine spec"
+    )
+
+
+def _unique_pools(pools: list[Any]) -> list[Any]:
+    names = [pool.name for pool in pools]
+    for index, name in enumerate(names):
+        if name in names[:index]:
+            raise Problem(
+                f"{index}.name", f"must be unique among node pools, got {json.dumps(name)}"
+            )
+    return pools
+
+
+class AwsConfig(Section):
+    """`cloud: aws`: an EKS cluster with managed node groups, S3 and ECR."""
+
+    region: Annotated[str, _allowed(r"^([a-z]{2}(-gov)?-[a-z]+-[0-9])?$", "an AWS region")] = Field(
+        "", description="AWS region, e.g. us-west-2 (required for cloud aws)"
+    )
+    kubernetes_version: Annotated[str, _allowed(r"^1\.[0-9]+$", "a version such as 1.33")] = Field(
+        "1.33", description="EKS Kubernetes version"
+    )
+    subnet_ids: list[Annotated[str, _allowed(r"^subnet-[0-9a-f]+$", "a subnet id")]] = Field(
+        default_factory=list, description="cluster subnets; empty = the region's default VPC"
+    )
+    node_pools: Annotated[list[AwsNodePool], AfterValidator(_unique_pools)] = Field(
+        default_factory=lambda: [AwsNodePool()], min_length=1, description="managed node groups"
+    )
+
+
+class HuaweiConfig(Section):
+    """`cloud: huawei`: a CCE cluster with node pools, OBS and SWR."""
+
+    region: Annotated[
+        str, _allowed(r"^([a-z]{2}-[a-z]+-[0-9]+)?$", "a Huawei Cloud region such as cn-north-4")
+    ] = Field("", description="Huawei Cloud region, e.g. cn-north-4 (required for cloud huawei)")
+    kubernetes_version: Annotated[str, _allowed(r"^v1\.[0-9]+$", "a version such as v1.31")] = (
+        Field("v1.31", description="CCE cluster version")
+    )
+    cluster_flavor: Annotated[
+        str,
+        _allowed(r"^cce\.s[12]\.(small|medium|large|xlarge)$", "a CCE flavor such as cce.s2.small"),
+    ] = Field("cce.s2.small", description="control plane size (s1 single, s2 HA)")
+    key_pair: str = Field("", description="KPS key pair for node login (required for cloud huawei)")
+    node_pools: Annotated[list[HuaweiNodePool], AfterValidator(_unique_pools)] = Field(
+        default_factory=lambda: [HuaweiNodePool()], min_length=1, description="CCE node pools"
+    )
+
+
+class BaiduConfig(Section):
+    """`cloud: baidu`: a CCE v2 cluster with instance groups, BOS and a CCR project."""
+
+    region: Annotated[str, _allowed(r"^([a-z]{2,4})?$", "a Baidu Cloud region such as bj")] = Field(
+        "", description="Baidu Cloud region, e.g. bj (required for cloud baidu)"
+    )
+    kubernetes_version: Annotated[
+        str, _allowed(r"^1\.[0-9]+\.[0-9]+$", "a version such as 1.30.1")
+    ] = Field("1.30.1", description="CCE Kubernetes version")
+    vpc_id: Annotated[str, _allowed(r"^(vpc-[a-z0-9]+)?$", "a VPC id such as vpc-a1b2")] = Field(
+        "", description="VPC of the cluster (required for cloud baidu)"
+    )
+    subnet_id: Annotated[str, _allowed(r"^(sbn-[a-z0-9]+)?$", "a subnet id such as sbn-a1b2")] = (
+        Field("", description="subnet of nodes and API server (required for cloud baidu)")
+    )
+    ssh_key_id: Annotated[str, _allowed(r"^(k-[A-Za-z0-9]+)?$", "a key pair id such as k-a1b2")] = (
+        Field("", description="BCC key pair for node login (required for cloud baidu)")
+    )
+    ccr_instance_id: Annotated[
+        str, _allowed(r"^(ccr-[a-z0-9]+)?$", "a CCR instance id such as ccr-a1b2")
+    ] = Field("", description="CCR enterprise instance for images (required for cloud baidu)")
+    master_flavor: Literal["l50", "l200", "l500", "l1000", "l3000", "l5000"] = Field(
+        "l50", description="managed control plane size (nodes it serves)"
+    )
+    create_timeout_minutes: int = Field(
+        60, ge=5, le=240, description="how long create waits for the cluster and nodes"
+    )
+    node_pools: Annotated[list[BaiduNodePool], AfterValidator(_unique_pools)] = Field(
+        default_factory=lambda: [BaiduNodePool()], min_length=1, description="CCE instance groups"
+    )
+
+
 class ClusterConfig(Section):
-    """Where the Kubernetes cluster comes from. `cloud: existing` uses a kubeconfig."""
+    """Where the Kubernetes cluster comes from. `cloud: existing` uses a kubeconfig; the
+    clouds create one from their section."""
 
     kubeconfig: str = Field(
         "", description="kubeconfig file; empty = $KUBECONFIG or ~/.kube/config"
@@ -90,6 +218,9 @@ class ClusterConfig(Section):
     skip_await: bool = Field(
         False, description="do not wait for readiness (a cluster that never runs containers)"
     )
+    aws: AwsConfig = Field(default_factory=AwsConfig, description="cloud aws: EKS")
+    huawei: HuaweiConfig = Field(default_factory=HuaweiConfig, description="cloud huawei: CCE")
+    baidu: BaiduConfig = Field(default_factory=BaiduConfig, description="cloud baidu: CCE v2")
 
 
 class VolcanoConfig(Section):
@@ -171,6 +302,9 @@ class DataConfig(Section):
         return self
 
 
+DEFAULT_REGISTRY = "docker.io/elasticctr"
+
+
 class ImageTags(Section):
     trainer: PinnedTag = Field("0.1.0", description="trainer image tag")
     cube: PinnedTag = Field(
@@ -186,7 +320,10 @@ class ImagesConfig(Section):
         _allowed(
             r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$", "a registry path such as docker.io/elasticctr"
         ),
-    ] = Field("docker.io/elasticctr", description="registry of this project's images")
+    ] = Field(
+        DEFAULT_REGISTRY,
+        description="registry of this project's images (cloud existing; clouds create theirs)",
+    )
     tags: ImageTags = Field(default_factory=ImageTags, description="pinned tag per project image")
     minio: PinnedImage = Field(
         "quay.io/minio/minio:RELEASE.2025-04-22T22-12-26Z", description="MinIO image"
@@ -197,16 +334,18 @@ class ImagesConfig(Section):
     pull_policy: Literal["IfNotPresent", "Always", "Never"] = Field(
         "IfNotPresent", description="imagePullPolicy"
     )
-
-    def image(self, name: Literal["trainer", "cube", "serving", "mlflow"]) -> str:
-        return f"{self.registry}/{name}:{getattr(self.tags, name)}"
+    build: bool = Field(
+        False,
+        description="build images/* and push them to the stack's registry; false: pinned tags",
+    )
 
 
 class StorageConfig(Section):
     """Object storage (S3 API) for models, cube shards and MLflow artifacts."""
 
-    mode: Literal["minio", "external"] = Field(
-        "minio", description="minio (in the cluster) or external bucket"
+    mode: Literal["minio", "external", "cloud"] = Field(
+        "minio",
+        description="minio (in the cluster), external bucket, or cloud (made by the cloud)",
     )
     bucket: Annotated[
         str,
@@ -217,10 +356,14 @@ class StorageConfig(Section):
     endpoint: str = Field(
         "", description="S3 endpoint URL (mode external), e.g. https://s3.bj.bcebos.com"
     )
-    region: str = Field("us-east-1", min_length=1, description="S3 region")
-    access_key: SecretStr | None = Field(None, description="access key id (secret; external mode)")
+    region: str = Field(
+        "us-east-1", min_length=1, description="S3 region (mode cloud: the cluster's region)"
+    )
+    access_key: SecretStr | None = Field(
+        None, description="access key id the pods use (secret; external, or cloud on baidu/huawei)"
+    )
     secret_key: SecretStr | None = Field(
-        None, description="secret access key (secret; external mode)"
+        None, description="secret access key the pods use (secret)"
     )
     size: Quantity = Field("20Gi", description="MinIO volume size")
 
@@ -233,6 +376,10 @@ class StorageConfig(Section):
             )
         if (self.access_key is None) != (self.secret_key is None):
             raise Problem("secret_key", "must be set together with access_key (both or neither)")
+        if self.mode == "cloud" and self.endpoint:
+            raise Problem(
+                "endpoint", f"comes from the cloud in mode cloud, got {json.dumps(self.endpoint)}"
+            )
         return self
 
 
@@ -342,7 +489,61 @@ class StackConfig(Section):
             raise Problem("data.source", 'must be "storage" when hdfs.mode is none, got "hdfs"')
         if self.data.source == "hdfs" and self.hdfs.mode == "external" and self.data.ugi is None:
             raise Problem("data.ugi", "must be set (with --secret) to read an external HDFS")
+        self._check_cloud()
         return self
+
+    def _check_cloud(self) -> None:
+        """The cloud's own section is complete, and nothing meant for another cloud is set."""
+        cloud = self.cloud.value
+        for other in (Cloud.AWS, Cloud.HUAWEI, Cloud.BAIDU):
+            section = getattr(self.cluster, other.value)
+            if other != self.cloud and section != type(section)():
+                raise Problem(
+                    f"cluster.{other.value}", f"is for cloud {other.value}, got cloud {cloud}"
+                )
+        if self.cloud == Cloud.EXISTING:
+            if self.storage.mode == "cloud":
+                raise Problem(
+                    "storage.mode", 'must be minio or external with cloud existing, got "cloud"'
+                )
+            return
+        section = getattr(self.cluster, cloud)
+        for key in REQUIRED_PER_CLOUD[self.cloud]:
+            if not getattr(section, key):
+                raise Problem(
+                    f"cluster.{cloud}.{key}", f'must be set when cloud is {cloud}, got ""'
+                )
+        if self.images.registry != DEFAULT_REGISTRY:
+            raise Problem(
+                "images.registry",
+                f"is for cloud existing: a {cloud} stack pushes to and pulls from the registry "
+                f"it creates, got {json.dumps(self.images.registry)}",
+            )
+        if self.volcano.managed and self.cloud != Cloud.HUAWEI:
+            raise Problem(
+                "volcano.managed",
+                f"must be false on cloud {cloud}: the cluster it creates has no Volcano add-on",
+            )
+        keys = self.storage.access_key is not None
+        if self.storage.mode == "cloud" and self.cloud == Cloud.AWS and keys:
+            raise Problem(
+                "storage.access_key",
+                "must not be set in mode cloud on aws: pods reach S3 through EKS Pod Identity",
+            )
+        if self.storage.mode == "cloud" and self.cloud != Cloud.AWS and not keys:
+            raise Problem(
+                "storage.access_key",
+                f"must be set (with --secret) in mode cloud on {cloud}: pods reach the bucket "
+                "with these keys",
+            )
+
+
+# What each cloud cannot do without (the rest has defaults).
+REQUIRED_PER_CLOUD: dict[Cloud, tuple[str, ...]] = {
+    Cloud.AWS: ("region",),
+    Cloud.HUAWEI: ("region", "key_pair"),
+    Cloud.BAIDU: ("region", "vpc_id", "subnet_id", "ssh_key_id", "ccr_instance_id"),
+}
 
 
 # Config keys whose values hold secrets, with the key path inside them.

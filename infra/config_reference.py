@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Any, Literal, TypeGuard, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeGuard, get_args, get_origin
 
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
@@ -31,6 +31,8 @@ def _default(field: FieldInfo) -> Any:
     value = field.get_default(call_default_factory=True)
     if isinstance(value, BaseModel):
         return value.model_dump(mode="json", exclude_none=True)
+    if isinstance(value, list):
+        return [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
     return json.loads(json.dumps(value, default=str)) if value is not None else None
 
 
@@ -65,6 +67,13 @@ def _rows(model: type[BaseModel], prefix: str) -> list[tuple[str, str, str, str]
             rows.append((key, "object", "", field.description or ""))
             rows += _rows(annotation, f"{key}.")
             continue
+        item = get_args(annotation)[0] if get_origin(annotation) is list else None
+        if _is_model(item):
+            # A list of objects (node pools): its default, then the keys of one item.
+            default = f"`{json.dumps(_default(field))}`"
+            rows.append((key, "list of objects", default, field.description or ""))
+            rows += _rows(item, f"{key}[i].")
+            continue
         default = _default(field)
         shown = "" if default is None else f"`{json.dumps(default)}`"
         rows.append((key, _kind(annotation), shown, field.description or ""))
@@ -76,6 +85,10 @@ def _kind(annotation: Any) -> str:
         return "secret"
     if get_origin(annotation) is Literal:
         return "one of " + ", ".join(str(a) for a in get_args(annotation))
+    if get_origin(annotation) is Annotated:
+        return _kind(get_args(annotation)[0])
+    if get_origin(annotation) is list:
+        return "list of " + _kind(get_args(annotation)[0]) + "s"
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return "one of " + ", ".join(str(member.value) for member in annotation)
     return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(annotation, "?")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args, get_origin
 
 import pulumi
 from elasticctr_common.slotconf import SlotConfError, parse_slot_conf
@@ -58,6 +58,11 @@ def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     if problems or stack is None:
         raise ConfigError(problems)
     return LoadedConfig(stack=stack, slots=slots, slot_conf_text=slot_text)
+
+
+def as_secret(value: SecretStr | None) -> pulumi.Output[str] | None:
+    """A secret of the config as a Pulumi secret (None stays None)."""
+    return pulumi.Output.secret(value.get_secret_value()) if value is not None else None
 
 
 def _read_raw() -> tuple[dict[str, Any], set[str]]:
@@ -204,8 +209,12 @@ def _bounds(field: FieldInfo | None) -> str:
 
 def _model_at(model: type[BaseModel], loc: list[str]) -> type[BaseModel] | None:
     for part in loc:
+        if part.isdigit():  # an item of a list of models (node pools): same model
+            continue
         field = model.model_fields.get(part)
         annotation = field.annotation if field else None
+        if get_origin(annotation) is list:
+            annotation = get_args(annotation)[0]
         if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
             return None
         model = annotation
@@ -224,7 +233,10 @@ def _field_at(model: type[BaseModel], loc: list[str]) -> tuple[FieldInfo | None,
 def _raw_at(raw: dict[str, Any], loc: list[str]) -> Any:
     value: Any = raw
     for part in loc:
-        if not isinstance(value, dict) or part not in value:
+        if isinstance(value, list) and part.isdigit() and int(part) < len(value):
+            value = value[int(part)]
+        elif isinstance(value, dict) and part in value:
+            value = value[part]
+        else:
             return None
-        value = value[part]
     return value

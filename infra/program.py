@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pulumi
-from pydantic import SecretStr
 
+from components.cluster import ClusterResult
 from components.cube import Cube, CubeArgs
 from components.hdfs import Hdfs, HdfsArgs
 from components.kube import KubeTarget
@@ -17,11 +17,38 @@ from components.volcano import Volcano, VolcanoArgs
 from infra import load_config, outputs
 from infra.clusters import build_cluster
 from infra.config import StackConfig
+from infra.images import project_images
+from infra.load_config import as_secret
 
 
-def _secret(value: SecretStr | None) -> pulumi.Output[str] | None:
-    """A secret of the config as a Pulumi secret (None stays None)."""
-    return pulumi.Output.secret(value.get_secret_value()) if isinstance(value, SecretStr) else None
+def _storage_args(
+    config: StackConfig, cluster: ClusterResult, target: KubeTarget
+) -> ObjectStorageArgs:
+    """The bucket the cloud made (storage mode cloud), or the one the config names."""
+    if cluster.bucket is not None:
+        bucket = cluster.bucket
+        return ObjectStorageArgs(
+            target=target,
+            mode="external",
+            bucket=bucket.bucket,
+            region=bucket.region,
+            endpoint=bucket.endpoint,
+            access_key=bucket.access_key,
+            secret_key=bucket.secret_key,
+        )
+    # Mode cloud always comes with a cloud bucket (the config checks cloud != existing).
+    assert config.storage.mode != "cloud"
+    return ObjectStorageArgs(
+        target=target,
+        mode="minio" if config.storage.mode == "minio" else "external",
+        bucket=config.storage.bucket,
+        region=config.storage.region,
+        endpoint=config.storage.endpoint,
+        access_key=as_secret(config.storage.access_key),
+        secret_key=as_secret(config.storage.secret_key),
+        minio_image=config.images.minio,
+        size=config.storage.size,
+    )
 
 
 def main() -> None:
@@ -29,6 +56,7 @@ def main() -> None:
     loaded = load_config.load()
     config: StackConfig = loaded.stack
     cluster = build_cluster(config)
+    images = project_images(config, cluster)
     skip_await = config.cluster.skip_await
 
     namespace = Namespace(
@@ -52,20 +80,7 @@ def main() -> None:
         )
         scheduler = (volcano.release,)
 
-    storage = ObjectStorage(
-        "storage",
-        ObjectStorageArgs(
-            target=target,
-            mode=config.storage.mode,
-            bucket=config.storage.bucket,
-            region=config.storage.region,
-            endpoint=config.storage.endpoint,
-            access_key=_secret(config.storage.access_key),
-            secret_key=_secret(config.storage.secret_key),
-            minio_image=config.images.minio,
-            size=config.storage.size,
-        ),
-    )
+    storage = ObjectStorage("storage", _storage_args(config, cluster, target))
     store = storage.store
 
     hdfs_address: pulumi.Output[str] = pulumi.Output.from_input("")
@@ -90,7 +105,7 @@ def main() -> None:
             "mlflow",
             MlflowArgs(
                 target=target,
-                image=config.images.image("mlflow"),
+                image=images["mlflow"],
                 store=store,
                 storage=config.mlflow.storage,
                 cpu=config.mlflow.cpu,
@@ -103,7 +118,7 @@ def main() -> None:
         "cube",
         CubeArgs(
             target=target,
-            image=config.images.image("cube"),
+            image=images["cube"],
             store=store,
             shards=config.cube_shards,
             cpu=config.cube.cpu,
@@ -123,7 +138,7 @@ def main() -> None:
         "training",
         TrainingArgs(
             target=target,
-            image=config.images.image("trainer"),
+            image=images["trainer"],
             store=store,
             slot_conf_map=namespace.slot_conf_map,
             job_name=config.training.job_name,
@@ -142,7 +157,7 @@ def main() -> None:
             embedding_dim=config.training.embedding_dim,
             max_bad_line_fraction=config.training.max_bad_line_fraction,
             queue=config.training.queue,
-            hdfs_ugi=_secret(config.data.ugi),
+            hdfs_ugi=as_secret(config.data.ugi),
             mlflow_url=mlflow_url,
             depends_on=scheduler,
         ),
@@ -152,7 +167,7 @@ def main() -> None:
         "serving",
         ServingArgs(
             target=target,
-            image=config.images.image("serving"),
+            image=images["serving"],
             store=store,
             slot_conf_map=namespace.slot_conf_map,
             cube_conf_map=cube.config_map,

@@ -1,5 +1,9 @@
 """One cluster interface for every cloud: whatever creates (or finds) the cluster hands the
-rest of the program the same ClusterResult, and nothing else in the program knows the cloud."""
+rest of the program the same ClusterResult, and nothing else in the program knows the cloud.
+
+One module per source of clusters: `existing.py` (a kubeconfig), `aws.py` (EKS),
+`huawei.py` (CCE), `baidu/` (CCE v2 through dynamic providers).
+"""
 
 from __future__ import annotations
 
@@ -7,16 +11,43 @@ from dataclasses import dataclass
 
 import pulumi
 
+# The project's images (images/<name>/Dockerfile); each cloud makes one repository per name.
+PROJECT_IMAGES = ("trainer", "cube", "serving", "mlflow")
+# Kubernetes label on every node of a pool, so that workloads can be steered to a pool.
+POOL_LABEL = "elasticctr.io/pool"
+
+
+@dataclass(frozen=True)
+class NodePoolSpec:
+    """A pool of identical worker nodes, as every cloud component takes it."""
+
+    name: str
+    instance_type: str
+    min_nodes: int
+    desired_nodes: int
+    max_nodes: int
+    disk_gb: int
+
 
 @dataclass(frozen=True)
 class CloudBucket:
     """A bucket the cloud component created, as the S3 interface sees it."""
 
+    # Resolves once the bucket exists, so whatever reads it waits for the bucket.
     endpoint: pulumi.Input[str]
-    bucket: pulumi.Input[str]
+    bucket: str
     region: str
     access_key: pulumi.Input[str] | None  # secret; None when pods use their cloud identity
     secret_key: pulumi.Input[str] | None
+
+
+@dataclass(frozen=True)
+class RegistryLogin:
+    """How `docker push` logs in to the registry the cloud created (secret password)."""
+
+    address: pulumi.Input[str]
+    username: pulumi.Input[str]
+    password: pulumi.Input[str]
 
 
 @dataclass(frozen=True)
@@ -26,3 +57,10 @@ class ClusterResult:
     bucket: CloudBucket | None  # None: the stack's `storage` config decides
     image_registry: pulumi.Output[str] | None  # None: the `images.registry` config
     volcano_managed: bool  # the cluster runs Volcano already (a managed add-on)
+    # None: pushes use the login of the machine running Pulumi (`docker login`).
+    registry_login: RegistryLogin | None = None
+
+
+def after(resource: pulumi.CustomResource, value: str) -> pulumi.Output[str]:
+    """`value`, known once `resource` exists: readers of it depend on the resource."""
+    return resource.urn.apply(lambda _: value)

@@ -181,3 +181,11 @@ def test_ingress_is_denied_by_default_and_opened_per_port(
     assert opened("allow-serving") == ([8010], None)  # the public API
     if stack == "dev":
         assert opened("allow-minio") == ([9000], [{"podSelector": {}}])
+
+
+def test_every_pod_has_its_own_service_account(stack_graph: tuple[str, harness.Graph]) -> None:
+    _, graph = stack_graph
+    accounts = {m["metadata"]["name"] for m in graph.manifests() if m["kind"] == "ServiceAccount"}
+    for owner, template in all_pods(graph):
+        name = template["spec"].get("serviceAccountName")
+        assert name and name != "default" and name in accounts, owner

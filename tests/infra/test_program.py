@@ -10,7 +10,6 @@ from tests.support import pulumi_harness as harness
 from tests.support.stacks import TEST_SECRETS, run_stack
 
 COMPONENTS = {
-    "elasticctr:cluster:ExistingCluster",
     "elasticctr:namespace:Namespace",
     "elasticctr:storage:ObjectStorage",
     "elasticctr:mlflow:Mlflow",
@@ -18,12 +17,20 @@ COMPONENTS = {
     "elasticctr:training:PsJob",
     "elasticctr:serving:Serving",
 }
+CLUSTER_COMPONENT = {
+    "dev": "elasticctr:cluster:ExistingCluster",
+    "baidu-prod": "elasticctr:cluster:BaiduCce",
+    "huawei-prod": "elasticctr:cluster:HuaweiCce",
+    "aws-prod": "elasticctr:cluster:EksCluster",
+}
 
 
 def test_every_stack_builds_its_full_graph(stack_graph: tuple[str, harness.Graph]) -> None:
     stack, graph = stack_graph
     types = {r.type for r in graph.resources}
     assert types >= COMPONENTS
+    # The cluster comes from the stack's cloud (tests/infra/test_clouds.py looks inside).
+    assert CLUSTER_COMPONENT[stack] in types
     # Volcano is installed unless the cluster manages it (Huawei's CCE add-on).
     assert ("elasticctr:volcano:Volcano" in types) == (stack != "huawei-prod")
     # HDFS: in the cluster or external; AWS reads its data from S3.
@@ -57,12 +64,12 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
         "elasticctr:cluster:ExistingCluster": 1,  # the Kubernetes provider
         "elasticctr:namespace:Namespace": 6,
         "elasticctr:volcano:Volcano": 1,
-        "elasticctr:storage:ObjectStorage": 7,
-        "elasticctr:hdfs:Hdfs": 6,
-        "elasticctr:mlflow:Mlflow": 4,
-        "elasticctr:cube:Cube": 8,
+        "elasticctr:storage:ObjectStorage": 8,
+        "elasticctr:hdfs:Hdfs": 7,
+        "elasticctr:mlflow:Mlflow": 5,
+        "elasticctr:cube:Cube": 10,
         "elasticctr:training:PsJob": 4,
-        "elasticctr:serving:Serving": 4,
+        "elasticctr:serving:Serving": 5,
     }
 
 

@@ -18,8 +18,11 @@ import yaml
 from google.protobuf import json_format
 from pulumi.runtime import mocks as pulumi_mocks
 from pulumi.runtime import settings as pulumi_settings
+from pulumi.runtime.proto import resource_pb2
 from pulumi.runtime.stack import run_in_stack
 from pulumi.runtime.sync_await import _sync_await
+
+from tests.support import cloud_mocks
 
 ROOT = Path(__file__).resolve().parents[2]
 SECRET_SIG = "4dabf18193072939515e22adb298388d"
@@ -41,6 +44,7 @@ class Registered:
     delete_before_replace: bool
     ignore_changes: list[str]
     retain_on_delete: bool
+    additional_secret_outputs: list[str] = field(default_factory=list)
     outputs: dict[str, Any] | None = None  # components: what register_outputs recorded
 
 
@@ -113,10 +117,11 @@ class Mocks(pulumi.runtime.Mocks):
             outputs["status"] = {"loadBalancer": {"ingress": [{"hostname": "lb.example.test"}]}}
         if args.typ.startswith("kubernetes:") and "metadata" in outputs:
             outputs["metadata"] = {"uid": f"uid-{args.name}", **outputs["metadata"]}
+        outputs.update(cloud_mocks.resource_outputs(args.typ, args.name, outputs))
         return f"{args.name}-id", outputs
 
     def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        return {}
+        return cloud_mocks.call_outputs(args.token)
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):
@@ -143,9 +148,25 @@ class RecordingMonitor(pulumi_mocks.MockMonitor):
                     delete_before_replace=request.deleteBeforeReplace,
                     ignore_changes=list(request.ignoreChanges),
                     retain_on_delete=request.retainOnDelete,
+                    additional_secret_outputs=list(request.additionalSecretOutputs),
                 )
             )
         return response
+
+    def GetDeploymentInfo(self, request: Any) -> Any:
+        # Resources given as inputs (pulumi-eks node groups take their cluster) travel as
+        # their ids here, not as references: the mock monitor turns references back into
+        # resources on its own threads, which races the program's event loop ("attached to
+        # a different loop"), now and then.
+        info = super().GetDeploymentInfo(request)
+        features = [
+            f
+            for f in info.supportedFeatures
+            if f != resource_pb2.RESOURCE_MONITOR_FEATURE_RESOURCE_REFERENCES
+        ]
+        del info.supportedFeatures[:]
+        info.supportedFeatures.extend(features)
+        return info
 
     def RegisterResourceOutputs(self, request: Any) -> Any:
         secrets: list[str] = []
