@@ -180,7 +180,8 @@ class Cube(pulumi.ComponentResource):
         account = kube.service_account(target, SHARD_ACCOUNT, "cube", self)
         k8s.apps.v1.StatefulSet(
             f"{name}-shards",
-            metadata=target.metadata("cube", "cube"),
+            # Ready once a first version is loaded, after training: do not wait for it.
+            metadata=target.metadata("cube", "cube", await_ready=False),
             spec={
                 "service_name": "cube-headless",
                 "replicas": args.shards,

@@ -36,10 +36,16 @@ class KubeTarget:
         return pulumi.ResourceOptions(parent=parent, provider=self.provider, **kwargs)
 
     def metadata(
-        self, name: str, component: str, annotations: dict[str, str] | None = None
+        self,
+        name: str,
+        component: str,
+        annotations: dict[str, str] | None = None,
+        await_ready: bool = True,
     ) -> k8s.meta.v1.ObjectMetaArgsDict:
+        """Metadata of an object; `await_ready=False` for workloads that can only become
+        ready later (once training has produced a first model version)."""
         merged = dict(annotations or {})
-        if self.skip_await:
+        if self.skip_await or not await_ready:
             merged["pulumi.com/skipAwait"] = "true"
         meta: k8s.meta.v1.ObjectMetaArgsDict = {
             "name": name,

@@ -82,7 +82,9 @@ class Serving(pulumi.ComponentResource):
         account = kube.service_account(target, SERVICE_ACCOUNT, "serving", self)
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=target.metadata("serving", "serving"),
+            # Ready only once a first model version exists, which training makes after
+            # `pulumi up`: waiting for it here would time out on every new stack.
+            metadata=target.metadata("serving", "serving", await_ready=False),
             spec={
                 "replicas": args.replicas,
                 "selector": {"match_labels": kube.labels("serving")},

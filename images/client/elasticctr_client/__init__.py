@@ -1,0 +1,1 @@
+"""The elasticctr user CLI: predict, logs, status, upload (docs/serving.md, "Client")."""

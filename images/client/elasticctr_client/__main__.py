@@ -1,0 +1,196 @@
+"""python -m elasticctr_client predict|logs|status|upload (docs/serving.md, "Client").
+
+Endpoints come from flags, else from `pulumi stack output --json` of --stack (or the
+current stack) run in the current directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .endpoints import (
+    BUCKET,
+    CUBE_TRANSFER_URL,
+    HDFS_ADDRESS,
+    KUBECONFIG,
+    MLFLOW_URL,
+    NAMESPACE,
+    SERVING_URL,
+    STORAGE_ENDPOINT,
+    TRAINING_JOB,
+    EndpointError,
+    StackOutputs,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m elasticctr_client", description=__doc__)
+    p.add_argument("--stack", help="Pulumi stack whose outputs give the endpoints")
+    p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP call")
+    commands = p.add_subparsers(dest="command", required=True)
+
+    pr = commands.add_parser("predict", help="predict ElasticCTR lines; print the AUC")
+    pr.add_argument("files", nargs="+", help="files of ElasticCTR lines ('-': stdin)")
+    pr.add_argument("--serving-url")
+    pr.add_argument("--batch-size", type=int, default=64)
+    pr.add_argument("--output", help="write line, label, prob1, version rows (TSV) here")
+    pr.add_argument("--no-progress", action="store_true")
+
+    lg = commands.add_parser("logs", help="follow trainer 0 and cube-transfer logs")
+    lg.add_argument("--namespace")
+    lg.add_argument("--job", help="training job name (stack output training_job)")
+    lg.add_argument("--kubeconfig", help="default: stack output kubeconfig, $KUBECONFIG")
+    lg.add_argument("--context")
+    lg.add_argument("--tail", type=int, default=100, help="earlier lines to show first")
+    lg.add_argument("--wait", type=float, default=300.0, help="seconds to wait for a pod")
+
+    st = commands.add_parser("status", help="training progress and versions served")
+    st.add_argument("--mlflow-url")
+    st.add_argument("--experiment", help="MLflow experiment (default: the training job)")
+    st.add_argument("--serving-url")
+    st.add_argument("--transfer-url")
+    st.add_argument("--json", action="store_true", help="print JSON")
+
+    up = commands.add_parser("upload", help="upload hour directories and slot.conf")
+    up.add_argument("source", help="local directory of YYYYMMDD/HH hour directories")
+    up.add_argument("--dest", help="storage URI (default: the stack's dataset location)")
+    up.add_argument(
+        "--data-source",
+        choices=("hdfs", "storage"),
+        default="hdfs",
+        help="where the stack's trainers read (config data.source)",
+    )
+    up.add_argument("--dataset-path", default="/train_data", help="config data.dataset_path")
+    up.add_argument("--slot-conf", help="slot.conf to upload beside the hours")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    needs_stack = {
+        "predict": not args.serving_url if args.command == "predict" else False,
+        "logs": args.command == "logs" and not (args.namespace and args.job),
+        "status": args.command == "status"
+        and not (args.mlflow_url and args.serving_url and args.transfer_url),
+        "upload": args.command == "upload" and not args.dest,
+    }[args.command]
+    try:
+        outputs = StackOutputs.read(args.stack) if needs_stack else StackOutputs({}, args.stack)
+        return COMMANDS[args.command](args, outputs)
+    except EndpointError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+
+
+def run_predict(args, outputs: StackOutputs) -> int:
+    from .predict import PredictError, predict, report
+
+    url = outputs.get(args.serving_url, SERVING_URL, "--serving-url")
+    paths = [Path(f) for f in args.files if f != "-"]
+    total = sum(sum(1 for line in p.open() if line.strip()) for p in paths)
+    lines = _lines(args.files)
+    out = open(args.output, "w") if args.output else None  # noqa: SIM115 (closed below)
+    started = time.monotonic()
+    try:
+        summary = predict(
+            url,
+            lines,
+            args.batch_size,
+            args.timeout,
+            total or None,
+            out,
+            progress=not args.no_progress,
+        )
+    except PredictError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if out is not None:
+            out.close()
+    report(summary, time.monotonic() - started)
+    return 0 if summary.examples else 1
+
+
+def _lines(files: list[str]):
+    for name in files:
+        if name == "-":
+            yield from sys.stdin
+        else:
+            with open(name) as f:
+                yield from f
+
+
+def run_logs(args, outputs: StackOutputs) -> int:
+    from .logs import api_client, follow_logs
+
+    namespace = outputs.get(args.namespace, NAMESPACE, "--namespace")
+    job = outputs.get(args.job, TRAINING_JOB, "--job")
+    kubeconfig = args.kubeconfig
+    if not kubeconfig and outputs.values.get(KUBECONFIG):
+        # A cluster the stack created: its kubeconfig is a (secret) stack output.
+        path = Path(os.environ.get("TMPDIR", "/tmp")) / f"elasticctr-{os.getpid()}.kubeconfig"
+        path.write_text(str(outputs.values[KUBECONFIG]))
+        path.chmod(0o600)
+        kubeconfig = str(path)
+    return follow_logs(api_client(kubeconfig, args.context), namespace, job, args.tail, args.wait)
+
+
+def run_status(args, outputs: StackOutputs) -> int:
+    from . import status
+
+    sources: dict[str, tuple] = {}
+    mlflow = args.mlflow_url or outputs.values.get(MLFLOW_URL)
+    if mlflow:
+        experiment = args.experiment or outputs.values.get(TRAINING_JOB) or "elasticctr-train"
+        sources["training"] = (status.training, mlflow, experiment)
+    serving = args.serving_url or outputs.values.get(SERVING_URL)
+    if serving:
+        sources["serving"] = (status.serving, serving)
+    transfer = args.transfer_url or outputs.values.get(CUBE_TRANSFER_URL)
+    if transfer:
+        sources["cube"] = (status.transfer, transfer)
+    if not sources:
+        raise EndpointError(
+            "nothing to ask: pass --mlflow-url, --serving-url or --transfer-url, or a --stack"
+        )
+    result = status.collect(sources, args.timeout)
+    print(json.dumps(result, indent=1) if args.json else status.render(result))
+    return 1 if any("error" in part for part in result.values()) else 0
+
+
+def run_upload(args, outputs: StackOutputs) -> int:
+    from elasticctr_common.slotconf import SlotConfError
+
+    from .upload import upload
+
+    dest = args.dest
+    if not dest:
+        dataset = args.dataset_path.strip("/")
+        if args.data_source == "hdfs":
+            dest = f"{outputs.get(None, HDFS_ADDRESS, '--dest').rstrip('/')}/{dataset}"
+        else:
+            dest = f"s3://{outputs.get(None, BUCKET, '--dest')}/{dataset}"
+            endpoint = outputs.values.get(STORAGE_ENDPOINT)
+            if endpoint and "AWS_ENDPOINT_URL" not in os.environ:
+                os.environ["AWS_ENDPOINT_URL"] = str(endpoint)
+    try:
+        report = upload(Path(args.source), dest, Path(args.slot_conf) if args.slot_conf else None)
+    except (FileNotFoundError, SlotConfError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    print(
+        f"uploaded {report.files} files ({report.bytes:,} bytes) to {dest}: "
+        f"{len(report.ready)} hours ready, {len(report.not_ready)} without donefile"
+    )
+    return 0
+
+
+COMMANDS = {"predict": run_predict, "logs": run_logs, "status": run_status, "upload": run_upload}
+
+if __name__ == "__main__":
+    sys.exit(main())

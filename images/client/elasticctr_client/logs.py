@@ -1,0 +1,113 @@
+"""`logs`: follow trainer 0 and cube-transfer in the cluster (the seeds' `-l`).
+
+Trainer 0 is the Volcano pod `<job>-trainer-0`; the transfer is the pod of the Deployment
+labelled `app.kubernetes.io/component=cube-transfer` (components/cube.py). Both streams
+are followed at once through the Kubernetes API (the official Python client), each line
+prefixed by its source. A pod that does not exist yet is waited for; following ends when
+both streams have ended (the pods finished) or on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import queue
+import sys
+import threading
+import time
+
+TRANSFER_SELECTOR = "app.kubernetes.io/component=cube-transfer"
+
+
+def api_client(kubeconfig: str | None, context: str | None):
+    from kubernetes import client, config
+
+    if kubeconfig or context:
+        config.load_kube_config(config_file=kubeconfig, context=context)
+    else:
+        try:
+            config.load_kube_config()
+        except config.ConfigException:
+            config.load_incluster_config()
+    return client.CoreV1Api()
+
+
+def _pod_name(api, namespace: str, name: str | None, selector: str | None) -> str | None:
+    from kubernetes.client.exceptions import ApiException
+
+    if name:
+        try:
+            api.read_namespaced_pod(name, namespace)
+            return name
+        except ApiException as err:
+            if err.status == 404:
+                return None
+            raise
+    pods = api.list_namespaced_pod(namespace, label_selector=selector).items
+    running = [p for p in pods if p.status and p.status.phase == "Running"]
+    chosen = (running or pods)[:1]
+    return chosen[0].metadata.name if chosen else None
+
+
+def _follow(api, namespace, label, name, selector, tail, out: queue.Queue, stop, wait):
+    """Put `(label, line)` on `out`; `(label, None)` at the end of the stream."""
+    try:
+        pod = None
+        deadline = time.monotonic() + wait
+        while pod is None and not stop.is_set():
+            pod = _pod_name(api, namespace, name, selector)
+            if pod is None:
+                if time.monotonic() > deadline:
+                    out.put(
+                        (label, f"(no pod {name or selector} in {namespace} after {wait:.0f}s)")
+                    )
+                    return
+                time.sleep(1.0)
+        if pod is None:
+            return
+        stream = api.read_namespaced_pod_log(
+            pod, namespace, follow=True, tail_lines=tail, _preload_content=False
+        )
+        pending = b""
+        for chunk in stream.stream(amt=4096, decode_content=True):
+            if stop.is_set():
+                break
+            pending += chunk
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                out.put((label, line.decode(errors="replace")))
+        if pending:
+            out.put((label, pending.decode(errors="replace")))
+    except Exception as err:  # the API refused or the connection broke: say so, end
+        out.put((label, f"(log stream ended: {type(err).__name__}: {err})"))
+    finally:
+        out.put((label, None))
+
+
+def follow_logs(
+    api, namespace: str, job: str, tail: int = 100, wait: float = 300.0, stream=sys.stdout
+) -> int:
+    lines: queue.Queue = queue.Queue()
+    stop = threading.Event()
+    sources = {
+        "trainer-0": (f"{job}-trainer-0", None),
+        "transfer": (None, TRANSFER_SELECTOR),
+    }
+    for label, (name, selector) in sources.items():
+        threading.Thread(
+            target=_follow,
+            args=(api, namespace, label, name, selector, tail, lines, stop, wait),
+            daemon=True,
+        ).start()
+    open_streams = len(sources)
+    try:
+        while open_streams:
+            label, line = lines.get()
+            if line is None:
+                open_streams -= 1
+                continue
+            stream.write(f"[{label}] {line}\n")
+            stream.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+    return 0

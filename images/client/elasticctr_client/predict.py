@@ -1,0 +1,193 @@
+"""`predict`: ElasticCTR lines -> serving, in batches; probabilities and AUC.
+
+Lines are `<show> <click> <feasign>:<slot> ...` (docs/architecture.md). Each batch is one
+`POST /ElasticCTRPredictionService/inference`, with the slots in ElasticCTR's client form
+(a slot with no feasign in the line is left out: serving treats it as padding). Lines
+that are not examples, or use a slot the served model does not have, are skipped and
+counted, like the trainer does. The label of a line is click > 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from .endpoints import unreachable_hint
+from .progress import Progress
+
+INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
+MAX_FEASIGN = 2**64 - 1
+
+
+class PredictError(Exception):
+    """Serving refused a batch or did not answer; the message has its error."""
+
+
+@dataclass
+class Example:
+    line_number: int
+    label: int
+    slots: dict[str, list[int]]
+
+
+@dataclass
+class Summary:
+    examples: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+    versions: set[int] = field(default_factory=set)
+    labels: list[int] = field(default_factory=list)
+    probabilities: list[float] = field(default_factory=list)
+
+    @property
+    def auc(self) -> float:
+        return auc(self.labels, self.probabilities)
+
+
+def parse_line(line: str, number: int, slots: set[str] | None) -> Example | str:
+    """An Example, or the reason the line is skipped."""
+    fields = line.split()
+    if len(fields) < 3:
+        return "no feasigns" if len(fields) == 2 else "missing show/click"
+    try:
+        show, click = int(fields[0]), int(fields[1])
+    except ValueError:
+        return "non-integer show/click"
+    if show < 0 or click < 0 or click > show:
+        return "show/click out of range"
+    grouped: dict[str, list[int]] = {}
+    for token in fields[2:]:
+        feasign, sep, slot = token.partition(":")
+        if not sep or not feasign.isdigit() or not slot.isdigit():
+            return "malformed feasign:slot"
+        if int(feasign) > MAX_FEASIGN:
+            return "feasign out of uint64 range"
+        if slots is not None and slot not in slots:
+            return f"unknown slot {slot}"
+        grouped.setdefault(slot, []).append(int(feasign))
+    return Example(number, 1 if click > 0 else 0, grouped)
+
+
+def read_examples(lines: Iterable[str], slots: set[str] | None, summary: Summary) -> Iterator:
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        parsed = parse_line(line, number, slots)
+        if isinstance(parsed, str):
+            summary.skipped[parsed] = summary.skipped.get(parsed, 0) + 1
+        else:
+            yield parsed
+
+
+def post_json(url: str, body: dict, timeout: float) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as err:
+        detail = err.read().decode(errors="replace")
+        with contextlib.suppress(ValueError):
+            detail = json.loads(detail).get("err_msg") or detail
+        raise PredictError(f"serving answered {err.code}: {detail}") from None
+    except (OSError, ValueError) as err:
+        raise PredictError(f"{url}: {err}{unreachable_hint(url)}") from None
+
+
+def served_slots(serving_url: str, timeout: float) -> set[str] | None:
+    """The slots of the model serving now (its /status), or None if it does not say."""
+    try:
+        with urllib.request.urlopen(serving_url.rstrip("/") + "/status", timeout=timeout) as r:
+            slots = json.loads(r.read()).get("slots")
+    except (OSError, ValueError):
+        return None
+    return {str(s) for s in slots} if slots else None
+
+
+def predict(
+    serving_url: str,
+    lines: Iterable[str],
+    batch_size: int = 64,
+    timeout: float = 30.0,
+    total: int | None = None,
+    out=None,
+    progress: bool = True,
+) -> Summary:
+    """Send every example; write `<line>\t<label>\t<prob1>\t<version>` rows to `out`."""
+    url = serving_url.rstrip("/") + INFERENCE_PATH
+    summary = Summary()
+    bar = Progress(total, "examples", enabled=progress)
+    batch: list[Example] = []
+    examples = read_examples(lines, served_slots(serving_url, timeout), summary)
+    for example in _with_end(examples):
+        if example is not None:
+            batch.append(example)
+        if batch and (example is None or len(batch) >= batch_size):
+            _send(url, batch, timeout, summary, out)
+            bar.update(len(batch))
+            batch = []
+    bar.close()
+    return summary
+
+
+def _with_end(items: Iterator) -> Iterator:
+    yield from items
+    yield None
+
+
+def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out) -> None:
+    instances = [
+        {"slots": [{"slot_name": s, "feasigns": f} for s, f in e.slots.items()]} for e in batch
+    ]
+    answer = post_json(url, {"instances": instances}, timeout)
+    if answer.get("err_code", 0) != 0:
+        raise PredictError(f"serving: {answer.get('err_msg')}")
+    predictions = answer["predictions"]
+    if len(predictions) != len(batch):
+        raise PredictError(f"{len(batch)} instances sent, {len(predictions)} predictions back")
+    version = answer.get("version")
+    if version is not None:
+        summary.versions.add(int(version))
+    for example, p in zip(batch, predictions, strict=True):
+        summary.labels.append(example.label)
+        summary.probabilities.append(float(p["prob1"]))
+        if out is not None:
+            out.write(f"{example.line_number}\t{example.label}\t{p['prob1']:.9g}\t{version}\n")
+    summary.examples += len(batch)
+
+
+def auc(labels: list[int], scores: list[float]) -> float:
+    """ROC AUC by ranks (ties share their average rank); nan without both classes."""
+    order = sorted(range(len(scores)), key=scores.__getitem__)
+    ranks = [0.0] * len(scores)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and scores[order[j + 1]] == scores[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    positives = sum(1 for label in labels if label)
+    negatives = len(labels) - positives
+    if not positives or not negatives:
+        return float("nan")
+    rank_sum = sum(r for r, label in zip(ranks, labels, strict=True) if label)
+    return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+def report(summary: Summary, seconds: float, stream=sys.stdout) -> None:
+    skipped = sum(summary.skipped.values())
+    versions = ",".join(str(v) for v in sorted(summary.versions)) or "?"
+    rate = summary.examples / seconds if seconds > 0 else 0.0
+    print(
+        f"examples: {summary.examples} (model version {versions}), skipped lines: {skipped}"
+        + (f" {summary.skipped}" if skipped else "")
+        + f", {rate:,.0f} examples/s",
+        file=stream,
+    )
+    print(f"AUC: {summary.auc:.4f}", file=stream)

@@ -1,0 +1,130 @@
+"""python -m elasticctr_serving [--port 8010]: the CTR prediction server (docs/serving.md).
+
+Options default to the environment the Pulumi program sets (components/serving.py):
+MODEL_URI, CUBE_CONF, CUBE_TRANSFER_URL, SLOT_CONF, SPARSE_DIM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+DEFAULT_MAX_BODY = 8 * 1024 * 1024
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="python -m elasticctr_serving", description=__doc__)
+    p.add_argument("--host", default="0.0.0.0")
+    p.add_argument("--port", type=int, default=8010)
+    p.add_argument("--model-uri", default=env("MODEL_URI"), help="the trainer's model URI")
+    p.add_argument("--cube-conf", default=env("CUBE_CONF", "/etc/elasticctr/cube.conf"))
+    p.add_argument(
+        "--cube-transfer-url",
+        default=env("CUBE_TRANSFER_URL", ""),
+        help="cube-transfer, whose committed version serving follows",
+    )
+    p.add_argument(
+        "--slot-conf",
+        default=env("SLOT_CONF", ""),
+        help="models must have been trained on these slots (empty: any)",
+    )
+    p.add_argument(
+        "--sparse-dim",
+        type=int,
+        default=int(env("SPARSE_DIM", "0")) or None,
+        help="models must map feasigns with this sparse_dim (default: any)",
+    )
+    p.add_argument("--workers", type=int, default=2, help="batch workers (predictors)")
+    p.add_argument("--max-batch", type=int, default=512, help="instances per predictor batch")
+    p.add_argument(
+        "--max-wait-ms",
+        type=float,
+        default=2.0,
+        help="how long a batch waits for requests already arriving",
+    )
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY)
+    p.add_argument("--max-instances", type=int, default=10000, help="instances per request")
+    p.add_argument("--poll-seconds", type=float, default=1.0, help="cube version checks")
+    p.add_argument(
+        "--retry-seconds",
+        type=float,
+        default=30.0,
+        help="a rejected version is tried again after this long",
+    )
+    p.add_argument("--cube-timeout", type=float, default=2.0, help="seconds per cube lookup")
+    args = p.parse_args(argv)
+    if not args.model_uri:
+        p.error("--model-uri (or MODEL_URI) is required")
+    if args.workers < 1 or args.max_batch < 1 or args.max_instances < 1:
+        p.error("--workers, --max-batch and --max-instances must be >= 1")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ info logs, per predictor
+
+    from aiohttp import web
+    from elasticctr_common.slotconf import read_slot_conf
+    from elasticctr_common.storage import open_store
+    from elasticctr_cube.client import CubeClient
+    from elasticctr_cube.cubeconf import CubeConf
+
+    from .app import ServingApp
+    from .batcher import Batcher
+    from .metrics import ServingMetrics
+    from .rollout import ModelManager
+
+    conf = CubeConf.load(args.cube_conf)
+    metrics = ServingMetrics()
+    manager = ModelManager(
+        open_store(args.model_uri),
+        conf,
+        CubeClient(conf, timeout=args.cube_timeout),
+        metrics,
+        workers=args.workers,
+        transfer_url=args.cube_transfer_url,
+        slots=read_slot_conf(args.slot_conf) if args.slot_conf else None,
+        sparse_dim=args.sparse_dim,
+        poll_seconds=args.poll_seconds,
+        retry_seconds=args.retry_seconds,
+    )
+    batcher = Batcher(
+        CubeClient(conf, timeout=args.cube_timeout),
+        manager.active,
+        manager.poke,
+        metrics,
+        workers=args.workers,
+        max_batch=args.max_batch,
+        max_wait=args.max_wait_ms / 1000,
+    )
+    app = ServingApp(
+        manager,
+        batcher,
+        metrics,
+        max_body_bytes=args.max_body_bytes,
+        max_instances=args.max_instances,
+    )
+    manager.start()
+    logging.getLogger("elasticctr_serving").info(
+        "serving on %s:%d, models %s, cube %d shards, transfer %s",
+        args.host,
+        args.port,
+        args.model_uri,
+        conf.shard,
+        args.cube_transfer_url or "(none)",
+    )
+    try:
+        web.run_app(app.build(), host=args.host, port=args.port, access_log=None, print=None)
+    finally:
+        manager.stop()
+        batcher.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

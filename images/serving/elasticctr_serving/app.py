@@ -1,0 +1,170 @@
+"""The HTTP API (docs/serving.md): aiohttp on one event loop; parsing happens on the loop,
+lookups and predictions on the batch workers (batcher.py).
+
+- POST /ElasticCTRPredictionService/inference  ElasticCTR's client contract
+- POST /predict                                 plain JSON
+- GET  /healthz  /readyz  /status  /metrics
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+import orjson
+from aiohttp import web
+
+from .batcher import Batcher, Prediction, Unavailable
+from .instances import BadRequest, load_json, parse_elasticctr, parse_plain
+from .metrics import ServingMetrics
+from .rollout import ModelManager
+
+log = logging.getLogger("elasticctr_serving.app")
+INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
+PATHS = {INFERENCE_PATH, "/predict", "/healthz", "/readyz", "/status", "/metrics"}
+
+
+def _json(body: object, status: int = 200, version: int | None = None) -> web.Response:
+    headers = {"X-Model-Version": str(version)} if version is not None else None
+    return web.Response(
+        body=orjson.dumps(body), status=status, content_type="application/json", headers=headers
+    )
+
+
+def elasticctr_answer(prediction: Prediction) -> web.Response:
+    predictions = [{"prob0": p0, "prob1": p1} for p0, p1 in prediction.probabilities.tolist()]
+    body = {"predictions": predictions, "err_code": 0, "err_msg": "", "version": prediction.version}
+    return _json(body, version=prediction.version)
+
+
+def elasticctr_error(status: int, message: str) -> web.Response:
+    return _json({"predictions": [], "err_code": status, "err_msg": message}, status)
+
+
+def plain_answer(prediction: Prediction) -> web.Response:
+    body = {"version": prediction.version, "predictions": prediction.probabilities[:, 1].tolist()}
+    return _json(body, version=prediction.version)
+
+
+def plain_error(status: int, message: str) -> web.Response:
+    return _json({"error": message}, status)
+
+
+class ServingApp:
+    def __init__(
+        self,
+        manager: ModelManager,
+        batcher: Batcher,
+        metrics: ServingMetrics,
+        *,
+        max_body_bytes: int,
+        max_instances: int,
+    ) -> None:
+        self.manager, self.batcher, self.metrics = manager, batcher, metrics
+        self.max_body_bytes, self.max_instances = max_body_bytes, max_instances
+        self.started_at = time.time()
+
+    def build(self) -> web.Application:
+        # aiohttp's own limit is a backstop for bodies without Content-Length.
+        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[self._errors])
+        app.router.add_post(INFERENCE_PATH, self.inference)
+        app.router.add_post("/predict", self.predict)
+        app.router.add_get("/healthz", self.healthz)
+        app.router.add_get("/readyz", self.readyz)
+        app.router.add_get("/status", self.status)
+        app.router.add_get("/metrics", self.metrics_text)
+        return app
+
+    @web.middleware
+    async def _errors(self, request: web.Request, handler: Callable) -> web.StreamResponse:
+        """Latency and counts of every request; aiohttp's own errors (404, 405) as JSON."""
+        started = time.perf_counter()
+        path = request.path if request.path in PATHS else "other"
+        try:
+            response = await handler(request)
+        except web.HTTPException as err:
+            response = plain_error(err.status, f"{request.method} {request.path}: {err.reason}")
+        except Exception as err:  # a bug in a handler answers 500; the server goes on
+            log.exception("%s %s failed", request.method, request.path)
+            response = plain_error(500, f"internal error: {type(err).__name__}: {err}")
+        self.metrics.requests.inc(1, path, str(response.status))
+        self.metrics.latency.observe(time.perf_counter() - started, path)
+        return response
+
+    async def inference(self, request: web.Request) -> web.Response:
+        return await self._predict(request, parse_elasticctr, elasticctr_answer, elasticctr_error)
+
+    async def predict(self, request: web.Request) -> web.Response:
+        return await self._predict(request, parse_plain, plain_answer, plain_error)
+
+    async def _predict(self, request, parse, answer, error) -> web.Response:
+        self.batcher.arrive()
+        queued = False
+        try:
+            length = request.content_length
+            if length is not None and length > self.max_body_bytes:
+                raise BadRequest(self._too_large(length), 413)
+            try:
+                body = await request.read()
+            except web.HTTPRequestEntityTooLarge:
+                raise BadRequest(self._too_large(None), 413) from None
+            model = self.manager.active()
+            if model is None:
+                raise Unavailable("no model version is loaded yet")
+            parse_started = time.perf_counter()
+            quick = b"true" not in body and b"false" not in body  # booleans need care
+            parsed = parse(load_json(body), model.space, self.max_instances, quick)
+            self.metrics.stage_seconds.inc(time.perf_counter() - parse_started, "parse")
+            future = self.batcher.submit(parsed, model)
+            queued = True
+            return answer(await asyncio.wrap_future(future))
+        except BadRequest as err:
+            return error(err.status, str(err))
+        except Unavailable as err:
+            return error(503, str(err))
+        finally:
+            if not queued:
+                self.batcher.leave()
+
+    def _too_large(self, length: int | None) -> str:
+        size = f"{length} bytes" if length is not None else "the body"
+        return f"{size} is over the request body limit of {self.max_body_bytes} bytes"
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        return _json({"status": "ok"})
+
+    async def readyz(self, request: web.Request) -> web.Response:
+        model = self.manager.active()
+        if model is None:
+            reason = self.manager.last_error or "no model version loaded yet"
+            return _json({"ready": False, "reason": reason}, 503)
+        return _json({"ready": True, "version": model.version}, version=model.version)
+
+    async def status(self, request: web.Request) -> web.Response:
+        stats = self.batcher.cube.stats
+        body = {
+            **self.manager.status(),
+            "started_at": self.started_at,
+            "batching": {
+                "workers": len(self.batcher.threads),
+                "max_batch": self.batcher.max_batch,
+                "max_wait_ms": self.batcher.max_wait * 1000,
+            },
+            "cube": {
+                "shards": self.manager.cube_conf.shard,
+                "seeks": stats.seeks,
+                "keys": stats.keys,
+                "missing_keys": stats.missing_keys,
+            },
+        }
+        return _json(body)
+
+    async def metrics_text(self, request: web.Request) -> web.Response:
+        return web.Response(
+            text=self.metrics.render(),
+            content_type="text/plain",
+            charset="utf-8",
+            headers={"X-Content-Type-Options": "nosniff"},
+        )

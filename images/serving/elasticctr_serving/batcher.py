@@ -1,0 +1,221 @@
+"""Dynamic batching: requests queued by the HTTP handlers are merged into batches, and each
+batch does one cube lookup (one binary request per shard, pinned to the model's version)
+and one predictor run.
+
+A worker takes the oldest request, then every request already queued, up to
+`max_batch` instances. It waits for more, at most `max_wait` after the oldest was
+queued, only while requests are known to be arriving (an HTTP handler has started one
+and not queued it yet): a lone request never waits, and under load batches fill up.
+
+Each batch takes the active model once (`models.active()`) and uses its version for the
+cube lookup and its predictor for the run, so no response mixes versions. If cube no
+longer holds that version and the active model changed meanwhile, the batch runs again
+on the new one.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+
+import numpy as np
+from elasticctr_cube.client import CubeClient, CubeError, CubeVersionError
+
+from .instances import Parsed, merge
+from .metrics import ServingMetrics
+from .model import DenseModel
+
+log = logging.getLogger("elasticctr_serving.batcher")
+
+
+class Unavailable(Exception):
+    """The request cannot be served now (no model yet, cube down): HTTP 503."""
+
+
+@dataclass
+class Prediction:
+    version: int
+    probabilities: np.ndarray  # [n, 2]
+
+
+@dataclass
+class _Pending:
+    parsed: Parsed
+    model: DenseModel  # the model the request was parsed for (its slots)
+    future: Future = field(default_factory=Future)
+    queued: float = field(default_factory=time.monotonic)
+
+
+def pool(
+    keys_values: np.ndarray, slots: np.ndarray, rows: np.ndarray, slot_count: int, count: int
+) -> np.ndarray:
+    """Sum the vectors of each (slot, instance): float32 [slot_count, count, dim], each
+    slot's block contiguous, as the predictor's inputs want them."""
+    dim = keys_values.shape[1]
+    cells = slot_count * count
+    index = slots.astype(np.int64) * count + rows
+    pooled = np.empty((dim, cells), dtype=np.float64)
+    for d in range(dim):  # bincount sums in key order, in float64: as exact as float32 order
+        pooled[d] = np.bincount(index, weights=keys_values[:, d], minlength=cells)
+    return np.ascontiguousarray(pooled.T, dtype=np.float32).reshape(slot_count, count, dim)
+
+
+class Batcher:
+    def __init__(
+        self,
+        cube: CubeClient,
+        active: Callable[[], DenseModel | None],
+        on_version_error: Callable[[int], None],
+        metrics: ServingMetrics,
+        *,
+        workers: int = 2,
+        max_batch: int = 512,
+        max_wait: float = 0.002,
+    ) -> None:
+        self.cube, self.active, self.on_version_error = cube, active, on_version_error
+        self.metrics = metrics
+        self.max_batch, self.max_wait = max_batch, max_wait
+        self.arriving = 0  # requests being received or parsed by the HTTP handlers
+        self._queue: deque[_Pending] = deque()
+        self._cond = threading.Condition()
+        self._stopped = False
+        self.threads = [
+            threading.Thread(target=self._work, args=(w,), name=f"batch-{w}", daemon=True)
+            for w in range(workers)
+        ]
+        for t in self.threads:
+            t.start()
+
+    # -- the HTTP side ----------------------------------------------------------------------
+    def arrive(self) -> None:
+        with self._cond:
+            self.arriving += 1
+
+    def leave(self) -> None:
+        """A request that arrived will not be queued (bad input)."""
+        with self._cond:
+            self.arriving -= 1
+            self._cond.notify_all()
+
+    def submit(self, parsed: Parsed, model: DenseModel) -> Future:
+        """Queue a request parsed for `model` (the handler called arrive() before)."""
+        pending = _Pending(parsed, model)
+        with self._cond:
+            self.arriving -= 1
+            self._queue.append(pending)
+            self._cond.notify_all()
+        return pending.future
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopped = True
+            self._cond.notify_all()
+
+    # -- the workers ------------------------------------------------------------------------
+    def _take(self) -> list[_Pending]:
+        with self._cond:
+            while not self._queue:
+                if self._stopped:
+                    return []
+                self._cond.wait()
+            batch = [self._queue.popleft()]
+            size = batch[0].parsed.count
+            deadline = batch[0].queued + self.max_wait
+            while size < self.max_batch:
+                if self._queue:
+                    if size + self._queue[0].parsed.count > self.max_batch:
+                        break
+                    batch.append(self._queue.popleft())
+                    size += batch[-1].parsed.count
+                    continue
+                remaining = deadline - time.monotonic()
+                if self.arriving <= 0 or remaining <= 0 or self._stopped:
+                    break
+                self._cond.wait(remaining)
+            return batch
+
+    def _work(self, worker: int) -> None:
+        while True:
+            batch = self._take()
+            if not batch:
+                return
+            try:
+                self._run(worker, batch)
+            except Exception as err:  # never lose a worker; every request gets an answer
+                log.exception("batch failed")
+                for p in batch:
+                    if not p.future.done():
+                        p.future.set_exception(err)
+
+    def _run(self, worker: int, batch: list[_Pending]) -> None:
+        # A request parsed for another model's slots (a switch in between) runs alone, on
+        # the model it was parsed for, if that one can still be served.
+        model = self.active()
+        if model is None:
+            raise Unavailable("no model version is loaded yet")
+        groups: dict[int, list[_Pending]] = {}
+        for p in batch:
+            same = p.model.space == model.space
+            groups.setdefault(model.version if same else p.model.version, []).append(p)
+        for version, pending in groups.items():
+            chosen = model if version == model.version else pending[0].model
+            try:
+                self._predict(worker, chosen, pending)
+            except Exception as err:
+                for p in pending:
+                    p.future.set_exception(err)
+
+    def _predict(self, worker: int, model: DenseModel, pending: list[_Pending]) -> None:
+        now = time.monotonic()
+        self.metrics.stage_seconds.inc(sum(now - p.queued for p in pending), "queue")
+        count, keys, slots, rows = merge([p.parsed for p in pending])
+        for attempt in range(2):
+            try:
+                probabilities = self._infer(worker, model, count, keys, slots, rows)
+                break
+            except CubeVersionError as err:
+                self.on_version_error(model.version)
+                newer = self.active()
+                if attempt or newer is None or newer is model or newer.space != model.space:
+                    raise Unavailable(
+                        f"cube does not hold version {model.version} of the dense model: {err}"
+                    ) from None
+                model = newer
+            except CubeError as err:
+                raise Unavailable(f"cube lookup failed: {err}") from None
+        m = self.metrics
+        m.batches.inc()
+        m.examples.inc(count)
+        m.batch_size.observe(count)
+        start = 0
+        for p in pending:
+            end = start + p.parsed.count
+            p.future.set_result(Prediction(model.version, probabilities[start:end]))
+            start = end
+
+    def _infer(self, worker, model: DenseModel, count, keys, slots, rows) -> np.ndarray:
+        stage = self.metrics.stage_seconds
+        started = time.perf_counter()
+        unique, inverse = np.unique(keys, return_inverse=True)
+        result = self.cube.seek(unique, version=model.version)
+        looked_up = time.perf_counter()
+        stage.inc(looked_up - started, "cube")
+        if result.values.shape[1] != model.embedding_dim and len(unique):
+            raise Unavailable(
+                f"cube version {model.version} has {result.values.shape[1]}-dim vectors, "
+                f"the dense model expects {model.embedding_dim}"
+            )
+        self.metrics.cube_keys.inc(len(unique))
+        self.metrics.missing_keys.inc(result.missing)
+        values = result.values[inverse] if len(unique) else np.zeros((0, model.embedding_dim))
+        pooled = pool(values, slots, rows, len(model.space.slots), count)
+        pooled_at = time.perf_counter()
+        stage.inc(pooled_at - looked_up, "pool")
+        probabilities = model.predict(worker, pooled)
+        stage.inc(time.perf_counter() - pooled_at, "predict")
+        return probabilities

@@ -1,0 +1,218 @@
+"""One dense model version on Paddle Inference: load, validate, predict.
+
+The trainer exports `<model_uri>/<V>/dense/{model.pdmodel, model.pdiparams, meta.json}`;
+the program's inputs are the pooled slot embeddings (`meta.feed_names`, one [n, dim] input
+per slot in slot.conf order) and its output the softmax [n, 2] (`meta.fetch_name`).
+
+Files are read into memory and handed to Paddle as buffers. Paddle crashes the whole
+process (SIGSEGV) on some corrupt programs instead of raising, so a new version is first
+loaded and probed in a child process (`python -m elasticctr_serving.model DIR`, the files
+in a temporary directory under $TMPDIR, /tmp in the pod); only a version that passes there
+is loaded into the server. Each batch worker gets its own
+predictor (`clone()` shares the weights); a predictor is not thread-safe.
+
+Predictor options, measured on the 26-slot, 400-400-400 model (docs/serving.md): IR
+optimisation on, but without `fc_fuse_pass`, whose fused `fc` kernel was 5x slower than
+the `matmul` + `elementwise_add` it replaces; one math thread per predictor (the workers
+are the parallelism).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import paddle.inference as paddle_infer
+from elasticctr_common.storage import Store
+
+from .instances import SlotSpace
+
+REQUIRED_META = ("slots", "embedding_dim", "sparse_dim", "feed_names")
+
+
+class ModelError(Exception):
+    """Dense model V cannot be served; the message says why (it is rejected)."""
+
+
+@dataclass
+class DenseModel:
+    version: int
+    meta: dict
+    space: SlotSpace
+    embedding_dim: int
+    predictors: list  # one per batch worker
+    loaded_at: float
+    load_seconds: float
+
+    def predict(self, worker: int, pooled: np.ndarray) -> np.ndarray:
+        """[slots, n, dim] pooled embeddings -> [n, 2] class probabilities."""
+        predictor = self.predictors[worker]
+        for i, name in enumerate(self.meta["feed_names"]):
+            handle = predictor.get_input_handle(name)
+            handle.reshape(pooled[i].shape)
+            handle.copy_from_cpu(pooled[i])
+        predictor.run()
+        return predictor.get_output_handle(self._output_name(predictor)).copy_to_cpu()
+
+    def _output_name(self, predictor) -> str:
+        names = predictor.get_output_names()
+        fetch = self.meta.get("fetch_name")
+        return fetch if fetch in names else names[0]
+
+
+def load_model(
+    models: Store,
+    version: int,
+    workers: int,
+    slots: list[int] | None = None,
+    sparse_dim: int | None = None,
+) -> DenseModel:
+    """Dense model `version` from `models` (the model URI's store), checked against the
+    deployment's slot.conf and sparse_dim when given. ModelError if it cannot be served."""
+    started = time.monotonic()
+    prefix = f"{version}/dense"
+    try:
+        meta = json.loads(models.read_text(f"{prefix}/meta.json"))
+    except FileNotFoundError as err:
+        raise ModelError(f"version {version}: {err}") from None
+    except ValueError as err:
+        raise ModelError(f"version {version}: meta.json is not JSON ({err})") from None
+    missing = [key for key in REQUIRED_META if key not in meta]
+    if missing:
+        raise ModelError(f"version {version}: meta.json lacks {', '.join(missing)}")
+    model_slots = [int(s) for s in meta["slots"]]
+    if slots is not None and model_slots != list(slots):
+        raise ModelError(
+            f"version {version}: trained on slots {model_slots}, but slot.conf has {list(slots)}"
+        )
+    if sparse_dim is not None and int(meta["sparse_dim"]) != sparse_dim:
+        raise ModelError(
+            f"version {version}: trained with sparse_dim {meta['sparse_dim']}, "
+            f"serving maps feasigns with {sparse_dim}"
+        )
+    if len(meta["feed_names"]) != len(model_slots):
+        raise ModelError(
+            f"version {version}: {len(meta['feed_names'])} feed names for {len(model_slots)} slots"
+        )
+    try:
+        program = models.read_bytes(f"{prefix}/{meta.get('model_file', 'model.pdmodel')}")
+        params = models.read_bytes(f"{prefix}/{meta.get('params_file', 'model.pdiparams')}")
+    except FileNotFoundError as err:
+        raise ModelError(f"version {version}: {err}") from None
+    _check_in_child(version, meta, program, params)
+    first = _create_predictor(version, program, params)
+    predictors = [first] + [first.clone() for _ in range(workers - 1)]
+    model = DenseModel(
+        version=version,
+        meta=meta,
+        space=SlotSpace(model_slots, int(meta["sparse_dim"])),
+        embedding_dim=int(meta["embedding_dim"]),
+        predictors=predictors,
+        loaded_at=time.time(),
+        load_seconds=0.0,
+    )
+    _smoke_test(model)
+    model.load_seconds = time.monotonic() - started
+    return model
+
+
+def _create_predictor(version: int, program: bytes, params: bytes):
+    config = paddle_infer.Config()
+    config.set_model_buffer(program, len(program), params, len(params))
+    config.disable_gpu()
+    config.disable_glog_info()
+    config.set_cpu_math_library_num_threads(1)
+    config.switch_ir_optim(True)
+    config.delete_pass("fc_fuse_pass")
+    config.enable_memory_optim()
+    try:
+        return paddle_infer.create_predictor(config)
+    except Exception as err:  # Paddle raises its own error types for a corrupt program
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise ModelError(f"version {version}: Paddle cannot load the model: {first_line}") from None
+
+
+def _smoke_test(model: DenseModel) -> None:
+    """Inputs named as meta.json says, and two finite probabilities per example."""
+    inputs = set(model.predictors[0].get_input_names())
+    absent = [n for n in model.meta["feed_names"] if n not in inputs]
+    if absent:
+        raise ModelError(f"version {model.version}: the program has no input(s) {absent}")
+    probe = np.zeros((len(model.space.slots), 2, model.embedding_dim), dtype=np.float32)
+    try:
+        out = model.predict(0, probe)
+    except Exception as err:
+        raise ModelError(f"version {model.version}: a probe prediction failed: {err}") from None
+    if out.shape != (2, 2) or not np.all(np.isfinite(out)):
+        raise ModelError(
+            f"version {model.version}: a probe prediction gave shape {out.shape}, "
+            f"expected (2, 2) finite probabilities"
+        )
+
+
+CHILD_TIMEOUT = 300.0
+
+
+def _check_in_child(version: int, meta: dict, program: bytes, params: bytes) -> None:
+    """Load and probe the model in a child process: a crash there rejects the version."""
+    with tempfile.TemporaryDirectory(prefix=f"elasticctr-check-{version}-") as tmp:
+        Path(tmp, "model.pdmodel").write_bytes(program)
+        Path(tmp, "model.pdiparams").write_bytes(params)
+        Path(tmp, "meta.json").write_text(json.dumps(meta))
+        # This process's import path, however it was set (PYTHONPATH, sys.path edits).
+        path = os.pathsep.join(p for p in sys.path if p)
+        env = {**os.environ, "GLOG_minloglevel": "3", "PYTHONPATH": path}
+        try:
+            done = subprocess.run(
+                [sys.executable, "-m", "elasticctr_serving.model", tmp, str(version)],
+                capture_output=True,
+                text=True,
+                timeout=CHILD_TIMEOUT,
+                env=env,
+            )
+        except subprocess.TimeoutExpired:
+            raise ModelError(f"version {version}: loading took over {CHILD_TIMEOUT:.0f}s") from None
+    if done.returncode == 0:
+        return
+    output = f"{done.stdout}\n{done.stderr}"
+    lines = [line.strip() for line in output.splitlines() if line.strip()]
+    reason = next((line for line in reversed(lines) if line.startswith("ModelError: ")), None)
+    if reason:
+        raise ModelError(reason.removeprefix("ModelError: "))
+    crash = "crashed Paddle" if done.returncode < 0 else f"exited {done.returncode}"
+    errors = [line for line in lines if "Error:" in line] or lines[-1:]
+    detail = errors[0] if errors else ""
+    raise ModelError(f"version {version}: loading it {crash}: {detail[:300]}")
+
+
+def _child_main(directory: str, version: int) -> None:
+    folder = Path(directory)
+    meta = json.loads((folder / "meta.json").read_text())
+    program = (folder / "model.pdmodel").read_bytes()
+    params = (folder / "model.pdiparams").read_bytes()
+    predictor = _create_predictor(version, program, params)
+    model = DenseModel(
+        version,
+        meta,
+        SlotSpace([int(s) for s in meta["slots"]], int(meta["sparse_dim"])),
+        int(meta["embedding_dim"]),
+        [predictor],
+        time.time(),
+        0.0,
+    )
+    _smoke_test(model)
+
+
+if __name__ == "__main__":
+    try:
+        _child_main(sys.argv[1], int(sys.argv[2]))
+    except ModelError as err:
+        print(f"ModelError: {err}", file=sys.stderr)
+        sys.exit(3)

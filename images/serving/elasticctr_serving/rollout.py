@@ -1,0 +1,213 @@
+"""Follows cube's committed version and switches the dense model with it.
+
+The version to serve is the one cube has committed: `committed` of the transfer's
+`GET /status` (CUBE_TRANSFER_URL), or, when the transfer does not answer, the version
+every cube-server reports as current (`GET /control/status`). When it differs from the
+version being served, dense model V is loaded and checked (model.py), cube is asked for
+V once to check that it holds V with the model's embedding width, and only then does V
+become active: one reference swap. Batches that took the old model finish on it: their
+cube lookups are pinned to the old version, which cube keeps loaded for a while after a
+switch (`--unload-previous-after`, 60 s by default).
+
+A version whose model fails to load or to validate is rejected: the error is in `/status`
+and the metrics, the old version keeps serving (while cube still holds it), and the load
+is tried again after `retry_seconds` (a storage hiccup heals; a broken model stays out).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+
+import orjson
+from elasticctr_common.storage import Store
+from elasticctr_cube.client import CubeClient, CubeError
+from elasticctr_cube.cubeconf import CubeConf
+
+from .metrics import ServingMetrics
+from .model import DenseModel, ModelError, load_model
+
+log = logging.getLogger("elasticctr_serving.rollout")
+
+
+@dataclass
+class Rejection:
+    error: str
+    at: float
+    attempts: int
+
+
+def get_json(url: str, timeout: float) -> dict:
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return orjson.loads(response.read())
+
+
+class ModelManager:
+    def __init__(
+        self,
+        models: Store,
+        cube_conf: CubeConf,
+        cube: CubeClient,
+        metrics: ServingMetrics,
+        *,
+        workers: int,
+        transfer_url: str = "",
+        slots: list[int] | None = None,
+        sparse_dim: int | None = None,
+        poll_seconds: float = 1.0,
+        retry_seconds: float = 30.0,
+    ) -> None:
+        self.models, self.cube_conf, self.cube, self.metrics = models, cube_conf, cube, metrics
+        self.workers, self.transfer_url = workers, transfer_url.rstrip("/")
+        self.slots, self.sparse_dim = slots, sparse_dim
+        self.poll_seconds, self.retry_seconds = poll_seconds, retry_seconds
+        self._active: DenseModel | None = None
+        self.rejected: dict[int, Rejection] = {}
+        self.cube_version: int | None = None
+        self.cube_source = ""
+        self.last_error: str | None = None
+        self.history: list[dict] = []
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self.thread = threading.Thread(target=self._follow, name="rollout", daemon=True)
+
+    def start(self) -> None:
+        self.thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._wake.set()
+
+    def active(self) -> DenseModel | None:
+        return self._active
+
+    def poke(self, version: int | None = None) -> None:
+        """Check now (a batch found cube without the version it was pinned to)."""
+        self._wake.set()
+
+    # -- what cube serves ----------------------------------------------------------------
+    def committed_version(self) -> int | None:
+        """cube's committed version: the transfer's word, else the shards' agreement."""
+        timeout = max(0.5, min(2.0, self.poll_seconds * 2))
+        if self.transfer_url:
+            try:
+                status = get_json(f"{self.transfer_url}/status", timeout)
+                self.cube_source = "transfer"
+                committed = status.get("committed")
+                return None if committed is None else int(committed)
+            except (OSError, ValueError, urllib.error.URLError) as err:
+                self.last_error = f"transfer {self.transfer_url} did not answer: {err}"
+        versions = set()
+        for node in self.cube_conf.nodes:
+            try:
+                versions.add(get_json(f"{node.server_url}/control/status", timeout)["cur_version"])
+            except (OSError, ValueError, KeyError, urllib.error.URLError) as err:
+                self.last_error = f"cube-server {node.server_url} did not answer: {err}"
+                return None
+        self.cube_source = "cube-servers"
+        if len(versions) != 1 or None in versions:
+            return None  # a switch under way, or nothing loaded: keep what we serve
+        return int(versions.pop())
+
+    # -- the loop ------------------------------------------------------------------------
+    def _follow(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.check_once()
+            except Exception:  # never stop following
+                log.exception("version check failed")
+            self._wake.wait(self.poll_seconds)
+            self._wake.clear()
+
+    def check_once(self) -> None:
+        target = self.committed_version()
+        self.cube_version = target
+        self.metrics.cube_version.set(-1 if target is None else target)
+        active = self._active
+        if target is None or (active is not None and active.version == target):
+            return
+        rejection = self.rejected.get(target)
+        if rejection and time.time() - rejection.at < self.retry_seconds:
+            return
+        try:
+            model = load_model(self.models, target, self.workers, self.slots, self.sparse_dim)
+            self._check_cube(model)
+        except _CubeNotReady as err:
+            self.last_error = str(err)
+            return
+        except ModelError as err:
+            self._reject(target, str(err))
+            return
+        self._active = model
+        self.rejected.pop(target, None)
+        self.last_error = None
+        self.metrics.model_version.set(target)
+        self.metrics.switches.inc()
+        self.history = [
+            *self.history,
+            {
+                "version": target,
+                "switched_at": time.time(),
+                "load_seconds": round(model.load_seconds, 3),
+            },
+        ][-50:]
+        log.info(
+            "serving version %d (was %s), loaded in %.2fs",
+            target,
+            active.version if active else None,
+            model.load_seconds,
+        )
+
+    def _check_cube(self, model: DenseModel) -> None:
+        try:
+            # One key per shard (key k lives in shard k % shards): every shard must hold V.
+            result = self.cube.seek(list(range(self.cube_conf.shard)), version=model.version)
+        except CubeError as err:
+            raise _CubeNotReady(f"cube is not ready for version {model.version}: {err}") from None
+        width = result.values.shape[1]
+        if width != model.embedding_dim:
+            raise ModelError(
+                f"version {model.version}: cube holds {width}-dim vectors, the dense model "
+                f"expects embedding_dim {model.embedding_dim}"
+            )
+
+    def _reject(self, version: int, error: str) -> None:
+        previous = self.rejected.get(version)
+        attempts = (previous.attempts if previous else 0) + 1
+        self.rejected[version] = Rejection(error, time.time(), attempts)
+        self.last_error = error
+        self.metrics.rejections.inc()
+        active = self._active
+        log.error(
+            "rejected version %d (attempt %d), still serving %s: %s",
+            version,
+            attempts,
+            active.version if active else "nothing",
+            error,
+        )
+
+    def status(self) -> dict:
+        active = self._active
+        return {
+            "version": active.version if active else None,
+            "slots": list(active.space.slots) if active else None,
+            "sparse_dim": active.space.sparse_dim if active else None,
+            "embedding_dim": active.embedding_dim if active else None,
+            "loaded_at": active.loaded_at if active else None,
+            "cube_committed": self.cube_version,
+            "cube_source": self.cube_source,
+            "rejected": {
+                str(v): {"error": r.error, "at": r.at, "attempts": r.attempts}
+                for v, r in sorted(self.rejected.items())
+            },
+            "last_error": self.last_error,
+            "history": self.history,
+        }
+
+
+class _CubeNotReady(Exception):
+    """cube does not hold the version yet: try again at the next poll, not a rejection."""

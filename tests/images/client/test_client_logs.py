@@ -1,0 +1,142 @@
+"""`logs` through the real Kubernetes Python client, against a small fake API server
+(pods and their log streams; no cluster runs here): trainer 0 and the transfer are
+followed at once, each line prefixed, until both streams end."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+from urllib.parse import parse_qs, urlparse
+
+import pytest
+
+from tests.images.client.conftest import run_client
+
+NAMESPACE, JOB = "elasticctr", "elasticctr-train"
+PODS = {
+    f"{JOB}-trainer-0": ["pass 1 started", "pass 1 auc 0.71", "exported version 1"],
+    "cube-transfer-5d8f": ["following donefile", "version 1 committed"],
+}
+
+
+class FakeApi(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    requests: ClassVar[list[str]] = []
+
+    def do_GET(self) -> None:
+        url = urlparse(self.path)
+        FakeApi.requests.append(self.path)
+        parts = url.path.strip("/").split("/")  # api v1 namespaces NS pods [NAME [log]]
+        if parts[:4] != ["api", "v1", "namespaces", NAMESPACE] or parts[4] != "pods":
+            return self._json(404, {"kind": "Status", "code": 404})
+        if len(parts) == 5:
+            selector = parse_qs(url.query).get("labelSelector", [""])[0]
+            items = [self._pod(n) for n in PODS if "cube-transfer" in selector and "transfer" in n]
+            return self._json(200, {"kind": "PodList", "apiVersion": "v1", "items": items})
+        name = parts[5]
+        if name not in PODS:
+            return self._json(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+        if len(parts) == 6:
+            return self._json(200, self._pod(name))
+        assert parse_qs(url.query)["follow"][0].lower() == "true"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for line in PODS[name]:  # streamed as the pod writes, then the pod ends
+            data = (line + "\n").encode()
+            self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+            self.wfile.flush()
+            time.sleep(0.05)
+        self.wfile.write(b"0\r\n\r\n")
+
+    def _pod(self, name: str) -> dict:
+        return {
+            "kind": "Pod",
+            "apiVersion": "v1",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "status": {"phase": "Running"},
+        }
+
+    def _json(self, code: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+@pytest.fixture
+def kubeconfig(tmp_path):
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApi)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "fake",
+                "clusters": [
+                    {
+                        "name": "fake",
+                        "cluster": {"server": f"http://127.0.0.1:{server.server_port}"},
+                    }
+                ],
+                "users": [{"name": "fake", "user": {"token": "t"}}],
+                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+            }
+        )
+    )
+    try:
+        yield path
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_logs_follow_trainer0_and_the_transfer(kubeconfig):
+    done = run_client(
+        "logs",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--namespace",
+        NAMESPACE,
+        "--job",
+        JOB,
+        "--wait",
+        "5",
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    trainer = [line for line in lines if line.startswith("[trainer-0] ")]
+    transfer = [line for line in lines if line.startswith("[transfer] ")]
+    assert trainer == [f"[trainer-0] {line}" for line in PODS[f"{JOB}-trainer-0"]]
+    assert transfer == [f"[transfer] {line}" for line in PODS["cube-transfer-5d8f"]]
+    assert any("tailLines=100" in r for r in FakeApi.requests)
+
+
+def test_logs_says_when_a_pod_never_appears(kubeconfig):
+    done = run_client(
+        "logs",
+        "--kubeconfig",
+        str(kubeconfig),
+        "--namespace",
+        NAMESPACE,
+        "--job",
+        "other-job",
+        "--wait",
+        "1",
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"[trainer-0] (no pod other-job-trainer-0 in {NAMESPACE} after 1s)" in done.stdout
+    assert "[transfer] version 1 committed" in done.stdout

@@ -1,0 +1,154 @@
+"""`predict` against real serving: probabilities per line, the AUC against the click
+labels, skipped lines, batches, endpoints from `pulumi stack output`, status."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import stat
+
+import numpy as np
+import pytest
+
+from tests.images.client.conftest import run_client
+from tests.images.serving.servingtest import expected, probe_instances
+
+pytestmark = pytest.mark.slow
+
+
+def rank_auc(labels, scores) -> float:
+    labels, scores = np.asarray(labels, bool), np.asarray(scores)
+    order = np.argsort(scores)
+    ranks = np.empty(len(scores))
+    ranks[order] = np.arange(1, len(scores) + 1)
+    pos, neg = labels.sum(), (~labels).sum()
+    return float((ranks[labels].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def to_lines(instances: list[dict], labels: np.ndarray) -> list[str]:
+    lines = []
+    for instance, label in zip(instances, labels, strict=True):
+        tokens = [f"{f}:{e['slot_name']}" for e in instance["slots"] for f in e["feasigns"]]
+        lines.append(f"1 {int(label)} {' '.join(tokens)}")
+    return lines
+
+
+@pytest.fixture(scope="module")
+def data(stack, tmp_path_factory):
+    instances = probe_instances(stack.spec, 300, seed=13)
+    instances = [i for i in instances if all(e["feasigns"] for e in i["slots"])]
+    probs = expected(stack.spec, 1, instances)
+    labels = (np.random.default_rng(2).random(len(probs)) < probs).astype(int)
+    lines = to_lines(instances, labels)
+    bad = ["1", "1 x 5:101", "2 3 5:101", "1 0 5:999", "1 0 abc:101", "1 0"]
+    path = tmp_path_factory.mktemp("lines") / "part-00000"
+    path.write_text("\n".join(lines[:100] + bad + lines[100:]) + "\n")
+    return path, probs, labels
+
+
+def test_predict_prints_probabilities_and_the_auc(stack, data, tmp_path):
+    path, probs, labels = data
+    out = tmp_path / "out.tsv"
+    done = run_client(
+        "predict",
+        str(path),
+        "--serving-url",
+        stack.serving.url,
+        "--batch-size",
+        "50",
+        "--output",
+        str(out),
+    )
+    assert done.returncode == 0, done.stderr
+    rows = np.loadtxt(out, usecols=(1, 2, 3))
+    assert len(rows) == len(probs)
+    assert np.array_equal(rows[:, 0], labels)
+    assert np.max(np.abs(rows[:, 1] - probs)) <= 1e-5
+    assert set(rows[:, 2]) == {1}
+    auc = float(re.search(r"^AUC: (\S+)$", done.stdout, re.M).group(1))
+    assert auc == pytest.approx(rank_auc(labels, probs), abs=1e-4)
+    assert f"examples: {len(probs)} (model version 1), skipped lines: 6" in done.stdout
+    assert "unknown slot 999" in done.stdout
+    # the progress bar; not on a terminal, one line per tenth
+    assert re.search(rf"\] {len(probs)}/{len(probs) + 6} examples", done.stderr), done.stderr
+
+
+def fake_pulumi(tmp_path, outputs: dict) -> dict:
+    """A `pulumi` on PATH that records its arguments and prints `outputs` as JSON."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "pulumi"
+    script.write_text(
+        "#!/bin/sh\n"
+        f'echo "$@" >> {tmp_path}/pulumi-args\n'
+        f"cat <<'EOF'\n{json.dumps(outputs)}\nEOF\n"
+    )
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_endpoints_come_from_pulumi_stack_output(stack, data, tmp_path):
+    path, probs, _ = data
+    env = fake_pulumi(tmp_path, {"serving_url": stack.serving.url, "namespace": "x"})
+    done = run_client("--stack", "dev", "predict", str(path), "--no-progress", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"examples: {len(probs)}" in done.stdout
+    args = (tmp_path / "pulumi-args").read_text()
+    assert args.strip() == "stack output --json --show-secrets --stack dev"
+    done = run_client("predict", str(path), env=fake_pulumi(tmp_path / "empty", {}))
+    assert done.returncode == 2
+    assert "no --serving-url: pass --serving-url, or run where" in done.stderr
+
+
+def test_predict_reports_a_refused_batch(stack, tmp_path):
+    path = tmp_path / "lines"
+    path.write_text("1 0 18446744073709551615:101\n")
+    done = run_client("predict", str(path), "--serving-url", stack.serving.url + "/nope")
+    assert done.returncode == 1 and "serving answered 404" in done.stderr
+
+
+def test_status_shows_versions_and_training_progress(stack, mlflow_server):
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server.tracking_uri)
+    experiment = client.create_experiment("client-status-test")
+    for name in ("trainer-0", "trainer-1"):
+        run = client.create_run(experiment, run_name=name)
+        for step, auc in ((1, 0.70), (2, 0.75)):
+            client.log_metric(run.info.run_id, "auc", auc, step=step)
+            client.log_metric(run.info.run_id, "loss", 0.5 / step, step=step)
+    transfer = stack.cluster.transfer_url("")
+    args = [
+        "status",
+        "--mlflow-url",
+        mlflow_server.tracking_uri,
+        "--experiment",
+        "client-status-test",
+        "--serving-url",
+        stack.serving.url,
+        "--transfer-url",
+        transfer,
+    ]
+    done = run_client(*args, "--json")
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["serving"]["version"] == 1 and report["serving"]["cube_committed"] == 1
+    assert report["cube"]["committed"] == 1 and report["cube"]["shards"] == 3
+    runs = report["training"]["runs"]
+    assert [r["run"] for r in runs] == ["trainer-0", "trainer-1"]
+    assert all(r["pass"] == 2 and r["metrics"]["auc"] == pytest.approx(0.75) for r in runs)
+    text = run_client(*args).stdout
+    assert "serving: model version 1, cube committed 1 (from transfer)" in text
+    assert "trainer-0: RUNNING, pass 2  auc=0.75 loss=0.25" in text
+    assert "cube: committed 1" in text
+    broken = run_client("--timeout", "2", "status", "--serving-url", "http://127.0.0.1:9")
+    assert broken.returncode == 1 and "serving: unavailable" in broken.stdout
+    outside = run_client(
+        "--timeout",
+        "2",
+        "status",
+        "--serving-url",
+        "http://serving.elasticctr.svc.cluster.local:8010",
+    )
+    assert "kubectl -n elasticctr port-forward svc/serving 8010" in outside.stdout

@@ -1,0 +1,107 @@
+"""`upload`: hour directories and slot.conf to S3-compatible storage (moto) and HDFS
+(MiniDFSCluster), donefiles last, the destination from flags or stack outputs."""
+
+from __future__ import annotations
+
+import pytest
+from elasticctr_client import upload as upload_module
+from elasticctr_common.storage import LocalStore, open_store
+
+from tests.images.client.conftest import run_client
+from tests.images.client.test_client_predict import fake_pulumi
+
+
+@pytest.fixture
+def hours(tmp_path):
+    src = tmp_path / "local"
+    for hour, files, done in (("20191221/00", 2, True), ("20191221/01", 1, False)):
+        d = src / hour
+        d.mkdir(parents=True)
+        for i in range(files):
+            (d / f"part-{i:05d}").write_text(f"1 0 {i}:101\n1 1 {i + 7}:102\n")
+        if done:
+            (d / "donefile").write_text("")
+    (src / "notes.txt").write_text("not an hour")
+    slot_conf = tmp_path / "slot.conf"
+    slot_conf.write_text("101\n102\n")
+    return src, slot_conf
+
+
+def check_uploaded(store, src) -> None:
+    assert store.list() == ["20191221", "slot.conf"]
+    assert store.list("20191221/00") == ["donefile", "part-00000", "part-00001"]
+    assert store.list("20191221/01") == ["part-00000"]  # no donefile: not ready
+    assert store.read_text("20191221/00/part-00001") == (src / "20191221/00/part-00001").read_text()
+    assert store.read_text("slot.conf") == "101\n102\n"
+
+
+def test_upload_to_s3(hours, s3_server, s3_env):
+    src, slot_conf = hours
+    bucket = s3_server.create_bucket()
+    done = run_client(
+        "upload",
+        str(src),
+        "--dest",
+        f"s3://{bucket}/train_data",
+        "--slot-conf",
+        str(slot_conf),
+        env=s3_env,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "uploaded 3 files" in done.stdout and "1 hours ready, 1 without donefile" in done.stdout
+    assert "20191221/01: 1 files (no donefile: not ready for training)" in done.stderr
+    check_uploaded(open_store(f"s3://{bucket}/train_data"), src)
+
+
+def test_upload_to_hdfs(hours, hdfs_cluster, hdfs_env):
+    src, slot_conf = hours
+    dest = f"{hdfs_cluster.url}/train_data"
+    done = run_client(
+        "upload", str(src), "--dest", dest, "--slot-conf", str(slot_conf), env=hdfs_env
+    )
+    assert done.returncode == 0, done.stderr
+    check_uploaded(open_store(dest), src)
+
+
+def test_destination_from_stack_outputs(hours, s3_server, tmp_path):
+    src, _ = hours
+    bucket = s3_server.create_bucket()
+    env = {k: v for k, v in s3_server.env().items() if k != "AWS_ENDPOINT_URL"}
+    outputs = {"bucket": bucket, "storage_endpoint": s3_server.endpoint_url}
+    env.update(fake_pulumi(tmp_path, outputs))
+    done = run_client("upload", str(src), "--data-source", "storage", env=env)
+    assert done.returncode == 0, done.stderr
+    assert f"to s3://{bucket}/train_data" in done.stdout
+    store = s3_server.client().list_objects_v2(Bucket=bucket)["Contents"]
+    assert "train_data/20191221/00/donefile" in {o["Key"] for o in store}
+
+
+def test_each_hours_donefile_goes_last(hours, tmp_path, monkeypatch):
+    src, _ = hours
+    order: list[str] = []
+
+    class Recording(LocalStore):
+        def upload(self, local_path, path):
+            order.append(path)
+            super().upload(local_path, path)
+
+    monkeypatch.setattr(upload_module, "open_store", lambda uri: Recording(uri))
+    upload_module.upload(src, f"file://{tmp_path}/dest")
+    assert order == [
+        "20191221/00/part-00000",
+        "20191221/00/part-00001",
+        "20191221/00/donefile",
+        "20191221/01/part-00000",
+    ]
+
+
+def test_bad_slot_conf_uploads_nothing(hours, tmp_path):
+    src, slot_conf = hours
+    slot_conf.write_text("101\nabc\n")
+    done = run_client(
+        "upload", str(src), "--dest", f"file://{tmp_path}/dest", "--slot-conf", str(slot_conf)
+    )
+    assert done.returncode == 1 and "slot id must be an integer, got 'abc'" in done.stderr
+    assert not (tmp_path / "dest").exists()
+    done = run_client("upload", str(tmp_path / "nothing"), "--dest", f"file://{tmp_path}/d")
+    assert done.returncode == 1 and "is not a directory" in done.stderr

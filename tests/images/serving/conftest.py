@@ -1,0 +1,54 @@
+"""Fixtures of the serving tests: the native cube-server, processes stopped by PID, and a
+running stack (3 cube shards + transfer + serving) with synthetic version 1."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from elasticctr_cube.server import build_server
+
+from tests.images.serving.servingtest import CubeCluster, Processes, Serving, publish
+
+
+@pytest.fixture(scope="session")
+def cube_server_bin() -> str:
+    return build_server()
+
+
+@pytest.fixture
+def procs(tmp_path):
+    p = Processes(tmp_path)
+    try:
+        yield p
+    finally:
+        p.stop_all()
+
+
+@dataclass
+class Stack:
+    cluster: CubeCluster
+    serving: Serving
+    spec: dict
+    procs: Processes
+
+
+def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = "5") -> Stack:
+    cluster = CubeCluster(procs, root, 3, ["--max-attempts", "1", "--unload-previous-after",
+                                           unload_after])  # fmt: skip
+    spec = publish(cluster, [1])
+    cluster.wait_result(1)
+    serving = Serving(procs, "serving", cluster, *serving_args)
+    serving.wait_version(1)
+    return Stack(cluster, serving, spec, procs)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, cube_server_bin):
+    """Shared by a module's tests, which must leave version 1 serving."""
+    root = tmp_path_factory.mktemp("stack")
+    procs = Processes(root)
+    try:
+        yield start_stack(procs, root, "--max-body-bytes", "200000", "--max-instances", "1000")
+    finally:
+        procs.stop_all()

@@ -1,0 +1,153 @@
+"""Helpers of the serving and client tests: cube (3 servers + 3 agents + transfer, from the
+cube tests) and serving as real processes, stopped by PID when the test ends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from tests.images.cube.cubetest import CubeCluster, Procs, free_port, wait_until
+from tests.images.serving.make_model import default_spec, make_versions, table
+
+REPO = Path(__file__).resolve().parents[3]
+PYTHONPATH = os.pathsep.join(
+    str(REPO / "images" / p) for p in ("serving", "client", "cube", "common")
+)
+
+
+class Processes(Procs):
+    """Procs with the serving and client packages on the path too."""
+
+    def start(self, name: str, argv: list[str], env: dict | None = None) -> subprocess.Popen:
+        env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PYTHONUNBUFFERED": "1", **(env or {})}
+        log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 (owned by the child)
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        log.close()
+        self.procs[name] = proc
+        return proc
+
+
+def http(method: str, url: str, body: bytes | dict | None = None, timeout: float = 10.0):
+    """(status, parsed JSON or text, headers) of one request; never raises on 4xx/5xx."""
+    data = json.dumps(body).encode() if isinstance(body, dict) else body
+    request = urllib.request.Request(url, data=data, method=method)
+    request.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            status, raw, headers = response.status, response.read(), response.headers
+    except urllib.error.HTTPError as err:
+        status, raw, headers = err.code, err.read(), err.headers
+    try:
+        return status, json.loads(raw), headers
+    except ValueError:
+        return status, raw.decode(errors="replace"), headers
+
+
+class Serving:
+    """python -m elasticctr_serving on a free port."""
+
+    def __init__(self, procs: Processes, name: str, cluster: CubeCluster, *extra: str, env=None):
+        self.procs, self.name = procs, name
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        procs.start(
+            name,
+            [
+                sys.executable,
+                "-m",
+                "elasticctr_serving",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(self.port),
+                "--model-uri",
+                f"file://{cluster.model_dir}",
+                "--cube-conf",
+                str(cluster.conf_path),
+                "--cube-transfer-url",
+                cluster.transfer_url(""),
+                "--poll-seconds",
+                "0.1",
+                *extra,
+            ],
+            env=env,
+        )
+        wait_until(self.healthy, 60, f"{name} to listen")
+
+    def healthy(self) -> bool:
+        try:
+            return http("GET", self.url + "/healthz", timeout=1)[0] == 200
+        except OSError:
+            return False
+
+    def status(self) -> dict:
+        return http("GET", self.url + "/status")[1]
+
+    def wait_version(self, version: int, timeout: float = 60.0) -> dict:
+        return wait_until(
+            lambda: (s := self.status())["version"] == version and s,
+            timeout,
+            f"{self.name} to serve version {version}",
+            0.05,
+        )
+
+    def log(self) -> str:
+        return self.procs.log(self.name)
+
+
+def publish(cluster: CubeCluster, versions: list[int], **spec) -> dict:
+    """Synthetic versions into the cluster's model dir (donefile lines last)."""
+    full = default_spec(cluster.model_dir, versions, **spec)
+    make_versions(full)
+    return full
+
+
+def probe_instances(spec: dict, count: int, seed: int = 3) -> list[dict]:
+    """ElasticCTR instances over the spec's slots: 0-3 feasigns per slot, some feasigns
+    unknown to every version (keys past the table), some slots left out."""
+    rng = np.random.default_rng(seed)
+    instances = []
+    for _ in range(count):
+        slots = []
+        for slot in spec["slots"]:
+            n = int(rng.integers(0, 4))
+            if n == 0 and rng.random() < 0.5:
+                continue  # omitted slot
+            feasigns = [int(f) for f in rng.integers(1, spec["keys"] + 50, n)]
+            # raw feasigns: the server maps them with % sparse_dim
+            feasigns = [f + spec["sparse_dim"] * int(rng.integers(0, 1000)) for f in feasigns]
+            slots.append({"slot_name": str(slot), "feasigns": feasigns})
+        if not any(s["feasigns"] for s in slots):
+            slots.append({"slot_name": str(spec["slots"][0]), "feasigns": [7]})
+        instances.append({"slots": slots})
+    return instances
+
+
+def expected(spec: dict, version: int, instances: list[dict]) -> np.ndarray:
+    """Click probabilities of `instances` under synthetic `version`, computed with numpy."""
+    from tests.images.serving.make_model import expected_probabilities
+
+    keys, values = table(spec, version)
+    lookup = {int(k): v for k, v in zip(keys, values, strict=True)}
+    dim, slots = spec["embedding_dim"], spec["slots"]
+    pooled = np.zeros((len(instances), len(slots), dim), dtype=np.float64)
+    index = {str(s): i for i, s in enumerate(slots)}
+    for row, instance in enumerate(instances):
+        for entry in instance["slots"]:
+            for f in entry["feasigns"]:
+                key = int(f) % spec["sparse_dim"]
+                if key in lookup:
+                    pooled[row, index[entry["slot_name"]]] += lookup[key]
+    flat = pooled.reshape(len(instances), len(slots) * dim)
+    return expected_probabilities(cluster_model_dir(spec), version, flat)
+
+
+def cluster_model_dir(spec: dict) -> Path:
+    return Path(spec["model_dir"].removeprefix("file://"))

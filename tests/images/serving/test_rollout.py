@@ -1,0 +1,168 @@
+"""Model rollouts with real processes: cube-transfer switches 3 shards to version V and
+serving follows with dense model V. Under continuous load no request fails and every
+answer is exactly what its reported version computes; a dense model that cannot load is
+rejected and the old version keeps serving; serving starts before any version exists."""
+
+from __future__ import annotations
+
+import re
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from elasticctr_common.storage import open_store
+from elasticctr_common.versions import Version, append_version
+
+from tests.images.serving.conftest import start_stack
+from tests.images.serving.make_model import default_spec, make_versions
+from tests.images.serving.servingtest import (
+    CubeCluster,
+    Serving,
+    expected,
+    free_port,
+    http,
+    probe_instances,
+    publish,
+    wait_until,
+)
+
+pytestmark = pytest.mark.slow
+INFERENCE = "/ElasticCTRPredictionService/inference"
+
+
+def announce(cluster, version: int) -> None:
+    """The trainer's last step: the donefile line that makes version V exist."""
+    models = open_store(f"file://{cluster.model_dir}")
+    append_version(models, Version(version, version, models.uri(f"{version}/sparse")))
+
+
+class Load:
+    """Threads sending random slices of the probe instances until stopped; every answer
+    is checked against the expected probabilities of the version it reports."""
+
+    def __init__(self, url: str, instances: list, want: dict[int, np.ndarray], threads=4):
+        self.url, self.instances, self.want = url, instances, want
+        self.stop = threading.Event()
+        self.errors: list = []
+        self.seen: list[list[int]] = [[] for _ in range(threads)]
+        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
+        rng = np.random.default_rng(i)
+        while not self.stop.is_set():
+            start = int(rng.integers(0, len(self.instances) - 16))
+            size = int(rng.integers(1, 17))
+            body = {"instances": self.instances[start : start + size]}
+            try:
+                code, answer, _ = http("POST", self.url + INFERENCE, body)
+            except OSError as err:
+                self.errors.append(f"no answer: {err}")
+                continue
+            if code != 200:
+                self.errors.append((code, answer))
+                continue
+            version = answer["version"]
+            got = np.array([p["prob1"] for p in answer["predictions"]])
+            diff = np.max(np.abs(got - self.want[version][start : start + size]))
+            if diff > 1e-5:
+                self.errors.append(f"version {version}: answer off by {diff}")
+            self.seen[i].append(version)
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)
+
+
+def test_five_rollouts_under_load_never_fail_nor_mix_versions(procs, tmp_path, cube_server_bin):
+    stack = start_stack(procs, tmp_path, unload_after="30")
+    spec = default_spec(stack.cluster.model_dir, [2, 3, 4, 5, 6], publish=False)
+    make_versions(spec)
+    instances = probe_instances(spec, 200, seed=21)
+    want = {v: expected(spec, v, instances) for v in range(1, 7)}
+    for v in range(2, 7):  # every version answers differently
+        assert np.max(np.abs(want[v] - want[v - 1])) > 0.01
+    load = Load(stack.serving.url, instances, want)
+    try:
+        time.sleep(0.5)
+        for version in range(2, 7):
+            announce(stack.cluster, version)
+            result = stack.cluster.wait_result(version)
+            assert result["result"] == "committed", stack.cluster.dump()
+            stack.serving.wait_version(version, 30)
+            counts = sum(len(s) for s in load.seen)
+            wait_until(lambda c=counts: sum(len(s) for s in load.seen) > c + 20, 30, "load")
+    finally:
+        load.finish()
+    assert not load.errors, load.errors[:5]
+    for seen in load.seen:
+        assert seen == sorted(seen), "a client saw an older version after a newer one"
+    observed = {v for seen in load.seen for v in seen}
+    assert observed == {1, 2, 3, 4, 5, 6}
+    answered = sum(len(s) for s in load.seen)
+    switches = [h["version"] for h in stack.serving.status()["history"]]
+    assert switches == [1, 2, 3, 4, 5, 6]
+    print(f"{answered} requests answered during 5 rollouts, none failed")
+
+
+def test_a_model_that_fails_to_load_is_rejected_and_the_old_one_keeps_serving(
+    procs, tmp_path, cube_server_bin
+):
+    stack = start_stack(procs, tmp_path, "--retry-seconds", "2", unload_after="30")
+    spec = default_spec(stack.cluster.model_dir, [2, 3], publish=False)
+    make_versions(spec)
+    dense = Path(stack.cluster.model_dir) / "2" / "dense"
+    (dense / "model.pdmodel").write_bytes(b"not a paddle program")
+    instances = probe_instances(spec, 50, seed=5)
+    want = {1: expected(spec, 1, instances), 3: expected(spec, 3, instances)}
+    announce(stack.cluster, 2)
+    assert stack.cluster.wait_result(2)["result"] == "committed"  # cube took it
+    status = wait_until(lambda: (s := stack.serving.status())["rejected"].get("2") and s, 30,
+                        "serving to reject version 2")  # fmt: skip
+    error = status["rejected"]["2"]["error"]
+    assert error.startswith("version 2: ") and ("crashed Paddle" in error or "cannot" in error)
+    print(f"rejected: {error}")
+    assert status["version"] == 1 and status["cube_committed"] == 2
+    for _ in range(5):  # still version 1, exactly, while cube holds it
+        code, answer, _ = http("POST", stack.serving.url + INFERENCE, {"instances": instances})
+        assert code == 200 and answer["version"] == 1
+        got = np.array([p["prob1"] for p in answer["predictions"]])
+        assert np.max(np.abs(got - want[1])) <= 1e-5
+    wait_until(lambda: stack.serving.status()["rejected"]["2"]["attempts"] >= 2, 30, "a retry")
+    metrics = http("GET", stack.serving.url + "/metrics")[1]
+    rejections = re.search(r"^elasticctr_serving_model_rejections_total (\S+)$", metrics, re.M)
+    assert rejections and float(rejections.group(1)) >= 2
+    announce(stack.cluster, 3)
+    stack.serving.wait_version(3, 60)
+    code, answer, _ = http("POST", stack.serving.url + INFERENCE, {"instances": instances})
+    got = np.array([p["prob1"] for p in answer["predictions"]])
+    assert answer["version"] == 3 and np.max(np.abs(got - want[3])) <= 1e-5
+
+
+def test_serving_waits_for_a_first_version_and_reads_the_shards_without_transfer(
+    procs, tmp_path, cube_server_bin
+):
+    cluster = CubeCluster(procs, tmp_path, 3, ["--max-attempts", "1"])
+    dead = f"http://127.0.0.1:{free_port()}"  # no transfer there: ask the cube-servers
+    serving = Serving(procs, "serving", cluster)
+    lonely = Serving(procs, "lonely", cluster, "--cube-transfer-url", dead)
+    for s in (serving, lonely):
+        code, body, _ = http("GET", s.url + "/readyz")
+        assert code == 503 and body["ready"] is False
+        code, body, _ = http("POST", s.url + INFERENCE, {"instances": [{"slots": []}]})
+        assert code == 503 and "no model version is loaded yet" in body["err_msg"]
+    spec = publish(cluster, [1])
+    cluster.wait_result(1)
+    for s in (serving, lonely):
+        s.wait_version(1)
+        instances = probe_instances(spec, 10)
+        code, body, _ = http("POST", s.url + INFERENCE, {"instances": instances})
+        assert code == 200
+        got = np.array([p["prob1"] for p in body["predictions"]])
+        assert np.max(np.abs(got - expected(spec, 1, instances))) <= 1e-5
+    assert serving.status()["cube_source"] == "transfer"
+    assert lonely.status()["cube_source"] == "cube-servers"

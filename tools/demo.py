@@ -1,0 +1,389 @@
+"""The whole ElasticCTR pipeline on this machine, as processes, without a cluster:
+
+    .venv/bin/python tools/demo.py [--work-dir DIR] [--keep-running]
+
+generated data -> 2 pservers + 2 trainers (local mode), 2 passes -> versions 1 and 2
+exported -> cube (3 shard servers + agents + transfer) rolls each out -> serving follows
+-> `elasticctr_client predict` on the held-out examples, printing their AUC. The same
+commands as in the cluster, with file:// storage and loopback ports. About 40 s on 2
+cores; needs cargo once, to build the native cube-server. Every process it starts is
+stopped at the end (Ctrl-C too).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+IMAGES = ("trainer", "common", "cube", "serving", "client")
+PYTHONPATH = os.pathsep.join(str(REPO / "images" / p) for p in IMAGES)
+SHARDS = 3
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Demo:
+    def __init__(self, work: Path, args: argparse.Namespace) -> None:
+        self.work, self.args = work, args
+        self.logs = work / "logs"
+        self.logs.mkdir(parents=True, exist_ok=True)
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.env = {
+            **os.environ,
+            "PYTHONPATH": PYTHONPATH,
+            "PYTHONUNBUFFERED": "1",
+            "GLOG_minloglevel": "2",
+        }
+        for key in [k for k in self.env if k.startswith(("PADDLE_", "TRAINING_ROLE"))]:
+            del self.env[key]  # the local job sets its own; stray ones would confuse roles
+        self.env.pop("MLFLOW_TRACKING_URI", None)
+
+    def say(self, text: str) -> None:
+        print(f"[demo {time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+    def python(self, *argv: str) -> list[str]:
+        return [sys.executable, *argv]
+
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+        with open(self.logs / f"{name}.log", "wb") as log:
+            # cwd: whatever a process drops where it runs stays in the work directory.
+            proc = subprocess.Popen(
+                argv,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=self.env,
+                cwd=self.work,
+                start_new_session=True,
+            )
+        self.procs[name] = proc
+        with open(self.work / "demo-pids.txt", "a") as pids:
+            pids.write(f"{proc.pid} {name}\n")
+        return proc
+
+    def run(self, name: str, argv: list[str], timeout: float) -> None:
+        proc = self.start(name, argv)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise SystemExit(f"{name} did not finish within {timeout:.0f}s") from None
+        if code != 0:
+            tail = (self.logs / f"{name}.log").read_text(errors="replace")[-3000:]
+            raise SystemExit(f"{name} failed with exit code {code}; its log ends:\n{tail}")
+
+    def stop_all(self) -> None:
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        for proc in self.procs.values():
+            try:
+                proc.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+
+    def wait_http(self, url: str, what: str, timeout: float, check=lambda body: True) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for name, proc in self.procs.items():
+                if proc.poll() not in (None, 0):
+                    raise SystemExit(f"{name} exited with {proc.returncode} (log: {self.logs})")
+            try:
+                with urllib.request.urlopen(url, timeout=2) as response:
+                    body = json.loads(response.read())
+                if check(body):
+                    return body
+            except (OSError, ValueError):
+                pass
+            time.sleep(0.2)
+        raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} ({url})")
+
+    # -- the pipeline -----------------------------------------------------------------------
+    def generate(self) -> dict:
+        a = self.args
+        self.say(f"generating data: {a.slots} slots, {a.hours} hours x {a.examples} examples")
+        out = self.work / "generate.json"
+        self.run(
+            "generate",
+            self.python(
+                "-m",
+                "elasticctr_trainer",
+                "generate",
+                "--out",
+                f"file://{self.work}/data",
+                "--slots",
+                str(a.slots),
+                "--vocab",
+                str(a.vocab),
+                "--hours",
+                str(a.hours),
+                "--examples-per-hour",
+                str(a.examples),
+                "--files-per-hour",
+                "2",
+                "--heldout",
+                str(a.heldout),
+            ),
+            timeout=300,
+        )
+        summary = json.loads((self.logs / "generate.log").read_text().strip().splitlines()[-1])
+        out.write_text(json.dumps(summary))
+        return summary
+
+    def start_cube(self) -> Path:
+        from elasticctr_cube.server import build_server, server_binary
+
+        try:
+            binary = server_binary()
+        except Exception:
+            self.say("building the native cube-server (cargo, once)")
+            binary = build_server()
+        self.env["ELASTICCTR_CUBE_SERVER_BIN"] = binary
+        nodes = [
+            {"ip": "127.0.0.1", "port": free_port(), "agent_port": free_port()}
+            for _ in range(SHARDS)
+        ]
+        conf = self.work / "cube.conf"
+        conf.write_text(json.dumps({"dict_name": "ctr_embedding", "shard": SHARDS, "nodes": nodes}))
+        self.say(f"starting cube: {SHARDS} shard servers + agents + transfer")
+        for i, node in enumerate(nodes):
+            self.start(
+                f"cube-server-{i}",
+                self.python(
+                    "-m",
+                    "elasticctr_cube",
+                    "server",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(node["port"]),
+                    "--shard",
+                    str(i),
+                    "--shard-num",
+                    str(SHARDS),
+                ),
+            )
+            self.start(
+                f"cube-agent-{i}",
+                self.python(
+                    "-m",
+                    "elasticctr_cube",
+                    "agent",
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(node["agent_port"]),
+                    "--shard",
+                    str(i),
+                    "--shard-num",
+                    str(SHARDS),
+                    "--cube-uri",
+                    f"file://{self.work}/cube",
+                    "--server",
+                    f"http://127.0.0.1:{node['port']}",
+                    "--data-dir",
+                    str(self.work / f"shard-{i}"),
+                ),
+            )
+        self.transfer_url = f"http://127.0.0.1:{free_port()}"
+        self.start(
+            "cube-transfer",
+            self.python(
+                "-m",
+                "elasticctr_cube",
+                "transfer",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                self.transfer_url.rsplit(":", 1)[1],
+                "--model-uri",
+                f"file://{self.work}/models",
+                "--cube-uri",
+                f"file://{self.work}/cube",
+                "--cube-conf",
+                str(conf),
+                "--work-dir",
+                str(self.work / "transfer"),
+                "--poll-seconds",
+                "1",
+            ),
+        )
+        return conf
+
+    def train(self) -> None:
+        a = self.args
+        config = {
+            "runner": {
+                "train_data_uri": f"file://{self.work}/data/train",
+                "start_date_hr": "20191221/00",
+                "end_date_hr": f"20191221/{a.hours - 1:02d}",
+                "slot_conf": str(self.work / "data" / "slot.conf"),
+                "passes": a.passes,
+                "model_uri": f"file://{self.work}/models",
+                "checkpoint_uri": f"file://{self.work}/checkpoints",
+                "eval_data_uri": f"file://{self.work}/data/heldout",
+                "work_dir": str(self.work / "scratch"),
+                "mlflow_experiment": "demo",
+            },
+            # A small sparse_dim keeps the export quick (it scans every key).
+            "hyper_parameters": {
+                "sparse_dim": a.sparse_dim,
+                "learning_rate": 0.003,
+                "batch_size": 64,
+            },
+        }
+        path = self.work / "trainer.json"
+        path.write_text(json.dumps(config, indent=1))
+        self.say("training: 2 pservers + 2 trainers (python -m elasticctr_trainer local)")
+        started = time.monotonic()
+        self.run(
+            "training",
+            self.python(
+                "-m",
+                "elasticctr_trainer",
+                "local",
+                "--config",
+                str(path),
+                "--pservers",
+                "2",
+                "--trainers",
+                "2",
+                "--log-dir",
+                str(self.logs / "training"),
+            ),
+            timeout=a.train_timeout,
+        )
+        last = self.args.passes
+        meta = json.loads((self.work / "models" / str(last) / "dense" / "meta.json").read_text())
+        self.say(
+            f"trained {last} passes, exported versions 1-{last} in "
+            f"{time.monotonic() - started:.0f}s; version {last}: "
+            f"{meta['sparse_keys']} sparse keys, trainer's held-out AUC "
+            f"{meta.get('eval_auc', float('nan')):.4f}"
+        )
+
+    def serve(self, conf: Path) -> str:
+        url = f"http://127.0.0.1:{free_port()}"
+        self.start(
+            "serving",
+            self.python(
+                "-m",
+                "elasticctr_serving",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                url.rsplit(":", 1)[1],
+                "--model-uri",
+                f"file://{self.work}/models",
+                "--cube-conf",
+                str(conf),
+                "--cube-transfer-url",
+                self.transfer_url,
+                "--slot-conf",
+                str(self.work / "data" / "slot.conf"),
+                "--sparse-dim",
+                str(self.args.sparse_dim),
+                "--poll-seconds",
+                "0.5",
+            ),
+        )
+        return url
+
+    def main(self) -> int:
+        truth = self.generate()
+        conf = self.start_cube()
+        url = self.serve(conf)  # up before any version: it follows cube's rollouts by itself
+        self.train()
+        last = self.args.passes
+        self.wait_http(
+            f"{self.transfer_url}/status",
+            f"cube to commit version {last}",
+            180,
+            lambda s: s.get("committed") == last,
+        )
+        self.say(f"cube committed version {last} on all {SHARDS} shards")
+        status = self.wait_http(
+            f"{url}/status", f"serving to load version {last}", 180, lambda s: s["version"] == last
+        )
+        switched = ", ".join(str(h["version"]) for h in status["history"])
+        self.say(
+            f"serving version {last} at {url} (switched to versions {switched} as cube "
+            f"committed them); predicting the held-out examples"
+        )
+        predictions = self.work / "predictions.tsv"
+        client = subprocess.run(
+            self.python(
+                "-m",
+                "elasticctr_client",
+                "predict",
+                str(self.work / "data/heldout/part-00000"),
+                "--serving-url",
+                url,
+                "--output",
+                str(predictions),
+            ),
+            env=self.env,
+            cwd=self.work,
+            timeout=600,
+        )
+        if client.returncode != 0:
+            raise SystemExit(f"client predict failed ({client.returncode})")
+        bayes = truth.get("heldout_bayes_auc")
+        if bayes is not None:
+            self.say(f"the best AUC any model could reach on these examples: {bayes:.4f}")
+        if self.args.keep_running:
+            self.say(f"running until Ctrl-C: serving {url}, cube-transfer {self.transfer_url}")
+            while all(p.poll() is None for n, p in self.procs.items() if n != "training"):
+                time.sleep(1)
+        return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--work-dir", help="keep everything here (default: a temporary directory)")
+    p.add_argument("--keep-running", action="store_true", help="leave cube and serving up")
+    p.add_argument("--slots", type=int, default=8)
+    p.add_argument("--vocab", type=int, default=100, help="feasigns per slot")
+    p.add_argument("--hours", type=int, default=2)
+    p.add_argument("--examples", type=int, default=30000, help="examples per hour")
+    p.add_argument("--passes", type=int, default=2, help="passes = model versions")
+    p.add_argument("--heldout", type=int, default=2000)
+    p.add_argument("--sparse-dim", type=int, default=100003)
+    p.add_argument("--train-timeout", type=float, default=900)
+    args = p.parse_args()
+    sys.path[:0] = PYTHONPATH.split(os.pathsep)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
+    if args.work_dir:
+        work = Path(args.work_dir).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        return _run(work, args)
+    with tempfile.TemporaryDirectory(prefix="elasticctr-demo-") as tmp:
+        return _run(Path(tmp), args)
+
+
+def _run(work: Path, args: argparse.Namespace) -> int:
+    demo = Demo(work, args)
+    try:
+        return demo.main()
+    except KeyboardInterrupt:
+        return 130
+    finally:
+        demo.stop_all()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
