@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 import numpy as np
+from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_cube.builder import build
 from elasticctr_cube.httpjson import call
-from elasticctr_cube.seqfile import write_sequence_file
 from elasticctr_cube.server import build_server
 
 TICKS = os.sysconf("SC_CLK_TCK")

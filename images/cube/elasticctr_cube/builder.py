@@ -14,10 +14,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+from elasticctr_common.seqfile import SequenceFileError, read_sequence_file
 from elasticctr_common.storage import Store, open_store
 
 from .manifest import MANIFEST, Manifest, ShardEntry, shard_file_name
-from .seqfile import SequenceFileError, read_sequence_file
 from .shardfile import DuplicateKeyError, write_shard_file
 
 

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import numpy as np
 import paddle
+from elasticctr_common.seqfile import SequenceFileWriter
 from elasticctr_common.storage import Store
 from elasticctr_common.versions import Version, append_version, read_versions
 
 from .feed import lod_tensor
 from .model import SHOW_CLICK_COLUMNS, CtrDnn
-from .seqfile import write_embeddings
 
 log = logging.getLogger(__name__)
 PULL_CHUNK = 100_000
@@ -112,7 +112,7 @@ def export_version(
             local = Path(tmp) / f"part-{part:05d}"
             with open(local, "wb") as out:
                 end = start + RECORDS_PER_PART
-                write_embeddings(out, keys[start:end], values[start:end])
+                SequenceFileWriter(out).write_arrays(keys[start:end], values[start:end])
             models.upload(local, f"{version}/sparse/part-{part:05d}")
         for name, data in (extra_files or {}).items():
             models.write_bytes(f"{version}/{name}", data)

@@ -11,12 +11,12 @@ import time
 from pathlib import Path
 
 import numpy as np
+from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
 from elasticctr_cube.client import CubeClient
 from elasticctr_cube.cubeconf import CubeConf, CubeNode
 from elasticctr_cube.httpjson import HttpCallError, call
-from elasticctr_cube.seqfile import write_sequence_file
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHONPATH = os.pathsep.join(str(REPO / "images" / p) for p in ("cube", "common"))

@@ -6,10 +6,10 @@ import json
 
 import numpy as np
 import pytest
+from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_common.storage import open_store
 from elasticctr_cube.builder import BuildError, build, main, publish
 from elasticctr_cube.manifest import read_manifest
-from elasticctr_cube.seqfile import write_sequence_file
 from elasticctr_cube.shardfile import (
     HEADER_LEN,
     ShardFileError,

@@ -62,9 +62,9 @@ def expected_probabilities(model_dir: Path, version: int, pooled: np.ndarray) ->
 
 def write_version(spec: dict, version: int) -> None:
     import paddle
+    from elasticctr_common.seqfile import write_sequence_file
     from elasticctr_common.storage import open_store
     from elasticctr_common.versions import Version, append_version
-    from elasticctr_cube.seqfile import write_sequence_file
 
     paddle.enable_static()
     models = open_store(spec["model_dir"])

@@ -8,12 +8,13 @@ import json
 
 import numpy as np
 import pytest
+from elasticctr_common.seqfile import SYNC_INTERVAL, SequenceFileWriter
+from elasticctr_common.seqfile import read_sequence_file as shared_reader
 from elasticctr_common.storage import open_store
 from elasticctr_trainer.config import ConfigError, parse_config
 from elasticctr_trainer.hours import hour_range, ready_hours, wait_for_hours
 from elasticctr_trainer.metrics import auc, auc_from_histograms
 from elasticctr_trainer.roles import RoleError, role_from_env
-from elasticctr_trainer.seqfile import SYNC_INTERVAL, write_embeddings
 from elasticctr_trainer.sync import PassSync, SyncTimeout
 
 from tests.images.trainer.trainertest import read_sequence_file
@@ -131,7 +132,7 @@ def test_sequence_file_round_trip_with_sync_markers():
     keys = rng.integers(0, 2**64 - 1, 500, dtype=np.uint64, endpoint=True)
     values = rng.standard_normal((500, 9)).astype(np.float32)
     out = io.BytesIO()
-    write_embeddings(out, keys, values)
+    SequenceFileWriter(out).write_arrays(keys, values)
     data = out.getvalue()
     sync = data[80:96]  # after magic, two class names, flags and metadata count
     per_sync = -(-SYNC_INTERVAL // 44)  # like Paddle's writer: after 2000 bytes of key+value
@@ -142,12 +143,11 @@ def test_sequence_file_round_trip_with_sync_markers():
 
 
 def test_sequence_file_is_readable_by_the_cube_builder_reader():
-    seqfile = pytest.importorskip("elasticctr_cube.seqfile")
     keys = np.array([1, 2**63 + 5], dtype=np.uint64)
     values = np.arange(18, dtype=np.float32).reshape(2, 9)
     out = io.BytesIO()
-    write_embeddings(out, keys, values)
-    read_keys, read_values = seqfile.read_sequence_file(out.getvalue(), dim=9)
+    SequenceFileWriter(out).write_arrays(keys, values)
+    read_keys, read_values = shared_reader(out.getvalue(), dim=9)
     np.testing.assert_array_equal(read_keys, keys)
     np.testing.assert_array_equal(read_values, values)
 

@@ -7,7 +7,7 @@ import struct
 
 import numpy as np
 import pytest
-from elasticctr_cube.seqfile import (
+from elasticctr_common.seqfile import (
     RAW,
     SYNC_INTERVAL,
     WRITABLE,

@@ -1,4 +1,5 @@
-"""Hadoop SequenceFile of (uint64 key, float32 vector): the cube-builder input format.
+"""Hadoop SequenceFile of (uint64 key, float32 vector): the cube-builder input format,
+written by the trainer's export and read by cube's builder.
 
 What Paddle Serving's cube-builder reads (core/cube/cube-builder/src/seqfile_reader.cpp,
 tool/kvtool.py): header `SEQ` + version 6, key and value class names as Hadoop Text
@@ -78,10 +79,41 @@ class SequenceFileWriter:
         self._since_sync += record_len
 
     def write_arrays(self, keys: np.ndarray, values: np.ndarray) -> None:
-        values = np.ascontiguousarray(values, dtype="<f4")
-        rows = values.reshape(len(keys), -1).view(np.uint8)
-        for key, row in zip(np.asarray(keys, dtype=np.uint64).tolist(), rows, strict=True):
-            self.write(key, row.tobytes())
+        """`keys[i] -> values[i]` for every row; vectorised for the raw framing (the
+        trainer's export writes millions of rows)."""
+        values = np.ascontiguousarray(values, dtype="<f4").reshape(len(keys), -1)
+        if keys.shape != (len(values),):
+            raise ValueError(f"{keys.shape[0]} keys for {len(values)} values")
+        if self._framing == WRITABLE:
+            for key, row in zip(np.asarray(keys, np.uint64).tolist(), values, strict=True):
+                self.write(key, row.tobytes())
+            return
+        dim = values.shape[1]
+        record_len = 8 + 4 * dim
+        records = np.empty(len(keys), dtype=_raw_record(dim))
+        records["record_length"] = record_len
+        records["key_length"] = 8
+        records["key"] = np.asarray(keys, dtype=np.uint64)
+        records["value"] = values
+        start = 0
+        while start < len(records):
+            # Records until the next sync marker is due (one after SYNC_INTERVAL bytes).
+            room = max(1, -(-(SYNC_INTERVAL - self._since_sync) // record_len))
+            chunk = records[start : start + room]
+            if self._since_sync >= SYNC_INTERVAL:
+                self._out.write(b"\xff\xff\xff\xff" + self._sync)
+                self._since_sync = 0
+                continue
+            self._out.write(chunk.tobytes())
+            self._since_sync += record_len * len(chunk)
+            start += len(chunk)
+
+
+def _raw_record(dim: int) -> np.dtype:
+    """One raw-framed record: lengths big-endian, key and floats little-endian."""
+    return np.dtype(
+        [("record_length", ">i4"), ("key_length", ">i4"), ("key", "<u8"), ("value", "<f4", (dim,))]
+    )
 
 
 def write_sequence_file(
