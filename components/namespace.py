@@ -37,7 +37,7 @@ class Namespace(pulumi.ComponentResource):
                 # Pods that break the restricted Pod Security Standard are refused.
                 "labels": {
                     "pod-security.kubernetes.io/enforce": "restricted",
-                    "pod-security.kubernetes.io/enforce-version": "latest",
+                    "pod-security.kubernetes.io/enforce-version": "v1.28",
                 },
             },
             opts=target.opts(self),

@@ -1,10 +1,5 @@
-"""Pulumi's entry point (Pulumi.yaml `main: infra/`)."""
-
-import sys
-from pathlib import Path
-
-# The program imports `infra` and `components` from the project root.
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+"""Pulumi's entry point (Pulumi.yaml `main: infra/`); `infra` and `components` are
+installed into the project's virtualenv (requirements.txt: `-e .`)."""
 
 from infra.program import main
 
