@@ -47,7 +47,7 @@ class KubeTarget:
         merged = dict(annotations or {})
         if self.skip_await or not await_ready:
             merged["pulumi.com/skipAwait"] = "true"
-        meta: k8s.meta.v1.ObjectMetaArgsDict = {
+        meta: dict[str, Any] = {
             "name": name,
             "namespace": self.namespace,
             "labels": labels(component),
@@ -136,7 +136,7 @@ def container(
     read_only_root: bool = True,
 ) -> k8s.core.v1.ContainerArgsDict:
     """A container following the conventions: pull policy, resources, security, /tmp."""
-    spec: k8s.core.v1.ContainerArgsDict = {
+    spec: dict[str, Any] = {
         "name": name,
         "image": image,
         "image_pull_policy": target.image_pull_policy,
@@ -173,7 +173,7 @@ def service(
     service_type: str | None = None,
 ) -> k8s.core.v1.Service:
     """A Service in front of `component`'s pods, named `name` (its DNS name)."""
-    spec: k8s.core.v1.ServiceSpecArgsDict = {
+    spec: dict[str, Any] = {
         "selector": labels(component),
         "ports": [{"name": port_name, "port": port} for port_name, port in ports.items()],
     }
@@ -263,7 +263,7 @@ def pod_template(
 ) -> k8s.core.v1.PodTemplateSpecArgsDict:
     """A pod of `component`: its labels, the restricted security context, no API token,
     and the /tmp scratch volume its read-only containers mount."""
-    spec: k8s.core.v1.PodSpecArgsDict = {
+    spec: dict[str, Any] = {
         "security_context": pod_security(),
         "automount_service_account_token": False,
         "containers": list(containers),
@@ -277,7 +277,7 @@ def pod_template(
         spec["service_account_name"] = service_account
     if restart_policy is not None:
         spec["restart_policy"] = restart_policy
-    metadata: k8s.meta.v1.ObjectMetaArgsDict = {"labels": labels(component)}
+    metadata: dict[str, Any] = {"labels": labels(component)}
     if annotations:
         metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": spec}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Any, Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -25,7 +25,7 @@ def allow_ingress(
     `clients` lists client components (pods of this namespace); "namespace" means any pod
     of the namespace; "anywhere" any source, for a public API such as serving.
     """
-    rule: k8s.networking.v1.NetworkPolicyIngressRuleArgsDict = {
+    rule: dict[str, Any] = {
         "ports": [{"port": port, "protocol": "TCP"} for port in ports],
     }
     if clients == "namespace":

@@ -1,0 +1,183 @@
+"""The local control plane of tools/controlplane.py: start, use, stop, nothing left behind."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+CRDS = Path(
+    os.environ.get(
+        "ELASTICCTR_VOLCANO_CRDS", REPO.parent / "shared" / "schemas" / "volcano-v1.15.0"
+    )
+)
+
+
+def _load_controlplane():
+    spec = importlib.util.spec_from_file_location(
+        "controlplane", REPO / "tools" / "controlplane.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("controlplane", module)
+    spec.loader.exec_module(module)
+    return module
+
+
+controlplane = _load_controlplane()
+kubernetes = pytest.importorskip(
+    "kubernetes", reason="the kubernetes Python client is not installed"
+)
+
+NAMESPACE = "elasticctr-e2e"
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def _require_binaries() -> None:
+    missing = [
+        n
+        for n in controlplane.REQUIRED
+        if n not in controlplane.find_binaries(controlplane.REQUIRED)
+    ]
+    if missing:
+        pytest.skip(
+            f"{', '.join(missing)} not built: run `bash tools/build-tools.sh kubernetes etcd`"
+        )
+    if not CRDS.is_dir():
+        pytest.skip(f"no Volcano CRDs at {CRDS}")
+
+
+def _volcano_job(trainers: int, pservers: int) -> dict:
+    def task(name: str, replicas: int) -> dict:
+        return {
+            "name": name,
+            "replicas": replicas,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": name,
+                            "image": "elasticctr/trainer:e2e",
+                            "env": [{"name": "TRAINING_ROLE", "value": name.upper()}],
+                            "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+                        }
+                    ],
+                }
+            },
+        }
+
+    return {
+        "apiVersion": "batch.volcano.sh/v1alpha1",
+        "kind": "Job",
+        "metadata": {"name": "ctr", "namespace": NAMESPACE},
+        "spec": {
+            "schedulerName": "volcano",
+            "queue": "default",
+            "minAvailable": trainers + pservers,
+            "plugins": {"svc": [], "env": []},
+            "tasks": [task("pserver", pservers), task("trainer", trainers)],
+        },
+    }
+
+
+def test_control_plane_serves_volcano_jobs_and_stops_clean():
+    _require_binaries()
+    cp = controlplane.ControlPlane(crd_dirs=[CRDS])
+    cp.start()
+    pids = dict(cp.pids)
+    workdir = cp.dir
+    try:
+        assert {"etcd", "kube-apiserver"} <= set(pids)
+        api_client = kubernetes.config.new_client_from_config(config_file=str(cp.kubeconfig))
+        core = kubernetes.client.CoreV1Api(api_client)
+        custom = kubernetes.client.CustomObjectsApi(api_client)
+
+        core.create_namespace(
+            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NAMESPACE}}
+        )
+        custom.create_namespaced_custom_object(
+            "batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", _volcano_job(trainers=2, pservers=1)
+        )
+
+        job = custom.get_namespaced_custom_object(
+            "batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", "ctr"
+        )
+        assert job["spec"]["minAvailable"] == 3
+        assert job["spec"]["plugins"] == {"svc": [], "env": []}
+        assert [(t["name"], t["replicas"]) for t in job["spec"]["tasks"]] == [
+            ("pserver", 1),
+            ("trainer", 2),
+        ]
+        assert (
+            job["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["image"]
+            == "elasticctr/trainer:e2e"
+        )
+
+        # The CRD schema is enforced: a wrong type is rejected by the API server.
+        bad = _volcano_job(trainers=2, pservers=1)
+        bad["metadata"]["name"] = "bad"
+        bad["spec"]["minAvailable"] = "three"
+        with pytest.raises(kubernetes.client.ApiException) as err:
+            custom.create_namespaced_custom_object(
+                "batch.volcano.sh", "v1alpha1", NAMESPACE, "jobs", bad
+            )
+        assert err.value.status == 422
+
+        if "kube-controller-manager" in pids:
+            # The controller manager runs: the namespace gets its default ServiceAccount.
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline:
+                names = [
+                    sa.metadata.name for sa in core.list_namespaced_service_account(NAMESPACE).items
+                ]
+                if "default" in names:
+                    break
+                time.sleep(0.5)
+            assert "default" in names
+        api_client.close()
+    finally:
+        cp.stop()
+
+    for name, pid in pids.items():
+        assert not controlplane._pid_alive(pid), f"{name} (pid {pid}) still running"
+    assert not workdir.exists()
+
+
+def test_cli_up_and_down(tmp_path):
+    _require_binaries()
+    state = tmp_path / "cp"
+    tool = [sys.executable, str(REPO / "tools" / "controlplane.py")]
+    up = subprocess.run(
+        [*tool, "up", "--dir", str(state), "--crds", str(CRDS), "--no-controllers"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert up.returncode == 0, up.stderr
+    kubeconfig = Path(up.stdout.strip())
+    assert kubeconfig.is_file()
+    pids = [p["pid"] for p in json.loads((state / "controlplane.json").read_text())["processes"]]
+    try:
+        assert len(pids) == 2 and all(controlplane._pid_alive(p) for p in pids)
+        api_client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
+        crds = kubernetes.client.ApiextensionsV1Api(api_client).list_custom_resource_definition()
+        assert {c.metadata.name for c in crds.items} >= {
+            "jobs.batch.volcano.sh",
+            "podgroups.scheduling.volcano.sh",
+            "queues.scheduling.volcano.sh",
+        }
+        api_client.close()
+    finally:
+        down = subprocess.run(
+            [*tool, "down", "--dir", str(state)], capture_output=True, text=True, timeout=120
+        )
+    assert down.returncode == 0, down.stderr
+    assert not any(controlplane._pid_alive(p) for p in pids)
+    assert not state.exists()

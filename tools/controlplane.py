@@ -1,0 +1,723 @@
+#!/usr/bin/env python3
+"""A throwaway Kubernetes control plane on loopback for end-to-end tests.
+
+etcd + kube-apiserver (+ kube-controller-manager and kube-scheduler when they
+are built) on 127.0.0.1 with free ports, a fresh CA, serving and client
+certificates (made with the ``openssl`` command), a service-account signing key
+and an admin kubeconfig. Optionally registers CustomResourceDefinitions from a
+directory of YAML files and waits until they are Established.
+
+No node ever joins: pods stay Pending, so workloads get objects, not containers.
+
+Library::
+
+    with ControlPlane(crd_dirs=["../shared/schemas/volcano-v1.15.0"]) as cp:
+        cp.kubeconfig  # Path of the admin kubeconfig
+
+CLI::
+
+    python tools/controlplane.py up --dir D [--crds DIR]...   # prints the kubeconfig path
+    python tools/controlplane.py down --dir D
+
+Binaries are looked up on PATH, then in the directories that
+``tools/build-tools.sh --print-path`` names (see docs/tooling.md).
+Standard library only, plus PyYAML for the CRD files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import base64
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+BUILD_TOOLS = REPO_ROOT / "tools" / "build-tools.sh"
+STATE_FILE = "controlplane.json"
+
+REQUIRED = ("etcd", "kube-apiserver")
+OPTIONAL = ("kube-controller-manager", "kube-scheduler")
+
+# The service CIDR is configuration only: nothing here routes to it (no
+# kube-proxy, no node), and no process sends traffic to it.
+SERVICE_CIDR = "10.0.0.0/24"
+SERVICE_IP = "10.0.0.1"
+
+
+class ControlPlaneError(RuntimeError):
+    """The control plane could not start (the message carries the server's log tail)."""
+
+
+class BinariesNotFound(ControlPlaneError):
+    """Some required binaries are neither on PATH nor built by tools/build-tools.sh."""
+
+
+def tool_path_dirs() -> list[str]:
+    """The bin directories of tools/build-tools.sh (whether built or not)."""
+    try:
+        out = subprocess.run(
+            ["bash", str(BUILD_TOOLS), "--print-path"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=30,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return []
+    return [d for d in out.split(":") if d]
+
+
+def find_binaries(names: Iterable[str] = REQUIRED + OPTIONAL) -> dict[str, str]:
+    """Maps each name to an executable found on PATH or in the build-tools dirs."""
+    search = os.pathsep.join([os.environ.get("PATH", ""), *tool_path_dirs()])
+    found = {}
+    for name in names:
+        path = shutil.which(name, path=search)
+        if path:
+            found[name] = path
+    return found
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports free on 127.0.0.1 right now (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    proc = subprocess.run(["openssl", *args], cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise ControlPlaneError(f"openssl {' '.join(args)} failed:\n{proc.stderr}")
+
+
+def make_pki(pki: Path) -> None:
+    """CA, apiserver serving cert, client certs and the service-account key (ECDSA P-256)."""
+    pki.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl(
+        "req",
+        "-x509",
+        *ec,
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "30",
+        "-subj",
+        "/CN=elasticctr-local-ca",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
+        cwd=pki,
+    )
+    sans = ",".join(
+        [
+            "IP:127.0.0.1",
+            "DNS:localhost",
+            f"IP:{SERVICE_IP}",
+            "DNS:kubernetes",
+            "DNS:kubernetes.default",
+            "DNS:kubernetes.default.svc",
+            "DNS:kubernetes.default.svc.cluster.local",
+        ]
+    )
+    certs = {
+        # name: (subject, extendedKeyUsage, subjectAltName)
+        "apiserver": ("/CN=kube-apiserver", "serverAuth", sans),
+        "admin": ("/O=system:masters/CN=elasticctr-admin", "clientAuth", None),
+        "controller-manager": ("/CN=system:kube-controller-manager", "clientAuth", None),
+        "scheduler": ("/CN=system:kube-scheduler", "clientAuth", None),
+    }
+    for name, (subject, eku, san) in certs.items():
+        _openssl(
+            "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=pki
+        )
+        ext = pki / f"{name}.ext"
+        ext.write_text(
+            "basicConstraints=critical,CA:FALSE\n"
+            "keyUsage=critical,digitalSignature,keyEncipherment\n"
+            f"extendedKeyUsage={eku}\n" + (f"subjectAltName={san}\n" if san else "")
+        )
+        _openssl(
+            "x509",
+            "-req",
+            "-in",
+            f"{name}.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-days",
+            "30",
+            "-extfile",
+            ext.name,
+            "-out",
+            f"{name}.crt",
+            cwd=pki,
+        )
+    _openssl("ecparam", "-name", "prime256v1", "-genkey", "-noout", "-out", "sa.key", cwd=pki)
+    _openssl("ec", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    for key in pki.glob("*.key"):
+        key.chmod(0o600)
+
+
+def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
+    def b64(name: str) -> str:
+        return base64.b64encode((pki / name).read_bytes()).decode()
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "local",
+                "cluster": {"server": server, "certificate-authority-data": b64("ca.crt")},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": b64(f"{user}.crt"),
+                    "client-key-data": b64(f"{user}.key"),
+                },
+            }
+        ],
+        "contexts": [{"name": "local", "context": {"cluster": "local", "user": user}}],
+        "current-context": "local",
+    }
+    # JSON is YAML: every kubeconfig reader takes it.
+    path.write_text(json.dumps(config, indent=2) + "\n")
+    path.chmod(0o600)
+
+
+def _tail(path: Path, lines: int = 40) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _pid_alive(pid: int) -> bool:
+    """True while the process exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
+
+
+def _pid_is(pid: int, exe: str, marker: str) -> bool:
+    """The process still runs `exe` with `marker` (our dir) in its arguments: no recycled PID."""
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return (
+        bool(argv)
+        and argv[0].decode(errors="replace") == exe
+        and any(marker.encode() in a for a in argv)
+    )
+
+
+def terminate_pids(procs: Sequence[dict], timeout: float = 20.0) -> list[int]:
+    """SIGTERM each {pid, exe, marker} (in the given order), SIGKILL what outlives `timeout`.
+
+    Returns the PIDs that are still alive afterwards (normally none)."""
+    mine = [p for p in procs if _pid_alive(p["pid"]) and _pid_is(p["pid"], p["exe"], p["marker"])]
+    for p in mine:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(p["pid"], signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _pid_alive(p["pid"]) and time.monotonic() < deadline:
+            _reap(p["pid"])
+            time.sleep(0.1)
+        if _pid_alive(p["pid"]):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(p["pid"], signal.SIGKILL)
+            deadline = time.monotonic() + 5
+            while _pid_alive(p["pid"]) and time.monotonic() < deadline:
+                _reap(p["pid"])
+                time.sleep(0.1)
+        _reap(p["pid"])
+    return [p["pid"] for p in mine if _pid_alive(p["pid"])]
+
+
+def _reap(pid: int) -> None:
+    # Not our child (CLI `down`): ChildProcessError, and init reaps it.
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+@dataclass
+class _Server:
+    name: str
+    exe: str
+    args: list[str]
+    log: Path
+    proc: subprocess.Popen | None = None
+
+
+@dataclass
+class ControlPlane:
+    """etcd + kube-apiserver (+ controller-manager, scheduler) on 127.0.0.1.
+
+    workdir: where certs, data, kubeconfigs and logs go; a fresh temp dir if None
+      (then `stop()` removes it). An existing workdir must be empty.
+    crd_dirs: directories of CRD YAML files to register after start.
+    controllers: also start kube-controller-manager and kube-scheduler if found
+      (True), never (False), or demand them ("required").
+    """
+
+    workdir: Path | str | None = None
+    crd_dirs: Sequence[Path | str] = ()
+    controllers: bool | str = True
+    start_timeout: float = 120.0
+    keep_workdir: bool = False
+    detach: bool = False  # CLI `up`: servers outlive this Python process
+    binaries: dict[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self._servers: list[_Server] = []
+        self._own_workdir = self.workdir is None
+        self.dir: Path | None = None
+        self.kubeconfig: Path | None = None
+        self.server: str | None = None
+        self.ports: dict[str, int] = {}
+
+    # ---- lifecycle ---------------------------------------------------------
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> ControlPlane:
+        want = REQUIRED + (OPTIONAL if self.controllers else ())
+        found = {**find_binaries(want), **self.binaries}
+        required = REQUIRED + (OPTIONAL if self.controllers == "required" else ())
+        missing = [n for n in required if n not in found]
+        if missing:
+            raise BinariesNotFound(
+                f"not found on PATH nor in the tools/build-tools.sh dirs: {', '.join(missing)} "
+                f"(build them with `bash tools/build-tools.sh kubernetes etcd`)"
+            )
+        self.binaries = {n: found[n] for n in want if n in found}
+
+        if self.workdir is None:
+            self.dir = Path(tempfile.mkdtemp(prefix="elasticctr-cp-"))
+        else:
+            self.dir = Path(self.workdir).resolve()
+            self.dir.mkdir(parents=True, exist_ok=True)
+            if any(self.dir.iterdir()):
+                raise ControlPlaneError(f"{self.dir} is not empty")
+        if not self.detach:
+            atexit.register(self.stop)
+        try:
+            self._start_servers()
+            if self.crd_dirs:
+                self.apply_crds(self.crd_dirs)
+        except BaseException:
+            self.stop()  # the error carries the log tail; keep_workdir=True keeps the rest
+            raise
+        return self
+
+    def _start_servers(self) -> None:
+        d = self.dir
+        assert d is not None
+        pki, logs = d / "pki", d / "logs"
+        logs.mkdir()
+        make_pki(pki)
+        etcd_client, etcd_peer, api, cm, sched = free_ports(5)
+        self.ports = {
+            "etcd": etcd_client,
+            "etcd-peer": etcd_peer,
+            "kube-apiserver": api,
+            "kube-controller-manager": cm,
+            "kube-scheduler": sched,
+        }
+        self.server = f"https://127.0.0.1:{api}"
+        self.kubeconfig = d / "admin.kubeconfig"
+        write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
+
+        etcd_url, peer_url = f"http://127.0.0.1:{etcd_client}", f"http://127.0.0.1:{etcd_peer}"
+        self._launch(
+            _Server(
+                "etcd",
+                self.binaries["etcd"],
+                [
+                    "--name=elasticctr",
+                    f"--data-dir={d / 'etcd-data'}",
+                    f"--listen-client-urls={etcd_url}",
+                    f"--advertise-client-urls={etcd_url}",
+                    f"--listen-peer-urls={peer_url}",
+                    f"--initial-advertise-peer-urls={peer_url}",
+                    f"--initial-cluster=elasticctr={peer_url}",
+                    "--initial-cluster-state=new",
+                    "--unsafe-no-fsync=true",  # test data only: durability is not wanted here
+                    "--log-level=warn",
+                ],
+                logs / "etcd.log",
+            )
+        )
+        self._wait(
+            "etcd", lambda: json.loads(self._get(f"{etcd_url}/health")).get("health") == "true"
+        )
+
+        self._launch(
+            _Server(
+                "kube-apiserver",
+                self.binaries["kube-apiserver"],
+                [
+                    f"--etcd-servers={etcd_url}",
+                    "--bind-address=127.0.0.1",
+                    "--advertise-address=127.0.0.1",
+                    f"--secure-port={api}",
+                    f"--cert-dir={d / 'apiserver-certs'}",
+                    f"--tls-cert-file={pki / 'apiserver.crt'}",
+                    f"--tls-private-key-file={pki / 'apiserver.key'}",
+                    f"--client-ca-file={pki / 'ca.crt'}",
+                    "--authorization-mode=RBAC",
+                    "--allow-privileged=true",
+                    f"--service-cluster-ip-range={SERVICE_CIDR}",
+                    "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                    f"--service-account-key-file={pki / 'sa.pub'}",
+                    f"--service-account-signing-key-file={pki / 'sa.key'}",
+                    # No node runs: keep the 'kubernetes' Service free of loopback endpoints.
+                    "--endpoint-reconciler-type=none",
+                    "--profiling=false",
+                ],
+                logs / "kube-apiserver.log",
+            )
+        )
+        self._wait("kube-apiserver", lambda: self._get(f"{self.server}/readyz") == "ok")
+
+        if "kube-controller-manager" in self.binaries:
+            kc = d / "controller-manager.kubeconfig"
+            write_kubeconfig(kc, self.server, pki, "controller-manager")
+            self._launch(
+                _Server(
+                    "kube-controller-manager",
+                    self.binaries["kube-controller-manager"],
+                    [
+                        f"--kubeconfig={kc}",
+                        f"--authentication-kubeconfig={kc}",
+                        f"--authorization-kubeconfig={kc}",
+                        "--bind-address=127.0.0.1",
+                        f"--secure-port={cm}",
+                        f"--cert-dir={d / 'controller-manager-certs'}",
+                        f"--root-ca-file={pki / 'ca.crt'}",
+                        f"--service-account-private-key-file={pki / 'sa.key'}",
+                        f"--cluster-signing-cert-file={pki / 'ca.crt'}",
+                        f"--cluster-signing-key-file={pki / 'ca.key'}",
+                        f"--service-cluster-ip-range={SERVICE_CIDR}",
+                        "--leader-elect=false",
+                        "--use-service-account-credentials=true",
+                        "--profiling=false",
+                    ],
+                    logs / "kube-controller-manager.log",
+                )
+            )
+        if "kube-scheduler" in self.binaries:
+            ks = d / "scheduler.kubeconfig"
+            write_kubeconfig(ks, self.server, pki, "scheduler")
+            self._launch(
+                _Server(
+                    "kube-scheduler",
+                    self.binaries["kube-scheduler"],
+                    [
+                        f"--kubeconfig={ks}",
+                        f"--authentication-kubeconfig={ks}",
+                        f"--authorization-kubeconfig={ks}",
+                        "--bind-address=127.0.0.1",
+                        f"--secure-port={sched}",
+                        f"--cert-dir={d / 'scheduler-certs'}",
+                        "--leader-elect=false",
+                        "--profiling=false",
+                    ],
+                    logs / "kube-scheduler.log",
+                )
+            )
+        for name in ("kube-controller-manager", "kube-scheduler"):
+            if name in self.binaries:
+                port = self.ports[name]
+                self._wait(
+                    name,
+                    lambda p=port: (
+                        self._get(f"https://127.0.0.1:{p}/healthz", verify=False) == "ok"
+                    ),
+                )
+        self._write_state()
+
+    def _launch(self, server: _Server) -> None:
+        with open(server.log, "ab") as log:
+            server.proc = subprocess.Popen(
+                [server.exe, *server.args],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                cwd=self.dir,
+                start_new_session=True,  # no terminal signal reaches the servers
+            )
+        self._servers.append(server)
+        self._write_state()
+
+    def _wait(self, name: str, ready) -> None:
+        server = next(s for s in self._servers if s.name == name)
+        deadline = time.monotonic() + self.start_timeout
+        last = ""
+        while time.monotonic() < deadline:
+            if server.proc is not None and server.proc.poll() is not None:
+                raise ControlPlaneError(
+                    f"{name} exited with code {server.proc.returncode}; "
+                    f"{server.log}:\n{_tail(server.log)}"
+                )
+            try:
+                if ready():
+                    return
+            except (OSError, ValueError, urllib.error.URLError) as e:
+                last = str(e)
+            time.sleep(0.25)
+        raise ControlPlaneError(
+            f"{name} not ready after {self.start_timeout:.0f}s (last: {last}); "
+            f"{server.log}:\n{_tail(server.log)}"
+        )
+
+    def stop(self, keep_workdir: bool | None = None) -> None:
+        """Terminate the servers by PID (reverse start order) and remove the workdir."""
+        procs = [
+            {"pid": s.proc.pid, "exe": s.exe, "marker": str(self.dir)}
+            for s in reversed(self._servers)
+            if s.proc is not None
+        ]
+        left = terminate_pids(procs)
+        for s in self._servers:
+            if s.proc is not None and s.proc.poll() is None:
+                s.proc.wait(timeout=5)
+        self._servers.clear()
+        atexit.unregister(self.stop)
+        if left:
+            raise ControlPlaneError(f"processes still alive after SIGKILL: {left}")
+        keep = self.keep_workdir if keep_workdir is None else keep_workdir
+        if (
+            self.dir is not None
+            and not keep
+            and (self._own_workdir or (self.dir / STATE_FILE).exists())
+        ):
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    @property
+    def pids(self) -> dict[str, int]:
+        return {s.name: s.proc.pid for s in self._servers if s.proc is not None}
+
+    def _write_state(self) -> None:
+        assert self.dir is not None
+        state = {
+            "kubeconfig": str(self.kubeconfig),
+            "server": self.server,
+            "ports": self.ports,
+            "processes": [
+                {"name": s.name, "pid": s.proc.pid, "exe": s.exe, "log": str(s.log)}
+                for s in self._servers
+                if s.proc is not None
+            ],
+        }
+        tmp = self.dir / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps(state, indent=2) + "\n")
+        tmp.replace(self.dir / STATE_FILE)
+
+    # ---- API access (admin client cert, stdlib only) ----------------------
+    def _ssl_context(self, verify: bool = True) -> ssl.SSLContext:
+        assert self.dir is not None
+        pki = self.dir / "pki"
+        if not verify:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE
+            return ctx
+        ctx = ssl.create_default_context(cafile=str(pki / "ca.crt"))
+        ctx.load_cert_chain(str(pki / "admin.crt"), str(pki / "admin.key"))
+        return ctx
+
+    def _get(self, url: str, verify: bool = True) -> str:
+        ctx = self._ssl_context(verify) if url.startswith("https:") else None
+        with urllib.request.urlopen(url, timeout=5, context=ctx) as r:
+            return r.read().decode()
+
+    def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+        """One call to the API server as the admin user; returns (status, JSON body)."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(
+            f"{self.server}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(req, timeout=30, context=self._ssl_context()) as r:
+                return r.status, json.loads(r.read() or b"{}")
+        except urllib.error.HTTPError as e:
+            raw = e.read()
+            try:
+                return e.code, json.loads(raw or b"{}")
+            except ValueError:
+                return e.code, {"message": raw.decode(errors="replace")}
+
+    def apply_crds(self, dirs: Iterable[Path | str], timeout: float = 60.0) -> list[str]:
+        """Create the CRDs found in the YAML files of `dirs`; wait until Established and served."""
+        import yaml  # PyYAML: a dependency of the pulumi SDK
+
+        crds = []
+        for d in dirs:
+            files = sorted(p for p in Path(d).iterdir() if p.suffix in (".yaml", ".yml"))
+            if not files:
+                raise ControlPlaneError(f"no CRD YAML files in {d}")
+            for f in files:
+                for doc in yaml.safe_load_all(f.read_text()):
+                    if doc and doc.get("kind") == "CustomResourceDefinition":
+                        crds.append(doc)
+        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        for crd in crds:
+            status, resp = self.request("POST", base, crd)
+            if status == 409:  # already there: replace it with this definition
+                _, current = self.request("GET", f"{base}/{crd['metadata']['name']}")
+                crd = {
+                    **crd,
+                    "metadata": {
+                        **crd["metadata"],
+                        "resourceVersion": current["metadata"]["resourceVersion"],
+                    },
+                }
+                status, resp = self.request("PUT", f"{base}/{crd['metadata']['name']}", crd)
+            if status not in (200, 201):
+                raise ControlPlaneError(
+                    f"CRD {crd['metadata']['name']}: HTTP {status}: {resp.get('message')}"
+                )
+        deadline = time.monotonic() + timeout
+        names = [c["metadata"]["name"] for c in crds]
+        for crd in crds:
+            name, group = crd["metadata"]["name"], crd["spec"]["group"]
+            plural = crd["spec"]["names"]["plural"]
+            versions = [v["name"] for v in crd["spec"]["versions"] if v.get("served", True)]
+            while True:
+                _, cur = self.request("GET", f"{base}/{name}")
+                conds = {
+                    c["type"]: c["status"]
+                    for c in (cur.get("status") or {}).get("conditions") or []
+                }
+                served = conds.get("Established") == "True" and all(
+                    plural
+                    in [
+                        r["name"]
+                        for r in self.request("GET", f"/apis/{group}/{v}")[1].get("resources", [])
+                    ]
+                    for v in versions
+                )
+                if served:
+                    break
+                if time.monotonic() > deadline:
+                    raise ControlPlaneError(
+                        f"CRD {name} not Established after {timeout:.0f}s: {conds}"
+                    )
+                time.sleep(0.2)
+        return names
+
+
+# ---- CLI ---------------------------------------------------------------------
+def _cmd_up(args: argparse.Namespace) -> int:
+    cp = ControlPlane(
+        workdir=args.dir,
+        crd_dirs=args.crds,
+        controllers=not args.no_controllers,
+        start_timeout=args.timeout,
+        keep_workdir=True,
+        detach=True,
+    )
+    try:
+        cp.start()
+    except ControlPlaneError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    print(cp.kubeconfig)
+    print(
+        f"servers: {', '.join(f'{n} (pid {p})' for n, p in cp.pids.items())}; "
+        f"state: {cp.dir / STATE_FILE}",
+        file=sys.stderr,
+    )
+    return 0
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    d = Path(args.dir).resolve()
+    state_file = d / STATE_FILE
+    if not state_file.exists():
+        print(f"error: no {STATE_FILE} in {d}: nothing started there", file=sys.stderr)
+        return 1
+    state = json.loads(state_file.read_text())
+    procs = [
+        {"pid": p["pid"], "exe": p["exe"], "marker": str(d)} for p in reversed(state["processes"])
+    ]
+    left = terminate_pids(procs)
+    if left:
+        print(f"error: still alive: {left}", file=sys.stderr)
+        return 1
+    if not args.keep_dir:
+        shutil.rmtree(d, ignore_errors=True)
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    up = sub.add_parser("up", help="start; print the admin kubeconfig path")
+    up.add_argument("--dir", required=True, help="state dir (created; must be empty)")
+    up.add_argument(
+        "--crds",
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="register the CRD YAML files of DIR (repeatable)",
+    )
+    up.add_argument(
+        "--no-controllers",
+        action="store_true",
+        help="do not start kube-controller-manager and kube-scheduler",
+    )
+    up.add_argument(
+        "--timeout", type=float, default=120.0, help="seconds each server may take to be ready"
+    )
+    down = sub.add_parser("down", help="stop the servers started in --dir and remove it")
+    down.add_argument("--dir", required=True)
+    down.add_argument("--keep-dir", action="store_true", help="keep certs, data and logs")
+    args = parser.parse_args(argv)
+    return _cmd_up(args) if args.command == "up" else _cmd_down(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
