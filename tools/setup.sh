@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
-# Set-up from nothing: a Python 3.11 virtualenv with every pinned package the program,
-# the workload code and the tests need. Safe to run again (it only adds what is missing).
+# Set-up from nothing, safe to run again (each step only adds what is missing):
+#   1. .venv: Python 3.11 with every pinned package of the program, the workload code and
+#      the tests (constraints.txt pins the whole dependency tree);
+#   2. Hadoop's minicluster jars from Maven Central (the HDFS tests start a real HDFS);
+#   3. the offline tools, built from Go modules (docs/tooling.md): kube-apiserver and etcd
+#      for the end-to-end tests, and the Pulumi CLI, language host and Kubernetes provider
+#      when `pulumi` is not on PATH (users with internet install it with the official
+#      installer instead). About 30 minutes on a fresh 2-core machine, seconds once cached.
+#      ELASTICCTR_SKIP_TOOLS=1 skips this step (the end-to-end tests then skip, saying why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,6 +17,13 @@ if [ ! -x .venv/bin/python ]; then
   "$python" -m venv .venv
 fi
 .venv/bin/python -m pip install --quiet --upgrade pip
-# constraints.txt pins every transitive package (Paddle needs protobuf 4.25 and numpy < 2).
 .venv/bin/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
-echo "set-up done: $(.venv/bin/python --version), $(.venv/bin/pip list 2>/dev/null | wc -l) packages"
+echo "set-up: $(.venv/bin/python --version), $(.venv/bin/pip list 2>/dev/null | wc -l) packages"
+
+./tools/hadoop-minicluster.sh fetch >/dev/null
+echo "set-up: Hadoop minicluster jars cached"
+
+if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
+  ./tools/build-tools.sh >/dev/null
+  echo "set-up: tools built (PATH: tools/build-tools.sh --print-path)"
+fi
