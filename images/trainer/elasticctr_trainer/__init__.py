@@ -4,3 +4,9 @@ Importing this package imports nothing heavy: the dataset pipe command (`pipe.py
 once per data file and must start fast, so Paddle is only imported by the modules that
 train (`trainer.py`, `pserver.py`, `model.py`, `export.py`).
 """
+
+# Paddle 2.6.2's wheel carries zlib symbols of its own: once `import paddle` has loaded them
+# first, Python's zlib (HTTP gzip in urllib3/aiohttp, gzip files) crashes the process
+# (SIGSEGV, or "inconsistent stream state"). Loading Python's zlib first avoids it, so this
+# package does so before any of its modules can import Paddle.
+import zlib  # noqa: F401

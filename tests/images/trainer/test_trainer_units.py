@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -172,3 +175,16 @@ def test_auc_from_histograms_matches_exact_auc():
     pos = np.bincount(buckets[labels], minlength=4097)
     neg = np.bincount(buckets[~labels], minlength=4097)
     assert auc_from_histograms(pos, neg) == pytest.approx(auc(labels, scores), abs=2e-3)
+
+
+@pytest.mark.parametrize("package", ["elasticctr_trainer", "elasticctr_serving"])
+def test_zlib_survives_importing_paddle(package):
+    """Paddle 2.6.2 shadows zlib's symbols: the image packages load Python's zlib first."""
+    code = (
+        f"import {package}, paddle, gzip, zlib\n"
+        "assert gzip.decompress(gzip.compress(b'x' * 100000)) == b'x' * 100000\n"
+        "assert zlib.decompress(zlib.compress(b'y' * 100000)) == b'y' * 100000\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                            env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
+    assert result.returncode == 0, result.stderr[-2000:]
