@@ -213,7 +213,9 @@ class ClusterConfig(Section):
     )
     context: str = Field("", description="kubeconfig context; empty = its current context")
     render_dir: str = Field(
-        "", description="write every manifest under this directory instead of applying it"
+        "",
+        description="write every manifest here instead of applying it (kubeconfig and context"
+        " are then ignored; rendered Secrets are plaintext)",
     )
     skip_await: bool = Field(
         False, description="do not wait for readiness (a cluster that never runs containers)"

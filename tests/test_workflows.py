@@ -108,9 +108,15 @@ def test_local_reusable_workflows_exist_and_get_only_their_inputs() -> None:
 
 def test_the_workflows_name_every_stack() -> None:
     previewed = _stack_list("preview.yml", "STACKS")
+    test_only = _stack_list("preview.yml", "TEST_STACKS")
     deployed = _stack_list("deploy.yml", "DEPLOY_STACKS")
     watched = _stack_list("drift.yml", "DRIFT_STACKS")
-    assert sorted(previewed) == STACKS  # every stack is previewed on the PRs that touch it
+    # Every stack is previewed on the PRs that touch it, but the test stacks, which only the
+    # e2e suite uses against its local control plane: named deliberately, never deployed.
+    assert test_only == ["ci"]
+    assert sorted(previewed + test_only) == STACKS
+    assert not set(previewed) & set(test_only)
+    assert not set(deployed) & set(test_only)
     assert set(deployed) <= set(STACKS)
     assert watched == deployed  # what main deploys is what the drift check watches
     text = "\n".join(path.read_text(encoding="utf-8") for path in FILES)
@@ -229,6 +235,24 @@ def test_the_stack_script_refuses_a_stack_list_that_is_out_of_date(
     assert touched_stacks.main(["--stacks", "dev", "--all", "--require-all-listed"]) == 1
     assert "which this workflow does not name" in capsys.readouterr().err
     assert touched_stacks.main(["--stacks", "dev nope", "--all"]) == 1
+    assert "no stacks/Pulumi.<stack>.yaml for nope" in capsys.readouterr().err
+
+
+def test_test_stacks_count_as_listed_and_never_enter_the_matrix(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    previewed = " ".join(_stack_list("preview.yml", "STACKS"))
+    test_only = " ".join(_stack_list("preview.yml", "TEST_STACKS"))
+    argv = ["--stacks", previewed, "--all", "--require-all-listed"]
+    assert touched_stacks.main([*argv, "--test-stacks", test_only]) == 0
+    matrix = yaml.safe_load(capsys.readouterr().out.splitlines()[0].removeprefix("matrix="))
+    assert sorted(entry["stack"] for entry in matrix["include"]) == sorted(previewed.split())
+    # Without the test-stack list, the check still catches a stack nobody named.
+    assert touched_stacks.main(argv) == 1
+    assert "stacks/ has ci, which this workflow does not name" in capsys.readouterr().err
+    assert touched_stacks.main([*argv, "--test-stacks", f"{test_only} dev"]) == 1
+    assert "dev both listed and test-only" in capsys.readouterr().err
+    assert touched_stacks.main(["--stacks", previewed, "--test-stacks", "nope", "--all"]) == 1
     assert "no stacks/Pulumi.<stack>.yaml for nope" in capsys.readouterr().err
 
 

@@ -11,6 +11,17 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+need() {  # a command the set-up or the tests run, with what to do when it is missing
+  command -v "$1" >/dev/null || { echo "set-up: '$1' is missing: $2" >&2; exit 1; }
+}
+need openssl "apt-get install openssl (the local control plane makes its certificates)"
+need java "install Java 17 (the HDFS tests run Hadoop's minicluster)"
+need mvn "apt-get install maven (fetches Hadoop's minicluster jars)"
+need cargo "install Rust with rustup (the cube server is native)"
+if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
+  need go "install Go >= 1.26 (the offline tools are built from Go modules)"
+fi
+
 python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3
 if [ ! -x .venv/bin/python ]; then

@@ -8,8 +8,10 @@ One module per source of clusters: `existing.py` (a kubeconfig), `aws.py` (EKS),
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
+import pulumi_kubernetes as k8s
 
 # The project's images (images/<name>/Dockerfile); each cloud makes one repository per name.
 PROJECT_IMAGES = ("trainer", "cube", "serving", "mlflow")
@@ -59,6 +61,17 @@ class ClusterResult:
     volcano_managed: bool  # the cluster runs Volcano already (a managed add-on)
     # None: pushes use the login of the machine running Pulumi (`docker login`).
     registry_login: RegistryLogin | None = None
+
+
+def kubernetes_provider(name: str, opts: pulumi.ResourceOptions, **connection: Any) -> k8s.Provider:
+    """The provider every Kubernetes object of the stack goes through, for any cloud.
+
+    ConfigMaps change in place: the pods that read one carry a hash of it on their
+    template and roll. (By default the provider replaces a changed ConfigMap, and the
+    engine then replaces everything naming it: serving would be deleted and re-created on
+    every `cube_shards` change.)
+    """
+    return k8s.Provider(name, enable_config_map_mutable=True, opts=opts, **connection)
 
 
 def after(resource: pulumi.CustomResource, value: str) -> pulumi.Output[str]:

@@ -26,6 +26,7 @@ from components.cluster import (
     NodePoolSpec,
     RegistryLogin,
     after,
+    kubernetes_provider,
 )
 
 NODE_POLICIES = (
@@ -134,7 +135,7 @@ class EksCluster(pulumi.ComponentResource):
 
         # pulumi-eks gives the kubeconfig as JSON (it runs `aws eks get-token`): a secret.
         kubeconfig: pulumi.Output[str] = pulumi.Output.secret(cluster.kubeconfig_json)
-        provider = k8s.Provider(
+        provider = kubernetes_provider(
             f"{name}-provider",
             kubeconfig=kubeconfig,
             # Workloads need nodes, and their volumes the CSI driver: nothing is applied before.

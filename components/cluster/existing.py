@@ -5,9 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from components.cluster import ClusterResult
+from components.cluster import ClusterResult, kubernetes_provider
 
 
 @dataclass(frozen=True)
@@ -25,11 +24,14 @@ class ExistingCluster(pulumi.ComponentResource):
         self, name: str, args: ExistingClusterArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("elasticctr:cluster:ExistingCluster", name, None, opts)
-        provider = k8s.Provider(
+        rendering = bool(args.render_dir)
+        provider = kubernetes_provider(
             f"{name}-provider",
             # A path, not the file's content: the state then holds no cluster credentials.
-            kubeconfig=args.kubeconfig or None,
-            context=args.context or None,
+            # Rendering reaches no cluster, and the provider refuses a kubeconfig or context
+            # beside renderYamlToDirectory: "" (not None, which makes the SDK read $KUBECONFIG).
+            kubeconfig="" if rendering else (args.kubeconfig or None),
+            context="" if rendering else (args.context or None),
             render_yaml_to_directory=args.render_dir or None,
             opts=pulumi.ResourceOptions(parent=self),
         )

@@ -16,7 +16,6 @@ from typing import Any
 
 import pulumi
 import pulumi_huaweicloud as huaweicloud
-import pulumi_kubernetes as k8s
 
 from components.cluster import (
     POOL_LABEL,
@@ -25,6 +24,7 @@ from components.cluster import (
     ClusterResult,
     NodePoolSpec,
     after,
+    kubernetes_provider,
 )
 
 PLUGIN_DOWNLOAD_URL = "https://github.com/huaweicloud/pulumi-huaweicloud/releases/download/v0.0.12"
@@ -144,7 +144,7 @@ class HuaweiCce(pulumi.ComponentResource):
                 lambda certs: kubeconfig_from_certificates(args.cluster_name, *certs)
             )
         )
-        provider = k8s.Provider(
+        provider = kubernetes_provider(
             f"{name}-provider",
             kubeconfig=kubeconfig,
             # Workloads need nodes: nothing is applied before the pools are ready.

@@ -12,31 +12,29 @@ in a local file backend. The project is copied to a temporary directory, so the 
 file the CLI writes never lands in stacks/. Skips, saying why, when the CLI or its
 Kubernetes provider plugin is not installed (tools/build-tools.sh builds both offline).
 
+The CLI runs as tests/support/pulumi_cli.py sets it up for every e2e test (a private
+PULUMI_HOME, file backend, passphrase, no plugin downloads, the copy first on PYTHONPATH).
 The program's dynamic resources (GeneratedCredential) run under the engine's `pulumi-python`
-provider, which the engine starts in the program's directory (`main: infra/`). There the
-shim the official CLI ships (`pulumi-resource-pulumi-python`) looks for the virtualenv at
-infra/.venv, and `components` (whose provider classes dill pickled by reference) cannot be
-imported; a CLI built from Go modules has no shim at all. Neither is the policy pack's
-business: the test puts its own two-line shim (the project's .venv, python -m
-pulumi.dynamic) first on PATH and the project root on PYTHONPATH.
+provider, which the engine starts in infra/: the `pulumi-resource-pulumi-python` shim beside
+the language host (the official CLI's, or the one tools/build-tools.sh installs) finds the
+virtualenv there through the committed infra/.venv link.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
-import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.pulumi_cli import ROOT, Project, Result, temp_dir
+
 STACK = "ci"
 PACK = "elasticctr-guardrails"
-PROJECT_PARTS = ("Pulumi.yaml", "infra", "components", "policy", "stacks")
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 BAD_CHANGE = '''
@@ -96,56 +94,6 @@ k8s.apps.v1.StatefulSet(
 '''
 
 
-def _search_path() -> str:
-    """tools/build-tools.sh's bin directories (when the script exists), then PATH."""
-    dirs: list[str] = []
-    script = ROOT / "tools" / "build-tools.sh"
-    if script.is_file():
-        result = subprocess.run(
-            ["bash", str(script), "--print-path"],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        if result.returncode == 0:
-            dirs = [d for d in result.stdout.strip().split(":") if d]
-    return os.pathsep.join([*dirs, os.environ.get("PATH", "")])
-
-
-def _plugin_installed(path: str, name: str) -> bool:
-    if shutil.which(f"pulumi-resource-{name}", path=path):
-        return True
-    home = Path(os.environ.get("PULUMI_HOME", Path.home() / ".pulumi"))
-    return any((home / "plugins").glob(f"resource-{name}-v*"))
-
-
-@pytest.fixture(scope="module")
-def cli(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
-    """The environment the CLI runs in, or a skip saying what is missing."""
-    path = _search_path()
-    pulumi = shutil.which("pulumi", path=path)
-    if pulumi is None:
-        pytest.skip(
-            "the Pulumi CLI is not installed: not in tools/build-tools.sh --print-path nor on "
-            "PATH (build it offline with `tools/build-tools.sh pulumi pulumi-language-python "
-            "pulumi-resource-kubernetes`, or use the official installer)"
-        )
-    if shutil.which("pulumi-language-python", path=path) is None:
-        pytest.skip("pulumi is installed, its Python language host is not (pulumi-language-python)")
-    if not _plugin_installed(path, "kubernetes"):
-        pytest.skip(
-            "the Kubernetes provider plugin is not installed: `tools/build-tools.sh "
-            "pulumi-resource-kubernetes` (offline) or `pulumi plugin install resource kubernetes`"
-        )
-    shims = tmp_path_factory.mktemp("shims")
-    shim = shims / "pulumi-resource-pulumi-python"
-    shim.write_text(f'#!/bin/sh\nexec "{ROOT / ".venv/bin/python"}" -u -m pulumi.dynamic "$@"\n')
-    shim.chmod(0o755)
-    path = os.pathsep.join([str(shims), path])
-    return {"PATH": path, "PULUMI_BIN": pulumi}
-
-
 def _stack_config(render_dir: Path) -> dict[str, Any]:
     """The `ci` stack: stacks/Pulumi.ci.yaml when the project has one, else the dev stack;
     rendered to a directory, no readiness waits, Volcano treated as installed."""
@@ -163,70 +111,17 @@ def _stack_config(render_dir: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def project(cli: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def project(pulumi_path: str) -> Iterator[Project]:
     """A copy of the project with the `ci` stack in a local file backend."""
-    work = tmp_path_factory.mktemp("policy-e2e")
-    copy = work / "project"
-    copy.mkdir()
-    for part in PROJECT_PARTS:
-        source = ROOT / part
-        if source.is_dir():
-            shutil.copytree(source, copy / part, ignore=shutil.ignore_patterns("__pycache__"))
-        else:
-            shutil.copy2(source, copy / part)
-    # Pulumi.yaml's and PulumiPolicy.yaml's virtualenv: the project's own .venv.
-    (copy / ".venv").symlink_to(ROOT / ".venv")
-    (work / "state").mkdir()
-    env = {
-        **os.environ,
-        "PATH": cli["PATH"],
-        "PULUMI_BACKEND_URL": f"file://{work / 'state'}",
-        "PULUMI_CONFIG_PASSPHRASE": "policy-e2e",
-        "PULUMI_SKIP_UPDATE_CHECK": "true",
-        "PULUMI_DISABLE_AUTOMATIC_PLUGIN_ACQUISITION": "true",
-        "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK": "true",
-        # The dynamic-provider process runs in infra/: let it import `components` (see above).
-        "PYTHONPATH": os.pathsep.join(
-            p for p in (str(copy), os.environ.get("PYTHONPATH", "")) if p
-        ),
-    }
-    _pulumi(env, copy, "stack", "init", STACK)
-    stack_file = copy / "stacks" / f"Pulumi.{STACK}.yaml"
-    document = yaml.safe_load(stack_file.read_text(encoding="utf-8")) or {}
-    document["config"] = _stack_config(work / "render")
-    stack_file.write_text(yaml.safe_dump(document, sort_keys=False), encoding="utf-8")
-    return {"dir": copy, "env": env, "work": work}
+    work = temp_dir("elasticctr-policy-e2e-")
+    try:
+        yield Project.create(work, STACK, pulumi_path, config=_stack_config(work / "render"))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
-def _pulumi(env: dict[str, str], cwd: Path, *args: str, check: bool = True) -> Any:
-    result = subprocess.run(
-        ["pulumi", *args, "--non-interactive"],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-        check=False,
-    )
-    if check and result.returncode != 0:
-        pytest.fail(f"pulumi {' '.join(args)} failed:\n{result.stdout}\n{result.stderr}")
-    return result
-
-
-def _preview(project: dict[str, Any], *flags: str) -> subprocess.CompletedProcess[str]:
-    return _pulumi(
-        project["env"],
-        project["dir"],
-        "preview",
-        "--stack",
-        STACK,
-        "--policy-pack",
-        "policy",
-        "--color",
-        "never",
-        *flags,
-        check=False,
-    )
+def _preview(project: Project, *flags: str) -> Result:
+    return project.run("preview", "--policy-pack", "policy", *flags, check=False)
 
 
 # `- [mandatory]  <policy>  (<type>: <resource name>)`, one line per violation.
@@ -235,7 +130,7 @@ VIOLATION = re.compile(
 )
 
 
-def test_the_program_passes_the_policy_pack(project: dict[str, Any]) -> None:
+def test_the_program_passes_the_policy_pack(project: Project) -> None:
     result = _preview(project)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output
@@ -244,9 +139,9 @@ def test_the_program_passes_the_policy_pack(project: dict[str, Any]) -> None:
     assert mandatory == [], output
 
 
-def test_a_bad_change_is_rejected(project: dict[str, Any]) -> None:
-    infra = project["dir"] / "infra"
-    render_dir = project["work"] / "bad-render"
+def test_a_bad_change_is_rejected(project: Project) -> None:
+    infra = project.dir / "infra"
+    render_dir = project.work / "bad-render"
     (infra / "e2e_bad_change.py").write_text(BAD_CHANGE.format(render_dir=str(render_dir)))
     main = infra / "__main__.py"
     original = main.read_text(encoding="utf-8")

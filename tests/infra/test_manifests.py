@@ -4,30 +4,20 @@ bounded, unprivileged and non-root."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
-import kubernetes_validate
 import pytest
 
 from tests.support import pulumi_harness as harness
-from tests.support.volcano_crds import CrdsUnavailable, closed, openapi_schema
-
-# The oldest Kubernetes the program supports (StatefulSet pod-index label) and the newest.
-KUBERNETES_VERSIONS = ("1.28", "1.37")
-VOLCANO_JOB = ("batch.volcano.sh/v1alpha1", "Job")
-
-
-def pod_templates(manifest: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-    """(owner, pod template) of every workload object."""
-    spec = manifest.get("spec", {})
-    kind = manifest["kind"]
-    name = manifest["metadata"]["name"]
-    if kind in ("Deployment", "StatefulSet", "Job") and "template" in spec:
-        yield f"{kind}/{name}", spec["template"]
-    for task in spec.get("tasks", []):
-        yield f"{kind}/{name}/{task['name']}", task["template"]
+from tests.support.manifests import (
+    KUBERNETES_VERSIONS,
+    VOLCANO_JOB,
+    core_errors,
+    pod_templates,
+    volcano_job_schema,
+)
+from tests.support.volcano_crds import CrdsUnavailable
 
 
 def all_pods(graph: harness.Graph) -> list[tuple[str, dict[str, Any]]]:
@@ -41,35 +31,18 @@ def test_objects_match_the_kubernetes_schema(
     _, graph = stack_graph
     checked = 0
     for manifest in graph.manifests():
-        if (manifest["apiVersion"], manifest["kind"]) == VOLCANO_JOB:
-            # Its pod templates are core objects: validate them as such, strictly.
-            for owner, template in pod_templates(manifest):
-                wrapped = {
-                    "apiVersion": "v1",
-                    "kind": "PodTemplate",
-                    "metadata": {"name": "t"},
-                    "template": template,
-                }
-                _validate(wrapped, version, owner)
-            continue
-        _validate(manifest, version, f"{manifest['kind']}/{manifest['metadata']['name']}")
-        checked += 1
+        # A Volcano Job's pod templates are core objects: validated as such, strictly.
+        errors = core_errors(manifest, version)
+        if errors:
+            pytest.fail("\n".join(errors))
+        checked += (manifest["apiVersion"], manifest["kind"]) != VOLCANO_JOB
     assert checked >= 25
-
-
-def _validate(manifest: dict[str, Any], version: str, what: str) -> None:
-    try:
-        kubernetes_validate.validate(manifest, version, strict=True)
-    except kubernetes_validate.ValidationError as err:
-        pytest.fail(
-            f"{what} is not a valid Kubernetes {version} object: {err.message} at {list(err.path)}"
-        )
 
 
 def test_volcano_jobs_match_the_volcano_crd(stack_graph: tuple[str, harness.Graph]) -> None:
     _, graph = stack_graph
     try:
-        schema = closed(openapi_schema("batch.volcano.sh_jobs.yaml"))
+        schema = volcano_job_schema()
     except CrdsUnavailable as why:
         pytest.skip(f"Volcano CRD schema unavailable: {why}")
     jobs = [m for m in graph.manifests() if (m["apiVersion"], m["kind"]) == VOLCANO_JOB]
@@ -80,7 +53,7 @@ def test_volcano_jobs_match_the_volcano_crd(stack_graph: tuple[str, harness.Grap
 
 def test_the_crd_check_rejects_unknown_fields() -> None:
     try:
-        schema = closed(openapi_schema("batch.volcano.sh_jobs.yaml"))
+        schema = volcano_job_schema()
     except CrdsUnavailable as why:
         pytest.skip(f"Volcano CRD schema unavailable: {why}")
     job = next(

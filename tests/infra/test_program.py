@@ -202,3 +202,10 @@ def test_cube_shards_change_touches_cube_and_serving_only() -> None:
         after[("kubernetes:core/v1:ConfigMap", "cube-conf")].inputs["data"]["cube.conf"]
     )
     assert shards.inputs["spec"]["replicas"] == conf["shard"] == len(conf["nodes"]) == 3
+
+
+def test_configmaps_change_in_place_on_every_cloud(stack_graph: tuple[str, harness.Graph]) -> None:
+    """A new cube.conf must update serving's pods, not delete and re-create serving."""
+    _, graph = stack_graph
+    (provider,) = graph.of_type("pulumi:providers:kubernetes")
+    assert provider.inputs["enableConfigMapMutable"] in (True, "true")

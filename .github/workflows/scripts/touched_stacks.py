@@ -8,7 +8,11 @@ change to stacks/Pulumi.<stack>.yaml touches that stack; anything else (docs, im
 touches none.
 
     touched_stacks.py --stacks "dev aws-prod" --base SHA --head SHA [--require-all-listed]
+        [--test-stacks "ci"]
     touched_stacks.py --stacks "aws-prod" --all
+
+`--test-stacks` names the stacks of stacks/ that only the test suite uses (never previewed
+or deployed by a workflow); `--require-all-listed` then accepts them as listed.
 
 prints `matrix={"include": [{"stack": ..., "cloud": ...}, ...]}` and `any=true|false`, and
 appends both to $GITHUB_OUTPUT when it is set.
@@ -90,16 +94,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--require-all-listed",
         action="store_true",
-        help="fail unless --stacks names exactly the stacks in stacks/",
+        help="fail unless --stacks and --test-stacks name exactly the stacks in stacks/",
+    )
+    parser.add_argument(
+        "--test-stacks",
+        default="",
+        help="stacks only the test suite uses: never in the matrix",
     )
     args = parser.parse_args(argv)
     listed = args.stacks.split()
+    test_only = args.test_stacks.split()
     present = stacks_in(ROOT)
-    unknown = sorted(set(listed) - set(present))
+    unknown = sorted((set(listed) | set(test_only)) - set(present))
     if unknown:
         print(f"error: no stacks/Pulumi.<stack>.yaml for {', '.join(unknown)}", file=sys.stderr)
         return 1
-    unlisted = sorted(set(present) - set(listed))
+    both = sorted(set(listed) & set(test_only))
+    if both:
+        print(f"error: {', '.join(both)} both listed and test-only", file=sys.stderr)
+        return 1
+    unlisted = sorted(set(present) - set(listed) - set(test_only))
     if args.require_all_listed and unlisted:
         print(
             f"error: stacks/ has {', '.join(unlisted)}, which this workflow does not name: "

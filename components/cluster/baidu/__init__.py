@@ -10,9 +10,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pulumi
-import pulumi_kubernetes as k8s
 
-from components.cluster import POOL_LABEL, CloudBucket, ClusterResult, NodePoolSpec, after
+from components.cluster import (
+    POOL_LABEL,
+    CloudBucket,
+    ClusterResult,
+    NodePoolSpec,
+    after,
+    kubernetes_provider,
+)
 from components.cluster.baidu.bos import BosBucket
 from components.cluster.baidu.cce import CceCluster, CceInstanceGroup, CceKubeconfig
 from components.cluster.baidu.ccr import CcrProject
@@ -88,7 +94,7 @@ class BaiduCce(pulumi.ComponentResource):
             f"{name}-kubeconfig", endpoint=cce, cluster_id=cluster.cluster_id, opts=child
         )
         secret_kubeconfig: pulumi.Output[str] = pulumi.Output.secret(kubeconfig.kubeconfig)
-        provider = k8s.Provider(
+        provider = kubernetes_provider(
             f"{name}-provider",
             kubeconfig=secret_kubeconfig,
             # Workloads need nodes: nothing is applied before the pools are ready.

@@ -1,0 +1,93 @@
+"""Fixtures of the end-to-end tests: the real Pulumi CLI and a local Kubernetes control plane.
+
+`pulumi_path` (the PATH the CLI runs with) and `cluster_path` (the same, when the control
+plane's binaries are there too) skip a test, saying what is missing and how to build it,
+unless ELASTICCTR_E2E_REQUIRED=1 (CI, once tools/setup.sh has built the tools): then a
+missing tool is an error, so the suite cannot pass by skipping. `control_plane` is one
+throwaway etcd + kube-apiserver + controller-manager + scheduler per test module, with
+Volcano's CRDs registered; it is stopped by PID and its directory removed, also when a test
+fails. Projects (tests/support/pulumi_cli.py) are made per module by the tests themselves.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from tests.support import pulumi_cli
+from tests.support.volcano_crds import CrdsUnavailable, crd_dir
+
+REQUIRED = os.environ.get("ELASTICCTR_E2E_REQUIRED") == "1"
+
+
+def unavailable(reason: str) -> None:
+    """Skip (or, with ELASTICCTR_E2E_REQUIRED=1, fail) for a missing prerequisite."""
+    if REQUIRED:
+        pytest.fail(f"ELASTICCTR_E2E_REQUIRED=1 and {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def load_controlplane() -> ModuleType:
+    """tools/controlplane.py (a script, not a package) as the module `controlplane`."""
+    if "controlplane" in sys.modules:
+        return sys.modules["controlplane"]
+    path = pulumi_cli.ROOT / "tools" / "controlplane.py"
+    spec = importlib.util.spec_from_file_location("controlplane", path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["controlplane"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def pulumi_path() -> str:
+    """PATH with the Pulumi CLI, its Python host and the Kubernetes provider."""
+    path = pulumi_cli.search_path()
+    reason = pulumi_cli.skip_reason(path)
+    if reason:
+        unavailable(reason)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cluster_path(pulumi_path: str) -> str:
+    """`pulumi_path`, which also has kube-apiserver and etcd."""
+    reason = pulumi_cli.skip_reason(pulumi_path, cluster=True)
+    if reason:
+        unavailable(reason)
+    return pulumi_path
+
+
+@pytest.fixture(scope="session")
+def volcano_crd_dir() -> Path:
+    try:
+        return crd_dir()
+    except CrdsUnavailable as why:
+        unavailable(f"Volcano's CRDs are unavailable: {why}")
+        raise  # unreachable: unavailable() raises
+
+
+@pytest.fixture(scope="module")
+def control_plane(cluster_path: str, volcano_crd_dir: Path) -> Iterator[Any]:
+    """A fresh control plane for the module; `.kubeconfig` is its admin kubeconfig.
+
+    The controller manager is required: `pulumi destroy` deletes the namespace, and only its
+    namespace controller empties and removes a terminating namespace."""
+    controlplane = load_controlplane()
+    cp = controlplane.ControlPlane(crd_dirs=[volcano_crd_dir], controllers="required")
+    try:
+        cp.start()
+    except controlplane.BinariesNotFound as why:
+        unavailable(str(why))
+    try:
+        yield cp
+    finally:
+        cp.stop()

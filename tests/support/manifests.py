@@ -1,0 +1,163 @@
+"""Schema checks of Kubernetes manifests, shared by the mock tests (tests/infra/test_manifests.py)
+and the rendered manifests of the real CLI (tests/e2e/test_render.py).
+
+Core objects: `kubernetes-validate` in strict mode (unknown fields rejected) at the oldest and
+the newest Kubernetes the program supports. Volcano Jobs: their pod templates as core
+PodTemplates (strict), the Job itself against Volcano's CRD schema with unknown fields
+rejected (`volcano_crds.closed`), since kubernetes-validate has no schema for custom resources.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import kubernetes_validate
+import yaml
+from kubernetes.utils import parse_quantity
+
+from tests.support.volcano_crds import closed, openapi_schema
+
+# The oldest Kubernetes the program supports (StatefulSet pod-index label) and the newest.
+KUBERNETES_VERSIONS = ("1.28", "1.37")
+VOLCANO_JOB = ("batch.volcano.sh/v1alpha1", "Job")
+
+
+def is_volcano_job(manifest: dict[str, Any]) -> bool:
+    return (manifest.get("apiVersion"), manifest.get("kind")) == VOLCANO_JOB
+
+
+def describe(manifest: dict[str, Any]) -> str:
+    return f"{manifest.get('kind')}/{(manifest.get('metadata') or {}).get('name')}"
+
+
+def pod_templates(manifest: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(owner, pod template) of every workload object."""
+    spec = manifest.get("spec", {})
+    kind = manifest["kind"]
+    name = manifest["metadata"]["name"]
+    if kind in ("Deployment", "StatefulSet", "Job") and "template" in spec:
+        yield f"{kind}/{name}", spec["template"]
+    for task in spec.get("tasks", []):
+        yield f"{kind}/{name}/{task['name']}", task["template"]
+
+
+def kubernetes_error(manifest: dict[str, Any], version: str) -> str | None:
+    """Why `manifest` is not a valid Kubernetes `version` object (strict), or None."""
+    try:
+        kubernetes_validate.validate(manifest, version, strict=True)
+    except kubernetes_validate.ValidationError as err:
+        return f"{err.message} at {list(err.path)}"
+    return None
+
+
+def core_errors(manifest: dict[str, Any], version: str) -> list[str]:
+    """Strict schema errors of one manifest at `version`; a Volcano Job's pod templates are
+    checked as core PodTemplates (the Job itself: `volcano_job_errors`)."""
+    if is_volcano_job(manifest):
+        checks = [
+            (
+                owner,
+                {
+                    "apiVersion": "v1",
+                    "kind": "PodTemplate",
+                    "metadata": {"name": "t"},
+                    "template": template,
+                },
+            )
+            for owner, template in pod_templates(manifest)
+        ]
+    else:
+        checks = [(describe(manifest), manifest)]
+    errors = []
+    for what, obj in checks:
+        error = kubernetes_error(obj, version)
+        if error:
+            errors.append(f"{what} is not a valid Kubernetes {version} object: {error}")
+    return errors
+
+
+def volcano_job_schema() -> dict[str, Any]:
+    """Volcano's Job schema with unknown fields rejected (raises CrdsUnavailable)."""
+    return dict(closed(openapi_schema("batch.volcano.sh_jobs.yaml")))
+
+
+def volcano_job_errors(manifest: dict[str, Any], schema: dict[str, Any]) -> list[str]:
+    # The validator jsonschema.validate would pick (as the mock tests use).
+    validator = jsonschema.validators.validator_for(schema)(schema)
+    return [
+        f"{describe(manifest)} does not match Volcano's Job CRD: {err.message} at {list(err.path)}"
+        for err in validator.iter_errors(manifest)
+    ]
+
+
+def schema_errors(
+    manifests: Iterable[dict[str, Any]],
+    versions: Iterable[str] = KUBERNETES_VERSIONS,
+    volcano_schema: dict[str, Any] | None = None,
+) -> list[str]:
+    """Every schema problem of `manifests`: strict core checks at each of `versions`, and
+    Volcano Jobs against `volcano_schema` when given."""
+    errors = []
+    for manifest in manifests:
+        for version in versions:
+            errors += core_errors(manifest, version)
+        if volcano_schema is not None and is_volcano_job(manifest):
+            errors += volcano_job_errors(manifest, volcano_schema)
+    return errors
+
+
+def load_rendered(directory: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """(file, object) of every YAML document under `directory` (renderYamlToDirectory puts
+    CRDs in 0-crd/ and the rest in 1-manifest/, one object per file)."""
+    found = []
+    for path in sorted(directory.rglob("*")):
+        if path.suffix not in (".yaml", ".yml") or not path.is_file():
+            continue
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            if document:
+                found.append((path, document))
+    return found
+
+
+def quantity(value: Any) -> Decimal | None:
+    """A Kubernetes quantity's value ("1Gi", "500m"), or None for anything else."""
+    if not isinstance(value, str):
+        return None
+    try:
+        return Decimal(parse_quantity(value))
+    except ValueError:
+        return None
+
+
+def same_scalar(left: Any, right: Any) -> bool:
+    """Equal, or the same quantity written two ways (the API server and the provider write
+    quantities canonically: 1024Mi becomes 1Gi, 1000m becomes 1)."""
+    if left == right:
+        return True
+    return quantity(left) is not None and quantity(left) == quantity(right)
+
+
+def differences(left: Any, right: Any, path: str = "") -> list[str]:
+    """Where two JSON-like values differ, as `path: left != right` lines (quantities compare
+    by value)."""
+    if isinstance(left, dict) and isinstance(right, dict):
+        found = []
+        for key in sorted(left.keys() | right.keys()):
+            if key not in right:
+                found.append(f"{path}.{key}: only left ({left[key]!r})")
+            elif key not in left:
+                found.append(f"{path}.{key}: only right ({right[key]!r})")
+            else:
+                found += differences(left[key], right[key], f"{path}.{key}")
+        return found
+    if isinstance(left, list) and isinstance(right, list) and len(left) == len(right):
+        return [
+            d
+            for i, (a, b) in enumerate(zip(left, right, strict=True))
+            for d in differences(a, b, f"{path}[{i}]")
+        ]
+    return [] if same_scalar(left, right) else [f"{path}: {left!r} != {right!r}"]
