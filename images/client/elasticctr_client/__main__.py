@@ -80,11 +80,24 @@ def main(argv: list[str] | None = None) -> int:
         "upload": args.command == "upload" and not args.dest,
     }[args.command]
     try:
-        outputs = StackOutputs.read(args.stack) if needs_stack else StackOutputs({}, args.stack)
+        outputs = _outputs(args) if needs_stack else StackOutputs({}, args.stack)
         return COMMANDS[args.command](args, outputs)
     except EndpointError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+
+
+def _outputs(args) -> StackOutputs:
+    """The stack's outputs. `status` given some endpoints as flags reports on those even
+    when the stack cannot be read (no login, no stack here): a warning, not an error."""
+    try:
+        return StackOutputs.read(args.stack)
+    except EndpointError as err:
+        flags = (args.mlflow_url, args.serving_url, args.transfer_url)
+        if args.command != "status" or not any(flags) or args.stack:
+            raise
+        print(f"warning: {err}; reporting on the endpoints given as flags", file=sys.stderr)
+        return StackOutputs({}, args.stack)
 
 
 def run_predict(args, outputs: StackOutputs) -> int:

@@ -2,7 +2,8 @@
 and environment contract as the cluster (host-name endpoints on loopback).
 
 The job fails as a whole, like a Volcano job: when any process exits non-zero, the
-others are stopped. Logs go to `<log_dir>/<role>-<i>.log`, PIDs to `<role>-<i>.pid`.
+others are stopped (after a short grace in which the trainers may exit on their own).
+Logs go to `<log_dir>/<role>-<i>.log`, PIDs to `<role>-<i>.pid`.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import time
 from pathlib import Path
 
 SHUTDOWN_GRACE_SECONDS = 30.0
+FAILURE_GRACE_SECONDS = 10.0
 
 
 def free_ports(count: int) -> list[int]:
@@ -82,6 +84,11 @@ def _supervise(procs: dict[str, subprocess.Popen]) -> int:
         for name, proc in procs.items():
             code = proc.poll()
             if code not in (None, 0):
+                # The other trainers learn of a failed pass from trainer 0 and exit on their
+                # own, with the reason in their logs: a short grace before stopping them.
+                deadline = time.time() + FAILURE_GRACE_SECONDS
+                while time.time() < deadline and any(t.poll() is None for t in trainers):
+                    time.sleep(0.2)
                 print(f"local: {name} exited with {code}; stopping the job", file=sys.stderr)
                 return 1
         if all(t.poll() == 0 for t in trainers):

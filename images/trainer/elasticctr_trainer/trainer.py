@@ -268,11 +268,18 @@ class Trainer:
                 if self.role.index == 0:
                     payloads = self.sync.wait_trainers(planned.pass_id, self.role.trainers)
                     error = self.check_bad_lines(planned.pass_id, payloads)
-                    result = {"ok": False, "error": error} if error else self.finish_pass(planned)
+                    if error:
+                        # In the log before the others learn of it and the job is torn down.
+                        log.error("pass failed: %s", error)
+                        result = {"ok": False, "error": error}
+                    else:
+                        result = self.finish_pass(planned)
                     self.sync.publish_result(planned.pass_id, result)
                     self.sync.forget(planned.pass_id - 1)
                 else:
                     result = self.sync.wait_result(planned.pass_id)
+                    if not result["ok"]:
+                        log.error("pass failed (trainer 0 says): %s", result["error"])
                 if not result["ok"]:
                     raise BadDataError(result["error"])
             failed = False

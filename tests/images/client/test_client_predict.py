@@ -74,18 +74,23 @@ def test_predict_prints_probabilities_and_the_auc(stack, data, tmp_path):
     assert re.search(rf"\] {len(probs)}/{len(probs) + 6} examples", done.stderr), done.stderr
 
 
-def fake_pulumi(tmp_path, outputs: dict) -> dict:
-    """A `pulumi` on PATH that records its arguments and prints `outputs` as JSON."""
+def fake_pulumi(tmp_path, outputs: dict | None) -> dict:
+    """A `pulumi` on PATH that records its arguments and prints `outputs` as JSON, or,
+    for None, fails as the real one does without a login."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir(parents=True)
     script = bin_dir / "pulumi"
-    script.write_text(
-        "#!/bin/sh\n"
-        f'echo "$@" >> {tmp_path}/pulumi-args\n'
+    answer = (
         f"cat <<'EOF'\n{json.dumps(outputs)}\nEOF\n"
+        if outputs is not None
+        else f"echo '{NO_LOGIN}' >&2\nexit 255\n"
     )
+    script.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/pulumi-args\n{answer}')
     script.chmod(script.stat().st_mode | stat.S_IEXEC)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+NO_LOGIN = "error: PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions"
 
 
 def test_endpoints_come_from_pulumi_stack_output(stack, data, tmp_path):
@@ -108,7 +113,7 @@ def test_predict_reports_a_refused_batch(stack, tmp_path):
     assert done.returncode == 1 and "serving answered 404" in done.stderr
 
 
-def test_status_shows_versions_and_training_progress(stack, mlflow_server):
+def test_status_shows_versions_and_training_progress(stack, mlflow_server, tmp_path):
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=mlflow_server.tracking_uri)
@@ -142,13 +147,22 @@ def test_status_shows_versions_and_training_progress(stack, mlflow_server):
     assert "serving: model version 1, cube committed 1 (from transfer)" in text
     assert "trainer-0: RUNNING, pass 2  auc=0.75 loss=0.25" in text
     assert "cube: committed 1" in text
-    broken = run_client("--timeout", "2", "status", "--serving-url", "http://127.0.0.1:9")
+    # Flags name what to ask: a stack that cannot be read is a warning, not the end.
+    no_login = fake_pulumi(tmp_path / "no-login", None)
+    broken = run_client(
+        "--timeout", "2", "status", "--serving-url", "http://127.0.0.1:9", env=no_login
+    )  # fmt: skip
     assert broken.returncode == 1 and "serving: unavailable" in broken.stdout
+    assert f"warning: `stack output --json --show-secrets` failed: {NO_LOGIN}" in broken.stderr
+    # Nothing given but the stack: its error is the answer.
+    nothing = run_client("status", env=no_login)
+    assert nothing.returncode == 2 and NO_LOGIN in nothing.stderr
     outside = run_client(
         "--timeout",
         "2",
         "status",
         "--serving-url",
         "http://serving.elasticctr.svc.cluster.local:8010",
+        env=no_login,
     )
     assert "kubectl -n elasticctr port-forward svc/serving 8010" in outside.stdout
