@@ -1,21 +1,31 @@
 """Serving latency and throughput with 3 cube shards on loopback (docs/serving.md).
 
     .venv/bin/python bench/serving_latency.py [--batches 1,64] [--concurrency 1,8,32]
-        [--seconds 5] [--slots 26] [--fc 400,400,400] [--workers 2] [--max-wait-ms 2]
+        [--seconds 5] [--warmup 1] [--repeat 3] [--slots 26] [--fc 400,400,400]
+        [--workers 1] [--max-wait-ms 2] [--variant 'LABEL[@TREE]:SERVING ARGS']...
 
-Starts 3 cube-servers + agents + transfer and one serving process, publishes a synthetic
-model version with the production architecture (26 slots, embedding_dim 9, FC
-400-400-400, 100,000 trained keys) and drives `POST /ElasticCTRPredictionService/inference`
-with a closed-loop load generator in its own process (asyncio + aiohttp, `c` connections,
-each sending its next request as soon as the answer arrives; bodies pre-encoded, 1-3
-feasigns per slot). Per run: p50/p99 latency, requests/s and examples/s, the mean
-predictor batch, CPU per example of serving, cube and the load generator (from /proc),
-and where serving's time went (its stage counters in /metrics).
+Starts 3 cube-servers + agents + transfer and serving, publishes a synthetic model version
+with the production architecture (26 slots, embedding_dim 9, FC 400-400-400, 100,000
+trained keys) and drives `POST /ElasticCTRPredictionService/inference` with a closed-loop
+load generator in its own process: `c` keep-alive connections, each sending its next
+request as soon as the answer arrives; bodies pre-encoded (1-3 feasigns per slot), the
+HTTP/1.1 exchange done on asyncio's protocol level (~50 µs of CPU per request, most of it
+the kernel's loopback TCP; aiohttp's client took ~300). Per run: p50/p99 latency,
+requests/s and examples/s, the mean predictor batch, CPU per example of serving, cube and
+the load generator (from /proc and the generator's own clock), and where serving's time
+went (its stage counters in /metrics).
 
-References measured in the same run, so that the figures read as ratios on a busy
+Variants compare serving configurations, or code, in the same run: each `--variant`
+starts one serving process (from TREE, another checkout, when given: `git worktree add`
+or `git archive` of the old commit), and every repetition runs every variant's cells in
+turn, so that all see the same machine. Without `--variant`, one variant runs this tree
+with `--workers` and `--max-wait-ms`. Medians over the repetitions are reported.
+
+References measured in each repetition, so that the figures read as ratios on a busy
 machine: the bare predictor (Paddle Inference in this process, the same model and
 options as serving, per call at batch 1, 8, 64) and the HTTP floor (`GET /healthz`
-through the same load generator and concurrency: aiohttp alone, no work).
+through the same load generator and concurrency: aiohttp alone, no work), plus the load
+average.
 """
 
 from __future__ import annotations
@@ -25,11 +35,14 @@ import asyncio
 import json
 import os
 import re
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+from urllib.parse import urlsplit
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)] + [str(REPO / "images" / p) for p in ("serving", "cube", "common")]
@@ -39,7 +52,7 @@ STAGES = ("parse", "queue", "cube", "pool", "predict")
 
 def cpu_seconds(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime + stime, all threads
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -76,51 +89,111 @@ def bodies(slots: list[int], batch: int, keys: int, count: int = 64) -> list[byt
 
 
 # -- the load generator (its own process) --------------------------------------------------
-async def drive(url, payloads: list[bytes], concurrency: int, warmup: float, seconds: float):
-    import aiohttp
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: sends a request, reads the answer (Content-Length
+    framing, as aiohttp answers), records the latency, sends the next."""
 
-    latencies: list[float] = []
-    errors = 0
-    connector = aiohttp.TCPConnector(limit=concurrency)
-    async with aiohttp.ClientSession(connector=connector) as session:
+    def __init__(self, run: _Run, first: int) -> None:
+        self.run, self.next = run, first
+        self.buffer, self.need, self.status, self.sent = b"", -1, b"", 0.0
+
+    def connection_made(self, transport) -> None:
+        self.transport = transport
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.send()
+
+    def send(self) -> None:
+        run = self.run
+        self.sent = time.perf_counter()
+        if self.sent >= run.stop_at:
+            self.transport.close()
+            return
+        self.transport.write(run.requests[self.next % len(run.requests)])
+        self.next += run.concurrency
+
+    def data_received(self, data: bytes) -> None:
+        buffer = self.buffer + data if self.buffer else data
+        if self.need < 0:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                self.buffer = buffer
+                return
+            head = buffer[:end].lower()
+            at = head.find(b"\r\ncontent-length:")
+            if at < 0:
+                raise RuntimeError(f"an answer without Content-Length: {head[:200]!r}")
+            line_end = head.find(b"\r\n", at + 2)
+            length = int(head[at + 17 : line_end if line_end > 0 else len(head)])
+            self.need, self.status = end + 4 + length, buffer[9:12]
+        if len(buffer) < self.need:
+            self.buffer = buffer
+            return
+        done = time.perf_counter()
+        self.buffer, self.need = buffer[self.need :], -1
+        self.run.record(self.sent, done, self.status == b"200")
+        self.send()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.run.closed()
+
+
+class _Run:
+    def __init__(self, url: str, payloads: list[bytes], concurrency: int, warmup, seconds):
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+        host = f"{self.host}:{self.port}".encode()
+        path = parts.path.encode()
+        if payloads:
+            self.requests = [
+                b"POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\n"
+                b"Content-Length: %d\r\n\r\n%s" % (path, host, len(p), p)
+                for p in payloads
+            ]
+        else:
+            self.requests = [b"GET %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (path, host)]
+        self.concurrency, self.warmup, self.seconds = concurrency, warmup, seconds
+        self.latencies: list[float] = []
+        self.errors = 0
+        self.open = concurrency
+
+    def record(self, sent: float, done: float, ok: bool) -> None:
+        if sent >= self.measure_from and done <= self.stop_at:
+            self.latencies.append(done - sent)
+            self.errors += not ok
+
+    def closed(self) -> None:
+        self.open -= 1
+        if self.open == 0 and not self.finished.done():
+            self.finished.set_result(None)
+
+    async def go(self) -> float:
+        """Run; the CPU seconds this process used in the measured window."""
+        loop = asyncio.get_running_loop()
+        self.finished = loop.create_future()
         start = time.perf_counter()
-        measure_from, stop_at = start + warmup, start + warmup + seconds
-        cpu_at_measure: list[float] = []
-
-        async def one(worker: int) -> None:
-            nonlocal errors
-            i = worker
-            while (now := time.perf_counter()) < stop_at:
-                if now >= measure_from and not cpu_at_measure:
-                    cpu_at_measure.append(time.process_time())
-                if payloads:
-                    request = session.post(
-                        url,
-                        data=payloads[i % len(payloads)],
-                        headers={"Content-Type": "application/json"},
-                    )
-                else:
-                    request = session.get(url)
-                async with request as r:
-                    await r.read()
-                    ok = r.status == 200
-                done = time.perf_counter()
-                if done >= measure_from and now >= measure_from:
-                    latencies.append(done - now)
-                    errors += not ok
-                i += concurrency
-
-        await asyncio.gather(*(one(w) for w in range(concurrency)))
-    cpu = time.process_time() - (cpu_at_measure[0] if cpu_at_measure else 0.0)
-    return latencies, errors, cpu
+        self.measure_from = start + self.warmup
+        self.stop_at = self.measure_from + self.seconds
+        for i in range(self.concurrency):
+            await loop.create_connection(lambda i=i: _Connection(self, i), self.host, self.port)
+        await asyncio.sleep(max(0.0, self.measure_from - time.perf_counter()))
+        cpu = time.process_time()
+        await self.finished
+        return time.process_time() - cpu
 
 
 def loadgen_main(args: argparse.Namespace) -> None:
     payloads = [p for p in Path(args.bodies).read_bytes().split(b"\n") if p] if args.bodies else []
-    latencies, errors, cpu = asyncio.run(
-        drive(args.url, payloads, args.c, args.warmup, args.seconds)
-    )
-    print(json.dumps({"latencies": latencies, "errors": errors, "cpu": cpu}))
+    run = _Run(args.url, payloads, args.c, args.warmup, args.seconds)
+    cpu = asyncio.run(run.go())
+    print(json.dumps({"latencies": run.latencies, "errors": run.errors, "cpu": cpu}))
+
+
+def loadgen(url: str, concurrency: int, args, body_file: Path | None = None) -> subprocess.Popen:
+    command = [sys.executable, __file__, "--loadgen", "--url", url, "-c", str(concurrency),
+               "--warmup", str(args.warmup), "--seconds", str(args.seconds)]  # fmt: skip
+    if body_file is not None:
+        command += ["--bodies", str(body_file)]
+    return subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
 
 
 # -- the benchmark ------------------------------------------------------------------------
@@ -130,23 +203,10 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def run_one(serving, cube_pids, body_file, batch, concurrency, args) -> dict:
-    command = [
-        sys.executable,
-        __file__,
-        "--loadgen",
-        "--url",
-        serving.url + "/ElasticCTRPredictionService/inference",
-        "--bodies",
-        str(body_file),
-        "-c",
-        str(concurrency),
-        "--warmup",
-        str(args.warmup),
-        "--seconds",
-        str(args.seconds),
-    ]
+    load = os.getloadavg()[0]
+    proc = loadgen(serving.url + "/ElasticCTRPredictionService/inference", concurrency, args,
+                   body_file)  # fmt: skip
     # The serving/cube CPU window starts after the warm-up: sample it then.
-    proc = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
     time.sleep(args.warmup)
     before = scrape(serving.url)
     cpu_before = cpu_seconds(serving.pid), sum(cpu_seconds(p) for p in cube_pids)
@@ -162,6 +222,7 @@ def run_one(serving, cube_pids, body_file, batch, concurrency, args) -> dict:
     return {
         "batch": batch,
         "concurrency": concurrency,
+        "load": load,
         "requests": len(lat),
         "errors": result["errors"],
         "rps": len(lat) / args.seconds,
@@ -177,18 +238,34 @@ def run_one(serving, cube_pids, body_file, batch, concurrency, args) -> dict:
     }
 
 
+def median_of(runs: list[dict]) -> dict:
+    """The median of every figure over the repetitions of one cell (p99: also its range)."""
+    out: dict = {"batch": runs[0]["batch"], "concurrency": runs[0]["concurrency"]}
+    for key, value in runs[0].items():
+        if isinstance(value, float | int) and key not in out:
+            out[key] = statistics.median(r[key] for r in runs)
+        elif isinstance(value, dict):
+            out[key] = {k: statistics.median(r[key][k] for r in runs) for k in value}
+    out["p99_runs"] = sorted(r["p99_ms"] for r in runs)
+    out["eps_runs"] = sorted(r["eps"] for r in runs)
+    out["errors"] = sum(r["errors"] for r in runs)
+    return out
+
+
 def table(results: list[dict]) -> str:
     head = (
-        "| batch | conc | req/s | examples/s | p50 ms | p99 ms | mean predictor batch | "
-        "CPU µs/example serving + cube + client | per batch µs: cube / pool / predict | "
-        "per request µs: parse / queue |\n|---:|---:|---:|---:|---:|---:|---:|---|---|---|"
+        "| batch | conc | req/s | examples/s | p50 ms | p99 ms (each run) | mean predictor "
+        "batch | CPU µs/example serving + cube + client | per batch µs: cube / pool / "
+        "predict | per request µs: parse / queue |\n"
+        "|---:|---:|---:|---:|---:|---|---:|---|---|---|"
     )
     rows = [head]
     for r in results:
         b, q = r["stage_us_per_batch"], r["stage_us_per_request"]
+        runs = ", ".join(f"{p:.1f}" for p in r["p99_runs"])
         rows.append(
             f"| {r['batch']} | {r['concurrency']} | {r['rps']:,.0f} | {r['eps']:,.0f} | "
-            f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['mean_batch']:.1f} | "
+            f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} ({runs}) | {r['mean_batch']:.1f} | "
             f"{r['serving_us_per_example']:.0f} + {r['cube_us_per_example']:.0f} + "
             f"{r['client_us_per_example']:.0f} | {b['cube']:.0f} / {b['pool']:.0f} / "
             f"{b['predict']:.0f} | {q['parse']:.0f} / {q['queue']:.0f} |"
@@ -198,26 +275,15 @@ def table(results: list[dict]) -> str:
 
 def http_floor(serving, concurrency: int, args) -> dict:
     """GET /healthz through the same load generator: what aiohttp costs with no work."""
-    command = [
-        sys.executable,
-        __file__,
-        "--loadgen",
-        "--url",
-        serving.url + "/healthz",
-        "-c",
-        str(concurrency),
-        "--warmup",
-        str(args.warmup),
-        "--seconds",
-        str(args.seconds),
-    ]
-    out = json.loads(subprocess.run(command, capture_output=True, text=True, check=True).stdout)
-    lat = out["latencies"]
+    out, _ = loadgen(serving.url + "/healthz", concurrency, args).communicate(timeout=300)
+    result = json.loads(out)
+    lat = result["latencies"]
     return {
         "concurrency": concurrency,
         "rps": len(lat) / args.seconds,
         "p50_ms": percentile(lat, 0.5) * 1e3,
         "p99_ms": percentile(lat, 0.99) * 1e3,
+        "client_us_per_request": result["cpu"] / max(len(lat), 1) * 1e6,
     }
 
 
@@ -241,17 +307,31 @@ def bare_predictor(model_dir: Path, slots: int) -> dict[int, float]:
     return out
 
 
+def parse_variant(spec: str) -> tuple[str, Path, list[str]]:
+    """'LABEL[@TREE]:ARGS' -> (label, tree, serving args)."""
+    head, _, rest = spec.partition(":")
+    label, _, tree = head.partition("@")
+    return label, Path(tree).resolve() if tree else REPO, rest.split()
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--batches", default="1,64")
     p.add_argument("--concurrency", default="1,8,32")
     p.add_argument("--seconds", type=float, default=5.0)
     p.add_argument("--warmup", type=float, default=1.0)
+    p.add_argument("--repeat", type=int, default=3, help="repetitions of every cell")
     p.add_argument("--slots", type=int, default=26)
     p.add_argument("--fc", default="400,400,400")
     p.add_argument("--keys", type=int, default=100_000)
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=1)
     p.add_argument("--max-wait-ms", type=float, default=2.0)
+    p.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        help="'LABEL[@TREE]:SERVING ARGS', e.g. 'before@/tmp/old:--workers 2'; repeatable",
+    )
     p.add_argument("--json", help="also write the results here")
     # the load generator's own arguments
     p.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
@@ -264,11 +344,18 @@ def main() -> int:
         return 0
 
     from elasticctr_cube.server import build_server
+    from elasticctr_serving.native import build_parser
 
     from tests.images.serving.servingtest import CubeCluster, Processes, Serving, publish
 
     build_server()
+    build_parser()
+    own = ["--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)]
+    variants = [parse_variant(v) for v in args.variant] or [("this tree", REPO, own)]
     load_before = os.getloadavg()
+    started = time.time()
+    runs: dict[str, list[dict]] = {label: [] for label, _, _ in variants}
+    references: list[dict] = []
     with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
         root = Path(tmp)
         procs = Processes(root)
@@ -278,38 +365,73 @@ def main() -> int:
             fc = [int(x) for x in args.fc.split(",")]
             publish(cluster, [1], slots=slots, fc_sizes=fc, keys=args.keys)
             cluster.wait_result(1, timeout=120)
-            serving = Serving(
-                procs,
-                "serving",
-                cluster,
-                "--workers",
-                str(args.workers),
-                "--max-wait-ms",
-                str(args.max_wait_ms),
-            )
-            serving.wait_version(1)
-            serving.pid = procs.procs["serving"].pid
+            servers = {}
+            for i, (label, tree, extra) in enumerate(variants):
+                pythonpath = os.pathsep.join(
+                    str(tree / "images" / d) for d in ("serving", "client", "cube", "common")
+                )
+                serving = Serving(procs, f"serving{i}", cluster, *extra,
+                                  env={"PYTHONPATH": pythonpath})  # fmt: skip
+                serving.wait_version(1)
+                serving.pid = procs.procs[f"serving{i}"].pid
+                servers[label] = serving
             cube_pids = [procs.procs[f"server{s}"].pid for s in range(3)]
             concurrencies = [int(x) for x in args.concurrency.split(",")]
-            floors = [http_floor(serving, c, args) for c in concurrencies]
-            predictor = bare_predictor(cluster.model_dir, args.slots)
-            results = []
-            for batch in [int(b) for b in args.batches.split(",")]:
-                body_file = root / f"bodies-{batch}.jsonl"
-                body_file.write_bytes(b"\n".join(bodies(slots, batch, args.keys)))
-                for c in concurrencies:
-                    results.append(run_one(serving, cube_pids, body_file, batch, c, args))
-                    print(json.dumps(results[-1]), file=sys.stderr, flush=True)
+            batches = [int(b) for b in args.batches.split(",")]
+            body_files = {}
+            for batch in batches:
+                body_files[batch] = root / f"bodies-{batch}.jsonl"
+                body_files[batch].write_bytes(b"\n".join(bodies(slots, batch, args.keys)))
+            first = next(iter(servers.values()))
+            for repetition in range(args.repeat):
+                references.append(
+                    {
+                        "load": os.getloadavg()[0],
+                        "predictor_us": bare_predictor(cluster.model_dir, args.slots),
+                        "http_floor": [http_floor(first, c, args) for c in concurrencies],
+                    }
+                )
+                print(json.dumps({"repetition": repetition, **references[-1]}),
+                      file=sys.stderr, flush=True)  # fmt: skip
+                for label, serving in servers.items():
+                    for batch in batches:
+                        for c in concurrencies:
+                            result = run_one(serving, cube_pids, body_files[batch], batch, c, args)
+                            runs[label].append({"variant": label, **result})
+                            print(json.dumps(runs[label][-1]), file=sys.stderr, flush=True)
         finally:
             procs.stop_all()
     print(
-        f"load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; "
-        f"{os.cpu_count()} CPUs; model: {args.slots} slots x 9, FC {args.fc}; "
-        f"serving --workers {args.workers} --max-wait-ms {args.max_wait_ms}"
+        f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(started))}; load average before "
+        f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; {os.cpu_count()} CPUs; model: "
+        f"{args.slots} slots x 9, FC {args.fc}; {args.repeat} runs of {args.seconds:g} s per "
+        f"cell (medians; p99 of each run in brackets)"
     )
-    print(table(results))
+    summary = {}
+    for label, tree, extra in variants:
+        cells = {}
+        for r in runs[label]:
+            cells.setdefault((r["batch"], r["concurrency"]), []).append(r)
+        summary[label] = [median_of(cell) for cell in cells.values()]
+        where = "" if tree == REPO else f" (code from {tree})"
+        print(f"\n{label}: serving {' '.join(extra)}{where}\n")
+        print(table(summary[label]))
+    loads = [r["load"] for label in runs for r in runs[label]]
+    predictor = {b: statistics.median(r["predictor_us"][b] for r in references) for b in (1, 8, 64)}
+    floors = [
+        {
+            "concurrency": c,
+            **{
+                k: statistics.median(r["http_floor"][i][k] for r in references)
+                for k in ("rps", "p50_ms", "p99_ms", "client_us_per_request")
+            },
+        }
+        for i, c in enumerate(int(x) for x in args.concurrency.split(","))
+    ]
     print(
-        "\nreferences in the same run: bare predictor (median µs per call) "
+        f"\nreferences (medians of the {args.repeat} runs): load average during the cells "
+        f"{min(loads):.1f}-{max(loads):.1f} (median {statistics.median(loads):.1f}); bare "
+        "predictor (median µs per call) "
         + ", ".join(f"batch {b}: {us:,.0f}" for b, us in predictor.items())
         + "; HTTP floor (GET /healthz) "
         + ", ".join(
@@ -317,12 +439,11 @@ def main() -> int:
             f"p99 {f['p99_ms']:.2f} ms"
             for f in floors
         )
+        + f"; load generator {floors[0]['client_us_per_request']:.0f} µs of CPU per request"
     )
     if args.json:
         Path(args.json).write_text(
-            json.dumps(
-                {"results": results, "predictor_us": predictor, "http_floor": floors}, indent=1
-            )
+            json.dumps({"summary": summary, "runs": runs, "references": references}, indent=1)
         )
     return 0
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
+
+from elasticctr_common.cargo import cargo_build
 
 SERVER_DIR = Path(__file__).resolve().parent.parent / "server"
 BINARY_NAME = "cube-server"
@@ -43,14 +44,7 @@ def server_binary() -> str:
 
 def build_server(offline: bool = False) -> str:
     """`cargo build --release --locked` of the native server (incremental, cached in target/)."""
-    cargo = shutil.which("cargo")
-    if not cargo:
-        raise ServerBinaryError("cargo is not installed: cannot build the native cube-server")
-    cmd = [cargo, "build", "--release", "--locked", "--quiet"] + (["--offline"] if offline else [])
-    done = subprocess.run(cmd, cwd=SERVER_DIR, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise ServerBinaryError(f"cargo build failed in {SERVER_DIR}:\n{done.stderr[-4000:]}")
-    return str(SERVER_DIR / "target" / "release" / BINARY_NAME)
+    return str(cargo_build(SERVER_DIR, BINARY_NAME, "the native cube-server", offline))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -37,7 +37,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=int(env("SPARSE_DIM", "0")) or None,
         help="models must map feasigns with this sparse_dim (default: any)",
     )
-    p.add_argument("--workers", type=int, default=2, help="batch workers (predictors)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="batch worker threads, one predictor each (1 measured best on 1-2 cores)",
+    )
     p.add_argument("--max-batch", type=int, default=512, help="instances per predictor batch")
     p.add_argument(
         "--max-wait-ms",

@@ -1,5 +1,5 @@
-"""The HTTP API (docs/serving.md): aiohttp on one event loop; parsing happens on the loop,
-lookups and predictions on the batch workers (batcher.py).
+"""The HTTP API (docs/serving.md): aiohttp on one event loop; parsing happens on the loop
+(natively, native.py), lookups and predictions on the batch workers (batcher.py).
 
 - POST /ElasticCTRPredictionService/inference  ElasticCTR's client contract
 - POST /predict                                 plain JSON
@@ -8,7 +8,6 @@ lookups and predictions on the batch workers (batcher.py).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable
@@ -16,8 +15,9 @@ from collections.abc import Callable
 import orjson
 from aiohttp import web
 
+from . import native
 from .batcher import Batcher, Prediction, Unavailable
-from .instances import BadRequest, load_json, parse_elasticctr, parse_plain
+from .instances import BadRequest, parse_request
 from .metrics import ServingMetrics
 from .rollout import ModelManager
 
@@ -94,12 +94,12 @@ class ServingApp:
         return response
 
     async def inference(self, request: web.Request) -> web.Response:
-        return await self._predict(request, parse_elasticctr, elasticctr_answer, elasticctr_error)
+        return await self._predict(request, False, elasticctr_answer, elasticctr_error)
 
     async def predict(self, request: web.Request) -> web.Response:
-        return await self._predict(request, parse_plain, plain_answer, plain_error)
+        return await self._predict(request, True, plain_answer, plain_error)
 
-    async def _predict(self, request, parse, answer, error) -> web.Response:
+    async def _predict(self, request, plain: bool, answer, error) -> web.Response:
         self.batcher.arrive()
         queued = False
         try:
@@ -114,12 +114,11 @@ class ServingApp:
             if model is None:
                 raise Unavailable("no model version is loaded yet")
             parse_started = time.perf_counter()
-            quick = b"true" not in body and b"false" not in body  # booleans need care
-            parsed = parse(load_json(body), model.space, self.max_instances, quick)
+            parsed = parse_request(body, model.space, self.max_instances, plain)
             self.metrics.stage_seconds.inc(time.perf_counter() - parse_started, "parse")
             future = self.batcher.submit(parsed, model)
             queued = True
-            return answer(await asyncio.wrap_future(future))
+            return answer(await future)
         except BadRequest as err:
             return error(err.status, str(err))
         except Unavailable as err:
@@ -147,8 +146,9 @@ class ServingApp:
         body = {
             **self.manager.status(),
             "started_at": self.started_at,
+            "parser": "native" if native.parser() is not None else "python",
             "batching": {
-                "workers": len(self.batcher.threads),
+                "workers": self.batcher.workers,
                 "max_batch": self.batcher.max_batch,
                 "max_wait_ms": self.batcher.max_wait * 1000,
             },

@@ -11,16 +11,21 @@ Each batch takes the active model once (`models.active()`) and uses its version 
 cube lookup and its predictor for the run, so no response mixes versions. If cube no
 longer holds that version and the active model changed meanwhile, the batch runs again
 on the new one.
+
+The answers of a batch go back to the event loop in one hand-off (one
+`call_soon_threadsafe`, one wake-up of the loop), not one per request. Keys are
+deduplicated and pooled by the native library when it is there (native.py: the same
+results bit for bit as `np.unique` and `pool` below, ~5x faster).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from concurrent.futures import Future
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,8 +34,20 @@ from elasticctr_cube.client import CubeClient, CubeError, CubeVersionError
 from .instances import Parsed, merge
 from .metrics import ServingMetrics
 from .model import DenseModel
+from .native import parser
 
 log = logging.getLogger("elasticctr_serving.batcher")
+
+
+def _deliver(outcomes: list[tuple[_Pending, object]]) -> None:
+    """Answer the requests of a batch (on their event loop)."""
+    for pending, outcome in outcomes:
+        if pending.future.done():  # the client went away and its handler was cancelled
+            continue
+        if isinstance(outcome, BaseException):
+            pending.future.set_exception(outcome)
+        else:
+            pending.future.set_result(outcome)
 
 
 class Unavailable(Exception):
@@ -47,7 +64,7 @@ class Prediction:
 class _Pending:
     parsed: Parsed
     model: DenseModel  # the model the request was parsed for (its slots)
-    future: Future = field(default_factory=Future)
+    future: asyncio.Future  # of the event loop that queued it
     queued: float = field(default_factory=time.monotonic)
 
 
@@ -66,6 +83,9 @@ def pool(
 
 
 class Batcher:
+    """`workers` threads run the batches; the event loop queues requests and gets the
+    answers back, one hand-off per batch."""
+
     def __init__(
         self,
         cube: CubeClient,
@@ -73,13 +93,14 @@ class Batcher:
         on_version_error: Callable[[int], None],
         metrics: ServingMetrics,
         *,
-        workers: int = 2,
+        workers: int = 1,
         max_batch: int = 512,
         max_wait: float = 0.002,
     ) -> None:
         self.cube, self.active, self.on_version_error = cube, active, on_version_error
         self.metrics = metrics
         self.max_batch, self.max_wait = max_batch, max_wait
+        self.workers = workers
         self.arriving = 0  # requests being received or parsed by the HTTP handlers
         self._queue: deque[_Pending] = deque()
         self._cond = threading.Condition()
@@ -91,7 +112,7 @@ class Batcher:
         for t in self.threads:
             t.start()
 
-    # -- the HTTP side ----------------------------------------------------------------------
+    # -- the HTTP side (on the event loop) ------------------------------------------------
     def arrive(self) -> None:
         with self._cond:
             self.arriving += 1
@@ -102,9 +123,10 @@ class Batcher:
             self.arriving -= 1
             self._cond.notify_all()
 
-    def submit(self, parsed: Parsed, model: DenseModel) -> Future:
-        """Queue a request parsed for `model` (the handler called arrive() before)."""
-        pending = _Pending(parsed, model)
+    def submit(self, parsed: Parsed, model: DenseModel) -> asyncio.Future:
+        """Queue a request parsed for `model` (the handler called arrive() before); the
+        future is the event loop's and gets the Prediction or the error."""
+        pending = _Pending(parsed, model, asyncio.get_running_loop().create_future())
         with self._cond:
             self.arriving -= 1
             self._queue.append(pending)
@@ -144,33 +166,43 @@ class Batcher:
             batch = self._take()
             if not batch:
                 return
+            outcomes = self._execute(worker, batch)
+            # One hand-off to the event loop per batch, not one per request.
+            loop = batch[0].future.get_loop()
             try:
-                self._run(worker, batch)
-            except Exception as err:  # never lose a worker; every request gets an answer
+                loop.call_soon_threadsafe(_deliver, outcomes)
+            except RuntimeError:  # the loop is closed: the server is stopping
+                return
+
+    def _execute(self, worker: int, batch: list[_Pending]) -> list[tuple[_Pending, object]]:
+        """Each request's Prediction, or the exception it must raise."""
+        outcomes: list[tuple[_Pending, object]] = []
+        try:
+            # A request parsed for another model's slots (a switch in between) runs alone,
+            # on the model it was parsed for, if that one can still be served.
+            model = self.active()
+            if model is None:
+                raise Unavailable("no model version is loaded yet")
+            groups: dict[int, list[_Pending]] = {}
+            for p in batch:
+                same = p.model.space == model.space
+                groups.setdefault(model.version if same else p.model.version, []).append(p)
+            for version, pending in groups.items():
+                chosen = model if version == model.version else pending[0].model
+                try:
+                    outcomes += self._predict(worker, chosen, pending)
+                except Exception as err:
+                    outcomes += [(p, err) for p in pending]
+        except Exception as err:  # never lose a worker; every request gets an answer
+            if not isinstance(err, Unavailable):
                 log.exception("batch failed")
-                for p in batch:
-                    if not p.future.done():
-                        p.future.set_exception(err)
+            answered = {id(p) for p, _ in outcomes}
+            outcomes += [(p, err) for p in batch if id(p) not in answered]
+        return outcomes
 
-    def _run(self, worker: int, batch: list[_Pending]) -> None:
-        # A request parsed for another model's slots (a switch in between) runs alone, on
-        # the model it was parsed for, if that one can still be served.
-        model = self.active()
-        if model is None:
-            raise Unavailable("no model version is loaded yet")
-        groups: dict[int, list[_Pending]] = {}
-        for p in batch:
-            same = p.model.space == model.space
-            groups.setdefault(model.version if same else p.model.version, []).append(p)
-        for version, pending in groups.items():
-            chosen = model if version == model.version else pending[0].model
-            try:
-                self._predict(worker, chosen, pending)
-            except Exception as err:
-                for p in pending:
-                    p.future.set_exception(err)
-
-    def _predict(self, worker: int, model: DenseModel, pending: list[_Pending]) -> None:
+    def _predict(
+        self, worker: int, model: DenseModel, pending: list[_Pending]
+    ) -> list[tuple[_Pending, object]]:
         now = time.monotonic()
         self.metrics.stage_seconds.inc(sum(now - p.queued for p in pending), "queue")
         count, keys, slots, rows = merge([p.parsed for p in pending])
@@ -192,16 +224,22 @@ class Batcher:
         m.batches.inc()
         m.examples.inc(count)
         m.batch_size.observe(count)
+        outcomes: list[tuple[_Pending, object]] = []
         start = 0
         for p in pending:
             end = start + p.parsed.count
-            p.future.set_result(Prediction(model.version, probabilities[start:end]))
+            outcomes.append((p, Prediction(model.version, probabilities[start:end])))
             start = end
+        return outcomes
 
     def _infer(self, worker, model: DenseModel, count, keys, slots, rows) -> np.ndarray:
         stage = self.metrics.stage_seconds
         started = time.perf_counter()
-        unique, inverse = np.unique(keys, return_inverse=True)
+        native = parser()
+        if native is not None:
+            unique, inverse = native.unique(keys)
+        else:
+            unique, inverse = np.unique(keys, return_inverse=True)
         result = self.cube.seek(unique, version=model.version)
         looked_up = time.perf_counter()
         stage.inc(looked_up - started, "cube")
@@ -212,8 +250,13 @@ class Batcher:
             )
         self.metrics.cube_keys.inc(len(unique))
         self.metrics.missing_keys.inc(result.missing)
-        values = result.values[inverse] if len(unique) else np.zeros((0, model.embedding_dim))
-        pooled = pool(values, slots, rows, len(model.space.slots), count)
+        slot_count = len(model.space.slots)
+        if not len(unique):
+            pooled = np.zeros((slot_count, count, model.embedding_dim), dtype=np.float32)
+        elif native is not None:
+            pooled = native.pool(result.values, inverse, slots, rows, slot_count, count)
+        else:
+            pooled = pool(result.values[inverse], slots, rows, slot_count, count)
         pooled_at = time.perf_counter()
         stage.inc(pooled_at - looked_up, "pool")
         probabilities = model.predict(worker, pooled)

@@ -1,5 +1,6 @@
-"""Fixtures of the serving tests: the native cube-server, processes stopped by PID, and a
-running stack (3 cube shards + transfer + serving) with synthetic version 1."""
+"""Fixtures of the serving tests: the native cube-server and request parser, processes
+stopped by PID, and a running stack (3 cube shards + transfer + serving) with synthetic
+version 1."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 from elasticctr_cube.server import build_server
+from elasticctr_serving.native import NativeParser, build_parser
 
 from tests.images.serving.servingtest import CubeCluster, Processes, Serving, publish
 
@@ -14,6 +16,12 @@ from tests.images.serving.servingtest import CubeCluster, Processes, Serving, pu
 @pytest.fixture(scope="session")
 def cube_server_bin() -> str:
     return build_server()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def native_parser() -> NativeParser:
+    """Built before any serving process starts: they load it (docs/serving.md)."""
+    return NativeParser(build_parser())
 
 
 @pytest.fixture

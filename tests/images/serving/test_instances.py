@@ -1,6 +1,9 @@
-"""Request parsing, pooling and metrics text, in-process (no Paddle, no servers)."""
+"""Request parsing (native and Python), pooling and metrics text, in-process (no Paddle, no
+servers)."""
 
 from __future__ import annotations
+
+import json
 
 import numpy as np
 import pytest
@@ -8,10 +11,12 @@ from elasticctr_serving.batcher import pool
 from elasticctr_serving.instances import (
     BadRequest,
     SlotSpace,
+    _keys,
     load_json,
     merge,
     parse_elasticctr,
     parse_plain,
+    parse_request,
 )
 from elasticctr_serving.metrics import ServingMetrics
 from hypothesis import given, settings
@@ -155,3 +160,106 @@ def test_metrics_text_format():
     assert 'elasticctr_serving_request_seconds_count{path="/predict"} 2' in text
     assert "elasticctr_serving_model_version 4" in text
     assert "# TYPE elasticctr_serving_request_seconds histogram" in text
+
+
+# -- the native parser, unique and pool (images/serving/parser) ------------------------------
+def python_parse(body: bytes, plain: bool):
+    """What serving answers without the native parser: (count, keys, slots, rows) or the
+    error (status, message)."""
+    quick = b"true" not in body and b"false" not in body
+    try:
+        parse = parse_plain if plain else parse_elasticctr
+        p = parse(load_json(body), SPACE, 10, quick)
+    except BadRequest as err:
+        return ("error", err.status, str(err))
+    return (p.count, p.keys.tolist(), p.slots.tolist(), p.rows.tolist())
+
+
+def native_parse(native, body: bytes, plain: bool):
+    got = native.parse(body, SPACE.names, plain, 10)
+    if got is None:
+        return None
+    count, raw, slots, rows = got
+    p = _keys(count, raw, slots, rows, SPACE)
+    return (p.count, p.keys.tolist(), p.slots.tolist(), p.rows.tolist())
+
+
+def spellings(request) -> list[bytes]:
+    """The same JSON written compactly, with spaces and indented."""
+    return [
+        json.dumps(request, separators=(",", ":")).encode(),
+        json.dumps(request).encode(),
+        json.dumps(request, indent=1).encode().replace(b"\n", b"\r\n"),
+    ]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(instance, min_size=0, max_size=4), st.data())
+def test_native_parser_answers_as_python_or_leaves_the_body_to_it(native_parser, instances, data):
+    plain_instances = [
+        {e["slot_name"]: e["feasigns"] for e in i["slots"] if isinstance(e.get("slot_name"), str)}
+        if isinstance(i, dict) and isinstance(i.get("slots"), list)
+        and all(isinstance(e, dict) for e in i["slots"])
+        else i
+        for i in instances
+    ]  # fmt: skip
+    for plain, request in (
+        (False, {"instances": instances}),
+        (True, {"instances": plain_instances}),
+    ):
+        for body in spellings(request):
+            # and a one-byte change of it: anything the parser takes, it takes rightly
+            at = data.draw(st.integers(0, len(body) - 1))
+            mutated = body[:at] + bytes([data.draw(st.integers(0, 255))]) + body[at + 1 :]
+            for b in (body, mutated):
+                native = native_parse(native_parser, b, plain)
+                if native is not None:
+                    assert native == python_parse(b, plain), b
+
+
+def test_native_parser_takes_the_usual_requests(native_parser):
+    request = elasticctr({"101": [1005, 2000, 18446744073709551615], "103": [7]}, {"102": [0, 3]})
+    plain = {"instances": [{"101": [1005, 2000], "103": [7]}, {"102": [0, 3]}]}
+    for form, request_of_form in ((False, request), (True, plain)):
+        for body in spellings(request_of_form):
+            got = native_parse(native_parser, body, form)
+            assert got is not None and got == python_parse(body, form)
+    # Left to the Python code, which answers or names the problem:
+    for body, plain in [
+        (b'{"instances": [{"slots": [{"slot_name": "101", "feasigns": ["5"]}]}]}', False),
+        (b'{"instances": [{"slots": [{"slot_name": "1\\u00301", "feasigns": [5]}]}]}', False),
+        (b'{"instances": [{"slots": [{"slot_name": "101", "feasigns": [1.5]}]}]}', False),
+        (b'{"instances": [{"101": [1], "101": [2]}]}', True),
+        (b'{"instances": [{"101": []}]}', True),
+        (b'{"instances": [' + b'{"101": [1]},' * 10 + b'{"101": [1]}]}', True),
+    ]:
+        assert native_parse(native_parser, body, plain) is None
+
+
+def test_parse_request_gives_the_same_answer_on_both_paths(native_parser):
+    body = json.dumps(elasticctr({"101": [1005, 2000], "103": [7]}, {"102": [0, 3]})).encode()
+    parsed = parse_request(body, SPACE, 10, plain=False)
+    assert (parsed.count, parsed.keys.tolist()) == python_parse(body, False)[:2]
+    with pytest.raises(BadRequest, match="unknown slot '999'"):
+        parse_request(b'{"instances": [{"999": [1]}]}', SPACE, 10, plain=True)
+
+
+def test_native_unique_and_pool_equal_numpy_bit_for_bit(native_parser):
+    rng = np.random.default_rng(7)
+    for _ in range(200):
+        n = int(rng.integers(0, 3000))
+        keys = rng.integers(1, int(rng.integers(2, 5000)), n).astype(np.uint64)
+        unique, inverse = native_parser.unique(keys)
+        assert np.array_equal(unique[inverse], keys)
+        assert sorted(unique.tolist()) == np.unique(keys).tolist()
+        slot_count, count, dim = int(rng.integers(1, 30)), int(rng.integers(1, 70)), 9
+        scale = rng.choice([1e-3, 1.0, 1e6])
+        values = (rng.standard_normal((len(unique), dim)) * scale).astype(np.float32)
+        slots = rng.integers(0, slot_count, n).astype(np.int32)
+        rows = rng.integers(0, count, n).astype(np.int32)
+        got = native_parser.pool(values, inverse, slots, rows, slot_count, count)
+        want = pool(values[inverse], slots, rows, slot_count, count)
+        assert got.shape == want.shape and got.dtype == want.dtype == np.float32
+        assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    with pytest.raises(RuntimeError, match="elasticctr_pool"):
+        native_parser.pool(values, inverse, slots + slot_count, rows, slot_count, count)

@@ -11,7 +11,7 @@ import threading
 import numpy as np
 import pytest
 
-from tests.images.serving.servingtest import expected, http, probe_instances
+from tests.images.serving.servingtest import Serving, expected, http, probe_instances
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"
@@ -179,3 +179,29 @@ def test_status_is_json_with_history(stack):
     status = stack.serving.status()
     assert json.dumps(status)
     assert status["history"][0]["version"] == 1
+
+
+def test_without_the_native_parser_the_answers_are_the_same(stack):
+    """A serving process that cannot load the parser parses in Python, to the same end."""
+    native = stack.serving.status()
+    assert native["parser"] == "native"
+    python = Serving(stack.procs, "serving-python", stack.cluster, "--max-instances", "1000",
+                     env={"ELASTICCTR_SERVING_PARSER_LIB": "/nonexistent/libelasticctr_parser.so"})  # fmt: skip
+    python.wait_version(1)
+    assert python.status()["parser"] == "python"
+    assert "parsing in Python" in python.log()
+    instances = probe_instances(stack.spec, 50, seed=11)
+    bodies = [
+        {"instances": instances},
+        {"instances": [{"slots": [{"slot_name": "101", "feasigns": ["18446744073709551615"]}]}]},
+        {"instances": [{"slots": [{"slot_name": "999", "feasigns": [1]}]}]},
+        {"instances": [{"slots": [{"slot_name": "101", "feasigns": [1]}]}] * 1001},
+    ]
+    for body in bodies:
+        a = http("POST", stack.serving.url + INFERENCE, body)
+        b = http("POST", python.url + INFERENCE, body)
+        assert a[:2] == b[:2]
+    plain = [{e["slot_name"]: e["feasigns"] for e in i["slots"]} for i in instances]
+    a = http("POST", stack.serving.url + "/predict", {"instances": plain})
+    b = http("POST", python.url + "/predict", {"instances": plain})
+    assert a[:2] == b[:2] and a[0] == 200
