@@ -13,7 +13,7 @@
 #                                      pulumi-resource-kubernetes kubernetes etcd)
 #
 # Environment:
-#   ELASTICCTR_TOOLS_DIR   cache root (default ~/.cache/elasticctr/tools); each tool
+#   ELASTICCTR_TOOLS_DIR   cache root (default ${ELASTICCTR_CACHE:-~/.cache/elasticctr}/tools); each tool
 #                          lands in <root>/<tool>-<version>/bin
 #   ELASTICCTR_BUILD_JOBS  go build -p (default: number of cores, at most 2)
 #   ELASTICCTR_TOOLS_FORCE=1  build the Pulumi pieces even if `pulumi` is on PATH
@@ -37,7 +37,7 @@ MIN_GO_VERSION=1.26.0                  # the kubernetes wrapper needs go >= 1.26
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GOTOOLS="$ROOT/tools/gotools"
-TOOLS_DIR="${ELASTICCTR_TOOLS_DIR:-$HOME/.cache/elasticctr/tools}"
+TOOLS_DIR="${ELASTICCTR_TOOLS_DIR:-${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}/tools}"
 ALL_TOOLS=(pulumi pulumi-language-python pulumi-resource-kubernetes kubernetes etcd)
 
 log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
