@@ -42,6 +42,7 @@ class CubeArgs:
     storage: str = "20Gi"
     keep_versions: int = 3
     clients: tuple[str, ...] = ("serving",)  # components that look up embeddings
+    node_pool: str = ""  # shards and transfer on this pool's nodes; "": any node
 
 
 def cube_conf(namespace: str, shards: int) -> dict[str, Any]:
@@ -193,7 +194,10 @@ class Cube(pulumi.ComponentResource):
                     "when_scaled": "Delete",
                 },
                 "template": kube.pod_template(
-                    "cube", [server, agent], service_account=account.metadata["name"]
+                    "cube",
+                    [server, agent],
+                    service_account=account.metadata["name"],
+                    node_pool=args.node_pool,
                 ),
                 # Shard files are rebuilt from the model export: a lost volume costs a reload.
                 "volume_claim_templates": [kube.volume_claim("shards", args.storage)],
@@ -245,6 +249,7 @@ class Cube(pulumi.ComponentResource):
                     service_account=account.metadata["name"],
                     annotations={"elasticctr.io/config-sha256": self.config_hash},
                     tmp_size=args.storage,
+                    node_pool=args.node_pool,
                 ),
             },
             opts=target.opts(self),

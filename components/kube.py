@@ -18,6 +18,8 @@ RUN_AS_USER = 1000
 CONFIG_DIR = "/etc/elasticctr"
 DATA_DIR = "/var/lib/elasticctr"
 PART_OF = "elasticctr"
+# On every node of a cloud stack's pool (components/cluster): `node_pool` selects by it.
+POOL_LABEL = "elasticctr.io/pool"
 
 
 @dataclass(frozen=True)
@@ -260,9 +262,11 @@ def pod_template(
     annotations: dict[str, pulumi.Input[str]] | None = None,
     restart_policy: str | None = None,
     tmp_size: str = "1Gi",
+    node_pool: str = "",
 ) -> k8s.core.v1.PodTemplateSpecArgsDict:
     """A pod of `component`: its labels, the restricted security context, no API token,
-    and the /tmp scratch volume its read-only containers mount."""
+    the /tmp scratch volume its read-only containers mount, and, given a `node_pool`, a
+    node selector for that pool's nodes."""
     spec: dict[str, Any] = {
         "security_context": pod_security(),
         "automount_service_account_token": False,
@@ -277,6 +281,8 @@ def pod_template(
         spec["service_account_name"] = service_account
     if restart_policy is not None:
         spec["restart_policy"] = restart_policy
+    if node_pool:
+        spec["node_selector"] = {POOL_LABEL: node_pool}
     metadata: dict[str, Any] = {"labels": labels(component)}
     if annotations:
         metadata["annotations"] = annotations

@@ -38,6 +38,7 @@ class ServingArgs:
     cpu: float = 1
     mem: float = 2
     service_type: str = "ClusterIP"
+    node_pool: str = ""  # pods on this pool's nodes; "": any node
 
 
 class Serving(pulumi.ComponentResource):
@@ -96,6 +97,7 @@ class Serving(pulumi.ComponentResource):
                     [kube.config_volume(args.cube_conf_map, args.slot_conf_map)],
                     service_account=account.metadata["name"],
                     annotations={"elasticctr.io/cube-conf-sha256": args.cube_conf_hash},
+                    node_pool=args.node_pool,
                 ),
             },
             # The HPA owns the replica count once it exists; the spec only sets the start.

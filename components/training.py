@@ -50,6 +50,7 @@ class TrainingArgs:
     embedding_dim: int = 9
     max_bad_line_fraction: float = 0.01
     queue: str = "default"
+    node_pool: str = ""  # pservers and trainers on this pool's nodes; "": any node
     work_size: str = "20Gi"  # per-pod scratch (emptyDir) for staged data and checkpoints
     hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
     mlflow_url: pulumi.Input[str] | None = None
@@ -168,6 +169,7 @@ class Training(pulumi.ComponentResource):
                 # Volcano restarts the whole job on a failed pod: a lone restarted pserver
                 # would have lost its part of the model.
                 restart_policy="Never",
+                node_pool=args.node_pool,
             )
             return {
                 "name": role,

@@ -44,6 +44,9 @@ def _pinned(reference: str) -> str:
 
 Quantity = Annotated[str, _allowed(QUANTITY, "a Kubernetes quantity such as 10Gi")]
 DnsLabel = Annotated[str, _allowed(DNS_LABEL, "a DNS label (a-z, 0-9, '-', at most 63)")]
+PoolName = Annotated[
+    str, _allowed(f"^$|{DNS_LABEL}", "a node pool name (a DNS label), or empty for any node")
+]
 DateHour = Annotated[str, _allowed(DATE_HOUR, "a date-hour YYYYMMDD/HH")]
 PinnedImage = Annotated[
     str,
@@ -401,6 +404,9 @@ class ServingConfig(Section):
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         "ClusterIP", description="how clients reach serving"
     )
+    node_pool: PoolName = Field(
+        "", description="pods on nodes labelled elasticctr.io/pool=<name>; empty: any node"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> ServingConfig:
@@ -416,6 +422,9 @@ class CubeConfig(Section):
     mem: float = Field(2, gt=0, le=1024, description="memory in GiB per shard pod")
     storage: Quantity = Field("20Gi", description="shard volume size per pod")
     keep_versions: int = Field(3, ge=2, le=100, description="versions kept for rollback")
+    node_pool: PoolName = Field(
+        "", description="shards and transfer on nodes labelled elasticctr.io/pool=<name>"
+    )
 
 
 class TrainingConfig(Section):
@@ -433,6 +442,9 @@ class TrainingConfig(Section):
         "elasticctr-train", description="Volcano Job name (pod host names derive from it)"
     )
     queue: DnsLabel = Field("default", description="Volcano queue")
+    node_pool: PoolName = Field(
+        "", description="pservers and trainers on nodes labelled elasticctr.io/pool=<name>"
+    )
 
 
 class StackConfig(Section):
@@ -510,6 +522,15 @@ class StackConfig(Section):
                 )
             return
         section = getattr(self.cluster, cloud)
+        pools = [pool.name for pool in section.node_pools]
+        for workload in ("training", "cube", "serving"):
+            wanted = getattr(self, workload).node_pool
+            if wanted and wanted not in pools:
+                raise Problem(
+                    f"{workload}.node_pool",
+                    f"must be empty or one of cluster.{cloud}.node_pools ({', '.join(pools)}), "
+                    f"got {json.dumps(wanted)}",
+                )
         for key in REQUIRED_PER_CLOUD[self.cloud]:
             if not getattr(section, key):
                 raise Problem(

@@ -125,6 +125,7 @@ def main() -> None:
             mem=config.cube.mem,
             storage=config.cube.storage,
             keep_versions=config.cube.keep_versions,
+            node_pool=config.cube.node_pool,
         ),
     )
 
@@ -157,6 +158,7 @@ def main() -> None:
             embedding_dim=config.training.embedding_dim,
             max_bad_line_fraction=config.training.max_bad_line_fraction,
             queue=config.training.queue,
+            node_pool=config.training.node_pool,
             hdfs_ugi=as_secret(config.data.ugi),
             mlflow_url=mlflow_url,
             depends_on=scheduler,
@@ -180,6 +182,7 @@ def main() -> None:
             cpu=config.serving.cpu,
             mem=config.serving.mem,
             service_type=config.serving.service_type,
+            node_pool=config.serving.node_pool,
         ),
     )
 

@@ -13,10 +13,10 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components.kube import POOL_LABEL as POOL_LABEL  # the cloud modules label by it
+
 # The project's images (images/<name>/Dockerfile); each cloud makes one repository per name.
 PROJECT_IMAGES = ("trainer", "cube", "serving", "mlflow")
-# Kubernetes label on every node of a pool, so that workloads can be steered to a pool.
-POOL_LABEL = "elasticctr.io/pool"
 
 
 @dataclass(frozen=True)

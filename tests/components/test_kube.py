@@ -36,3 +36,11 @@ def test_resources_are_guaranteed_qos() -> None:
 def test_digest_is_order_independent() -> None:
     assert kube.digest({"a": "1", "b": "2"}) == kube.digest({"b": "2", "a": "1"})
     assert kube.digest({"a": "1"}) != kube.digest({"a": "2"})
+
+
+def test_a_node_pool_becomes_a_node_selector_on_the_pool_label() -> None:
+    container = {"name": "c", "security_context": kube.container_security()}
+    pinned = kube.api_fields(kube.pod_template("serving", [container], node_pool="serving"))
+    assert pinned["spec"]["nodeSelector"] == {"elasticctr.io/pool": "serving"}
+    anywhere = kube.api_fields(kube.pod_template("serving", [container]))
+    assert "nodeSelector" not in anywhere["spec"]

@@ -502,6 +502,16 @@ def _pool(stack: str, **changes: Any) -> dict[str, Any]:
         ),
         (
             "aws-prod",
+            {"elasticctr:serving": {"node_pool": "gpu"}},
+            'elasticctr:serving.node_pool must be empty or one of cluster.aws.node_pools (training, serving), got "gpu"',
+        ),
+        (
+            "huawei-prod",
+            {"elasticctr:training": {"node_pool": "Training"}},
+            'elasticctr:training.node_pool must be a node pool name (a DNS label), or empty for any node, got "Training"',
+        ),
+        (
+            "aws-prod",
             {"elasticctr:storage": {"mode": "cloud", "bucket": "b-1", "endpoint": "https://s3"}},
             'elasticctr:storage.endpoint comes from the cloud in mode cloud, got "https://s3"',
         ),
@@ -529,3 +539,32 @@ def test_bucket_keys_are_required_where_pods_cannot_use_their_identity() -> None
         "elasticctr:storage.access_key must be set (with --secret) in mode cloud on baidu: pods "
         "reach the bucket with these keys"
     ]
+
+
+@pytest.mark.parametrize("stack", CLOUD_STACKS)
+def test_workloads_run_on_their_node_pools(stack: str) -> None:
+    """Trainers and pservers on the training pool; cube and serving on the serving pool
+    (the stack files' `node_pool`s); the services (HDFS, MLflow, MinIO) anywhere."""
+    g = graph(stack)
+
+    def selector(type_: str, name: str) -> Any:
+        return g.one(type_, name).inputs["spec"]["template"]["spec"].get("nodeSelector")
+
+    serving_pool = {"elasticctr.io/pool": "serving"}
+    assert selector("kubernetes:apps/v1:Deployment", "serving-deployment") == serving_pool
+    assert selector("kubernetes:apps/v1:StatefulSet", "cube-shards") == serving_pool
+    assert selector("kubernetes:apps/v1:Deployment", "cube-transfer") == serving_pool
+    (job,) = g.of_type("kubernetes:batch.volcano.sh/v1alpha1:Job")
+    for task in job.inputs["spec"]["tasks"]:
+        assert task["template"]["spec"]["nodeSelector"] == {"elasticctr.io/pool": "training"}
+    services = []
+    workloads = g.of_type("kubernetes:apps/v1:Deployment") + g.of_type(
+        "kubernetes:apps/v1:StatefulSet"
+    )
+    for r in workloads:
+        template = r.inputs["spec"]["template"]
+        component = template["metadata"]["labels"]["app.kubernetes.io/component"]
+        if component not in ("serving", "cube", "cube-transfer"):
+            services.append(component)
+            assert "nodeSelector" not in template["spec"], r.name
+    assert "mlflow" in services
