@@ -26,6 +26,8 @@ PSERVER_PORT = 30240
 CONFIG_MAP = "training-config"
 UGI_SECRET = "hdfs-ugi"
 SERVICE_ACCOUNT = "training"
+# A trainer's exit code for a pass failed on bad data (elasticctr_trainer.BAD_DATA_EXIT_CODE).
+BAD_DATA_EXIT_CODE = 3
 
 
 @dataclass(frozen=True)
@@ -143,7 +145,7 @@ class Training(pulumi.ComponentResource):
         # The config's content is part of the pod template, so a new config restarts the job.
         config_hash = config_map.data.apply(lambda data: kube.digest(data or {}))
 
-        def task(role: str, replicas: int, policies: list[dict[str, str]]) -> dict[str, Any]:
+        def task(role: str, replicas: int, policies: list[dict[str, Any]]) -> dict[str, Any]:
             container = kube.container(
                 target,
                 role,
@@ -198,7 +200,12 @@ class Training(pulumi.ComponentResource):
                     task(
                         "trainer",
                         args.trainers,
-                        [{"event": "TaskCompleted", "action": "CompleteJob"}],
+                        [
+                            # Bad data fails every run alike: end the job, do not retry.
+                            # Task policies come before the job's PodFailed -> RestartJob.
+                            {"exitCode": BAD_DATA_EXIT_CODE, "action": "TerminateJob"},
+                            {"event": "TaskCompleted", "action": "CompleteJob"},
+                        ],
                     ),
                 ],
             },

@@ -50,7 +50,10 @@ def test_job_tasks_policies_and_gang_size() -> None:
     }
     tasks = {t["name"]: t for t in spec["tasks"]}
     assert (tasks["pserver"]["replicas"], tasks["trainer"]["replicas"]) == (2, 3)
-    assert tasks["trainer"]["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    assert tasks["trainer"]["policies"] == [
+        {"exitCode": 3, "action": "TerminateJob"},  # bad data: no retry on the same data
+        {"event": "TaskCompleted", "action": "CompleteJob"},
+    ]
     assert tasks["pserver"]["policies"] == []
     for task in tasks.values():
         assert task["template"]["spec"]["restartPolicy"] == "Never"

@@ -292,7 +292,10 @@ def test_the_training_job_is_a_gang_of_pservers_and_trainers(lifecycle: Lifecycl
     assert (spec["schedulerName"], spec["queue"], spec["maxRetry"]) == ("volcano", "default", 3)
     assert spec["plugins"] == {"svc": [], "env": []}
     assert [(t["name"], t["replicas"]) for t in spec["tasks"]] == [("pserver", 1), ("trainer", 2)]
-    assert task(job, "trainer")["policies"] == [{"event": "TaskCompleted", "action": "CompleteJob"}]
+    assert task(job, "trainer")["policies"] == [
+        {"exitCode": 3, "action": "TerminateJob"},
+        {"event": "TaskCompleted", "action": "CompleteJob"},
+    ]
     assert job["metadata"]["annotations"]["pulumi.com/skipAwait"] == "true"
     for name in ("pserver", "trainer"):
         pod = task(job, name)["template"]["spec"]

@@ -10,3 +10,8 @@ train (`trainer.py`, `pserver.py`, `model.py`, `export.py`).
 # (SIGSEGV, or "inconsistent stream state"). Loading Python's zlib first avoids it, so this
 # package does so before any of its modules can import Paddle.
 import zlib  # noqa: F401
+
+# The exit code of a trainer whose pass failed on bad data (over
+# `runner.max_bad_line_fraction`): the Volcano Job ends on it instead of restarting on the
+# same data (components/training.py keeps the same number).
+BAD_DATA_EXIT_CODE = 3

@@ -55,9 +55,14 @@ def main(argv: list[str] | None = None) -> int:
 
             run_pserver(config, role)
         else:
-            from .trainer import run_trainer
+            from . import BAD_DATA_EXIT_CODE
+            from .trainer import BadDataError, run_trainer
 
-            run_trainer(config, role)
+            try:
+                run_trainer(config, role)
+            except BadDataError as err:  # logged already; a code of its own for Volcano
+                print(f"BadDataError: {err}", file=sys.stderr)
+                return BAD_DATA_EXIT_CODE
         return 0
     if args.command == "local":
         from .local import run_local

@@ -3,8 +3,12 @@ names the worst files, and no version is published."""
 
 from __future__ import annotations
 
-import pytest
+import re
 
+import pytest
+from elasticctr_trainer import BAD_DATA_EXIT_CODE
+
+from components import training
 from tests.images.trainer.trainertest import LocalJob, write_config
 
 pytestmark = pytest.mark.slow
@@ -30,6 +34,9 @@ def test_pass_fails_over_the_bad_line_threshold(synthetic, tmp_path):
     config = write_config(tmp_path / "trainer.json", runner)
     job = LocalJob(config, tmp_path / "logs", pservers=1, trainers=2)
     assert job.wait() == 1
+    # Exit code 3, which the Volcano Job answers with TerminateJob instead of a restart.
+    assert re.search(r"local: trainer-[01] exited with 3;", job.output()), job.output()
+    assert BAD_DATA_EXIT_CODE == training.BAD_DATA_EXIT_CODE == 3
     for trainer in ("trainer-0", "trainer-1"):
         log = job.log(trainer)
         assert "pass failed" in log and "pass 1: 100 of 2000 lines malformed (5.00%)" in log
