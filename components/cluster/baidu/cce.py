@@ -22,10 +22,9 @@ from pulumi.dynamic import (
     UpdateResult,
 )
 
-from components.cluster.baidu.openapi import ApiError, OpenApi, wait_until
+from components.cluster.baidu.openapi import NOT_FOUND, ApiError, OpenApi, wait_until
 
 CLUSTER_FAILED = {"create_failed", "delete_failed", "deleted", "deleting"}
-NOT_FOUND = 404
 # Inputs that only steer the provider (how long to wait): changing them changes nothing live.
 PROVIDER_SETTINGS = ("timeout_seconds", "poll_seconds")
 POD_CIDR = "172.28.0.0/16"
@@ -43,15 +42,17 @@ def _api(props: dict[str, Any]) -> OpenApi:
     return OpenApi(str(props["endpoint"]))
 
 
-def _gone(call: Any) -> bool:
-    """True when the API answers 404 (the resource no longer exists)."""
-    try:
-        call()
-    except ApiError as err:
-        if err.status == NOT_FOUND:
-            return True
-        raise
-    return False
+def _delete(props: dict[str, Any], path: str, query: dict[str, str], what: str) -> None:
+    """DELETE `path`, then wait until a GET says it is gone (404); done if already gone."""
+    api = _api(props)
+    if api.find("DELETE", path, query) is None:
+        return
+    wait_until(
+        lambda: True if api.find("GET", path) is None else None,
+        float(props["timeout_seconds"]),
+        float(props["poll_seconds"]),
+        f"{what} to be deleted",
+    )
 
 
 # ---------------------------------------------------------------- cluster
@@ -119,12 +120,10 @@ class _ClusterProvider(ResourceProvider):
         )
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
-        try:
-            cluster = _api(props).call("GET", f"/v2/cluster/{id_}")["cluster"]
-        except ApiError as err:
-            if err.status == NOT_FOUND:
-                return ReadResult("", {})
-            raise
+        reply = _api(props).find("GET", f"/v2/cluster/{id_}")
+        if reply is None:
+            return ReadResult("", {})
+        cluster = reply["cluster"]
         spec, status = cluster["spec"], cluster["status"]
         master = spec.get("masterConfig", {})
         live = {
@@ -154,16 +153,7 @@ class _ClusterProvider(ResourceProvider):
         return UpdateResult({**olds, **{k: news[k] for k in PROVIDER_SETTINGS}})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        api = _api(props)
-        path = f"/v2/cluster/{id_}"
-        if _gone(lambda: api.call("DELETE", path, query=CLUSTER_DELETE)):
-            return
-        wait_until(
-            lambda: True if _gone(lambda: api.call("GET", path)) else None,
-            float(props["timeout_seconds"]),
-            float(props["poll_seconds"]),
-            f"cluster {id_} to be deleted",
-        )
+        _delete(props, f"/v2/cluster/{id_}", CLUSTER_DELETE, f"cluster {id_}")
 
 
 def _cluster_error(api: OpenApi, cluster_id: str, status: dict[str, Any]) -> str:
@@ -311,12 +301,10 @@ class _InstanceGroupProvider(ResourceProvider):
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         path = f"/v2/cluster/{props['cluster_id']}/instancegroup/{id_}"
-        try:
-            group = _api(props).call("GET", path)["instanceGroup"]
-        except ApiError as err:
-            if err.status == NOT_FOUND:
-                return ReadResult("", {})
-            raise
+        reply = _api(props).find("GET", path)
+        if reply is None:
+            return ReadResult("", {})
+        group = reply["instanceGroup"]
         spec, status = group["spec"], group.get("status") or {}
         autoscaler = spec.get("clusterAutoscalerSpec") or {}
         template = spec.get("instanceTemplate") or {}
@@ -354,16 +342,8 @@ class _InstanceGroupProvider(ResourceProvider):
         return UpdateResult({**news, "instance_group_id": id_, "ready_replicas": ready})
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
-        api = _api(props)
         path = f"/v2/cluster/{props['cluster_id']}/instancegroup/{id_}"
-        if _gone(lambda: api.call("DELETE", path, query=GROUP_DELETE)):
-            return
-        wait_until(
-            lambda: True if _gone(lambda: api.call("GET", path)) else None,
-            float(props["timeout_seconds"]),
-            float(props["poll_seconds"]),
-            f"instance group {id_} to be deleted",
-        )
+        _delete(props, path, GROUP_DELETE, f"instance group {id_}")
 
 
 def _autoscaler(props: dict[str, Any]) -> dict[str, Any]:

@@ -13,9 +13,7 @@ from typing import Any
 import pulumi
 from pulumi.dynamic import CreateResult, DiffResult, ReadResult, Resource, ResourceProvider
 
-from components.cluster.baidu.openapi import ApiError, OpenApi
-
-NOT_FOUND = 404
+from components.cluster.baidu.openapi import OpenApi
 
 
 class _ProjectProvider(ResourceProvider):
@@ -38,14 +36,11 @@ class _ProjectProvider(ResourceProvider):
 
     def read(self, id_: str, props: dict[str, Any]) -> ReadResult:
         api = OpenApi(str(props["endpoint"]))
-        try:
-            project = api.call(
-                "GET", f"/v1/instances/{props['instance_id']}/projects/{props['project']}"
-            )
-        except ApiError as err:
-            if err.status == NOT_FOUND:
-                return ReadResult("", {})
-            raise
+        project = api.find(
+            "GET", f"/v1/instances/{props['instance_id']}/projects/{props['project']}"
+        )
+        if project is None:
+            return ReadResult("", {})
         live = {"public": project.get("public") == "true"}
         return ReadResult(id_, {**props, **live, "registry": self._registry(api, props)})
 
@@ -59,11 +54,8 @@ class _ProjectProvider(ResourceProvider):
 
     def delete(self, id_: str, props: dict[str, Any]) -> None:
         api = OpenApi(str(props["endpoint"]))
-        try:
-            api.call("DELETE", f"/v1/instances/{props['instance_id']}/projects/{props['project']}")
-        except ApiError as err:
-            if err.status != NOT_FOUND:
-                raise
+        # Already gone (404) is as good as deleted.
+        api.find("DELETE", f"/v1/instances/{props['instance_id']}/projects/{props['project']}")
 
 
 class CcrProject(Resource, module="baidu", name="CcrProject"):

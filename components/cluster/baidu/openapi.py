@@ -28,6 +28,7 @@ SECRET_KEY_ENV = "BAIDUCLOUD_SECRET_KEY"
 SIGNED_HEADERS = (b"content-type", b"host", b"x-bce-date")
 SIGNATURE_SECONDS = 1800
 REQUEST_SECONDS = 60
+NOT_FOUND = 404
 
 T = TypeVar("T")
 
@@ -105,6 +106,17 @@ class OpenApi:
         except urllib.error.HTTPError as err:
             raise _api_error(err, what) from None
         return dict(json.loads(text))
+
+    def find(
+        self, method: str, path: str, query: dict[str, str] | None = None
+    ) -> dict[str, Any] | None:
+        """`call`, but None when the API answers 404: the resource does not exist."""
+        try:
+            return self.call(method, path, query)
+        except ApiError as err:
+            if err.status == NOT_FOUND:
+                return None
+            raise
 
 
 def _api_error(err: urllib.error.HTTPError, what: str) -> ApiError:
