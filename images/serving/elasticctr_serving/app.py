@@ -148,7 +148,7 @@ class ServingApp:
             "started_at": self.started_at,
             "parser": "native" if native.parser() is not None else "python",
             "batching": {
-                "workers": self.batcher.workers,
+                "workers": len(self.batcher.threads),
                 "max_batch": self.batcher.max_batch,
                 "max_wait_ms": self.batcher.max_wait * 1000,
             },

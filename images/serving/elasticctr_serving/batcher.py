@@ -100,7 +100,6 @@ class Batcher:
         self.cube, self.active, self.on_version_error = cube, active, on_version_error
         self.metrics = metrics
         self.max_batch, self.max_wait = max_batch, max_wait
-        self.workers = workers
         self.arriving = 0  # requests being received or parsed by the HTTP handlers
         self._queue: deque[_Pending] = deque()
         self._cond = threading.Condition()

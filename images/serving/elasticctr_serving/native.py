@@ -73,14 +73,14 @@ class NativeParser:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        function = ctypes.PyDLL(str(path)).elasticctr_parse  # fails if it is not ours
+        library = ctypes.PyDLL(str(path))
+        function = library.elasticctr_parse  # fails if it is not ours
         function.argtypes = [_u8, ctypes.c_size_t, _u8, ctypes.c_size_t, ctypes.c_int32,
                              ctypes.c_int64, _ptr, _ptr, _ptr, ctypes.c_size_t,
                              ctypes.POINTER(ctypes.c_int64)]  # fmt: skip
         function.restype = ctypes.c_int64
         self._parse = function
         self._local = threading.local()
-        library = ctypes.PyDLL(str(path))
         self._unique = library.elasticctr_unique
         self._unique.argtypes = [_ptr, ctypes.c_size_t, _ptr, _ptr]
         self._unique.restype = ctypes.c_int64

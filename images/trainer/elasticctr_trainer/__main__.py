@@ -60,8 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
             try:
                 run_trainer(config, role)
-            except BadDataError as err:  # logged already; a code of its own for Volcano
-                print(f"BadDataError: {err}", file=sys.stderr)
+            except BadDataError:  # logged by the trainer already; a code of its own for Volcano
                 return BAD_DATA_EXIT_CODE
         return 0
     if args.command == "local":
