@@ -1,10 +1,15 @@
 """Volcano's CRDs (v1.15.0, the pinned chart) as data: for schema validation and for the
-e2e API server. Taken from ../shared/schemas beside the clone, or from the release on
-GitHub; the project does not carry a copy."""
+e2e API server. Taken from ../shared/schemas beside the clone, else from the release's Go
+module (`go mod download volcano.sh/volcano@v1.15.0`: the Go proxy serves the whole
+repository at the tag, checksum-verified), else from the release on GitHub; cached under
+$ELASTICCTR_CACHE. The project does not carry a copy."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -19,18 +24,20 @@ FILES = (
     "scheduling.volcano.sh_podgroups.yaml",
     "scheduling.volcano.sh_queues.yaml",
 )
+MODULE = "volcano.sh/volcano"
+CHART_CRDS = "installer/helm/chart/volcano/crd/bases"
 RELEASE_URL = (
-    "https://raw.githubusercontent.com/volcano-sh/volcano/{version}/"
-    "installer/helm/chart/volcano/crd/bases/{file}"
+    "https://raw.githubusercontent.com/volcano-sh/volcano/{version}/" + CHART_CRDS + "/{file}"
 )
 
 
 class CrdsUnavailable(Exception):
-    """Neither ../shared/schemas nor the release could be read; the message says why."""
+    """Neither ../shared/schemas, the Go module nor the release could be read; the message
+    says why."""
 
 
 def crd_dir() -> Path:
-    """A directory holding the CRD files: ../shared/schemas, else downloaded into a cache."""
+    """A directory holding the CRD files: ../shared/schemas, else fetched into a cache."""
     shared = Path(
         os.environ.get(
             "ELASTICCTR_VOLCANO_CRDS", ROOT.parent / "shared" / "schemas" / f"volcano-{VERSION}"
@@ -43,16 +50,46 @@ def crd_dir() -> Path:
         / f"volcano-crds-{VERSION}"
     )
     cache.mkdir(parents=True, exist_ok=True)
+    if all((cache / f).is_file() for f in FILES):
+        return cache
+    module_error = _from_go_module(cache)
+    if module_error is None:
+        return cache
     for name in FILES:
-        if (cache / name).is_file():
-            continue
         url = RELEASE_URL.format(version=VERSION, file=name)
         try:
             with urllib.request.urlopen(url, timeout=10) as response:
                 (cache / name).write_bytes(response.read())
         except OSError as err:
-            raise CrdsUnavailable(f"no {shared} and {url} unreachable ({err})") from err
+            raise CrdsUnavailable(
+                f"no {shared}; {MODULE}@{VERSION} from the Go proxy: {module_error}; "
+                f"{url} unreachable ({err})"
+            ) from err
     return cache
+
+
+def _from_go_module(cache: Path) -> str | None:
+    """Copy the CRDs out of the release's Go module into `cache`; None, or what failed."""
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
+    if go is None:
+        return "go is not installed"
+    try:
+        done = subprocess.run(
+            [go, "mod", "download", "-json", f"{MODULE}@{VERSION}"],
+            capture_output=True, text=True, timeout=600, cwd=cache,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return str(err)
+    if done.returncode != 0:
+        return (done.stdout + done.stderr).strip()[-500:]
+    source = Path(json.loads(done.stdout)["Dir"]) / CHART_CRDS
+    for name in FILES:
+        if not (source / name).is_file():
+            return f"{source / name} is not in the module"
+        shutil.copyfile(source / name, cache / name)
+    return None
 
 
 def openapi_schema(file: str, version: str = "v1alpha1") -> dict[str, Any]:
