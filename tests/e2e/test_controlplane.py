@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,11 +12,6 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-CRDS = Path(
-    os.environ.get(
-        "ELASTICCTR_VOLCANO_CRDS", REPO.parent / "shared" / "schemas" / "volcano-v1.15.0"
-    )
-)
 
 
 def _load_controlplane():
@@ -49,8 +43,6 @@ def _require_binaries() -> None:
         pytest.skip(
             f"{', '.join(missing)} not built: run `bash tools/build-tools.sh kubernetes etcd`"
         )
-    if not CRDS.is_dir():
-        pytest.skip(f"no Volcano CRDs at {CRDS}")
 
 
 def _volcano_job(trainers: int, pservers: int) -> dict:
@@ -87,9 +79,9 @@ def _volcano_job(trainers: int, pservers: int) -> dict:
     }
 
 
-def test_control_plane_serves_volcano_jobs_and_stops_clean():
+def test_control_plane_serves_volcano_jobs_and_stops_clean(volcano_crd_dir: Path):
     _require_binaries()
-    cp = controlplane.ControlPlane(crd_dirs=[CRDS])
+    cp = controlplane.ControlPlane(crd_dirs=[volcano_crd_dir])
     cp.start()
     pids = dict(cp.pids)
     workdir = cp.dir
@@ -150,12 +142,12 @@ def test_control_plane_serves_volcano_jobs_and_stops_clean():
     assert not workdir.exists()
 
 
-def test_cli_up_and_down(tmp_path):
+def test_cli_up_and_down(tmp_path, volcano_crd_dir: Path):
     _require_binaries()
     state = tmp_path / "cp"
     tool = [sys.executable, str(REPO / "tools" / "controlplane.py")]
     up = subprocess.run(
-        [*tool, "up", "--dir", str(state), "--crds", str(CRDS), "--no-controllers"],
+        [*tool, "up", "--dir", str(state), "--crds", str(volcano_crd_dir), "--no-controllers"],
         capture_output=True,
         text=True,
         timeout=300,
