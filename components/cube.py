@@ -41,6 +41,8 @@ class CubeArgs:
     mem: float = 2  # GiB per shard pod
     storage: str = "20Gi"
     keep_versions: int = 3
+    transfer_cpu: float = 1
+    transfer_mem: float = 2  # GiB
     clients: tuple[str, ...] = ("serving",)  # components that look up embeddings
     node_pool: str = ""  # shards and transfer on this pool's nodes; "": any node
 
@@ -227,8 +229,8 @@ class Cube(pulumi.ComponentResource):
                 *args.store.env(),
             ],
             ports={"http": TRANSFER_PORT},
-            cpu=1,
-            mem=2,
+            cpu=args.transfer_cpu,
+            mem=args.transfer_mem,
             readiness=kube.http_probe("/healthz", TRANSFER_PORT),
             mounts=[kube.CONFIG_MOUNT],
         )

@@ -46,6 +46,8 @@ class HdfsArgs:
     replication: int = 1
     namenode_storage: str = "10Gi"
     datanode_storage: str = "50Gi"
+    cpu: float = 0.5  # per namenode or datanode pod
+    mem: float = 1
 
 
 class Hdfs(pulumi.ComponentResource):
@@ -157,8 +159,8 @@ class Hdfs(pulumi.ComponentResource):
             role.command,
             env=env,
             ports=ports,
-            cpu=0.5,
-            mem=1,
+            cpu=args.cpu,
+            mem=args.mem,
             readiness=role.readiness,
             mounts=[{"name": "data", "mount_path": "/data"}],
             # The image writes its *-site.xml files at start.

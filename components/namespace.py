@@ -1,5 +1,11 @@
 """The namespace and what every workload in it shares: pod security, default-deny ingress,
-slot.conf, and a read-only role for people and the client CLI (`logs`, `status`)."""
+slot.conf, and a read-only role for people and the client CLI (`logs`, `status`).
+
+A namespace the stack creates is its own: labelled restricted, every pod in it denied
+ingress but what the components allow, deleted by `pulumi destroy`. An existing namespace
+(`create=False`, another team's perhaps) is never labelled, locked down or deleted: only the
+stack's own pods are denied ingress by default, and only the stack's objects are removed.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.kube import KubeTarget
+from components.kube import PART_OF, KubeTarget
 
 SLOT_CONF_MAP = "slot-conf"
 VIEWER = "elasticctr-viewer"
@@ -18,6 +24,7 @@ VIEWER = "elasticctr-viewer"
 class NamespaceArgs:
     target: KubeTarget  # target.namespace is the name of the namespace to create
     slot_conf: str  # slot.conf text, already validated
+    create: bool = True  # False: the namespace exists and is not the stack's
 
 
 class Namespace(pulumi.ComponentResource):
@@ -30,29 +37,35 @@ class Namespace(pulumi.ComponentResource):
     ) -> None:
         super().__init__("elasticctr:namespace:Namespace", name, None, opts)
         target = args.target
-        namespace = k8s.core.v1.Namespace(
-            f"{name}-namespace",
-            metadata={
-                "name": target.namespace,
-                # Pods that break the restricted Pod Security Standard are refused.
-                "labels": {
-                    "pod-security.kubernetes.io/enforce": "restricted",
-                    "pod-security.kubernetes.io/enforce-version": "v1.28",
+        name_of_namespace: pulumi.Input[str] = target.namespace
+        if args.create:
+            namespace = k8s.core.v1.Namespace(
+                f"{name}-namespace",
+                metadata={
+                    "name": target.namespace,
+                    # Pods that break the restricted Pod Security Standard are refused.
+                    "labels": {
+                        "pod-security.kubernetes.io/enforce": "restricted",
+                        "pod-security.kubernetes.io/enforce-version": "v1.28",
+                    },
                 },
-            },
-            opts=target.opts(self),
-        )
+                opts=target.opts(self),
+            )
+            name_of_namespace = namespace.metadata["name"]
         # Everything below lives in the namespace: create it first.
         inside = KubeTarget(
             provider=target.provider,
-            namespace=namespace.metadata["name"],
+            namespace=name_of_namespace,
             image_pull_policy=target.image_pull_policy,
             skip_await=target.skip_await,
         )
+        # Ingress is denied but what the components allow: to every pod of a namespace of
+        # our own, to our pods only in someone else's.
+        own_pods = {} if args.create else {"match_labels": {"app.kubernetes.io/part-of": PART_OF}}
         k8s.networking.v1.NetworkPolicy(
             f"{name}-default-deny-ingress",
             metadata=inside.metadata("default-deny-ingress", "namespace"),
-            spec={"pod_selector": {}, "policy_types": ["Ingress"]},
+            spec={"pod_selector": own_pods, "policy_types": ["Ingress"]},
             opts=inside.opts(self),
         )
         slot_conf = k8s.core.v1.ConfigMap(
@@ -63,7 +76,7 @@ class Namespace(pulumi.ComponentResource):
         )
         viewer = self._viewer(name, inside)
 
-        self.name = namespace.metadata["name"]
+        self.name = pulumi.Output.from_input(name_of_namespace)
         self.slot_conf_map = slot_conf.metadata["name"]
         self.viewer_service_account = viewer.metadata["name"]
         self.target = inside

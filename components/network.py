@@ -8,7 +8,7 @@ from typing import Any, Literal
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.kube import KubeTarget, labels
+from components.kube import PART_OF, KubeTarget, labels
 
 
 def allow_ingress(
@@ -23,13 +23,14 @@ def allow_ingress(
     """Let `clients` reach `component` on `ports`.
 
     `clients` lists client components (pods of this namespace); "namespace" means any pod
-    of the namespace; "anywhere" any source, for a public API such as serving.
+    of this stack in the namespace (not another team's, in a namespace the stack shares);
+    "anywhere" any source, for a public API such as serving.
     """
     rule: dict[str, Any] = {
         "ports": [{"port": port, "protocol": "TCP"} for port in ports],
     }
     if clients == "namespace":
-        rule["from_"] = [{"pod_selector": {}}]
+        rule["from_"] = [{"pod_selector": {"match_labels": {"app.kubernetes.io/part-of": PART_OF}}}]
     elif clients != "anywhere":
         rule["from_"] = [{"pod_selector": {"match_labels": labels(c)}} for c in clients]
     return k8s.networking.v1.NetworkPolicy(

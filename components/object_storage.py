@@ -61,6 +61,8 @@ class ObjectStorageArgs:
     secret_key: pulumi.Input[str] | None = None
     minio_image: str = ""
     size: str = "20Gi"
+    cpu: float = 0.5  # the MinIO pod
+    mem: float = 1
 
 
 class ObjectStorage(pulumi.ComponentResource):
@@ -134,8 +136,8 @@ class ObjectStorage(pulumi.ComponentResource):
             ["minio", "server", "/data", "--address", f":{MINIO_PORT}"],
             env=[*server_env, *kube.env({"HOME": "/tmp"})],
             ports={"s3": MINIO_PORT},
-            cpu=0.5,
-            mem=1,
+            cpu=args.cpu,
+            mem=args.mem,
             readiness=kube.http_probe("/minio/health/ready", MINIO_PORT),
             liveness=kube.http_probe("/minio/health/live", MINIO_PORT, 20),
             mounts=[{"name": "data", "mount_path": "/data"}],

@@ -1,7 +1,9 @@
 """Volcano, the batch scheduler the training Job runs on: its official Helm chart, pinned.
 
-Clusters that already run Volcano (the CCE add-ons) set `volcano.managed` and the program
-does not create this component at all.
+The chart comes from Volcano's chart repository, or, on a machine without internet, from
+the Go module of the same release (`chart_path`), with its images from a registry of the
+stack's choice. Clusters that already run Volcano (the CCE add-ons) set `volcano.managed`
+and the program does not create this component at all.
 """
 
 from __future__ import annotations
@@ -11,7 +13,8 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-# Pinned upstream: https://volcano-sh.github.io/helm-charts, chart "volcano".
+# Pinned upstream: https://volcano-sh.github.io/helm-charts, chart "volcano" (the same chart
+# as installer/helm/chart/volcano in the Go module volcano.sh/volcano at this version).
 CHART = "volcano"
 CHART_REPO = "https://volcano-sh.github.io/helm-charts"
 CHART_VERSION = "1.15.0"
@@ -25,6 +28,11 @@ class VolcanoArgs:
     # Wait for the scheduler, controllers and admission webhook to be ready (off only on
     # clusters that never run containers, such as the e2e API server).
     wait_for_ready: bool = True
+    # A local copy of the chart at CHART_VERSION; None: the chart repository.
+    chart_path: str | None = None
+    # Where the chart's images (volcanosh/vc-scheduler:v1.15.0, ...) are pulled from.
+    image_registry: str = "docker.io"
+    image_pull_policy: str = "IfNotPresent"
 
 
 class Volcano(pulumi.ComponentResource):
@@ -36,14 +44,23 @@ class Volcano(pulumi.ComponentResource):
         self, name: str, args: VolcanoArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
         super().__init__("elasticctr:volcano:Volcano", name, None, opts)
+        local = bool(args.chart_path)
         release = k8s.helm.v3.Release(
             f"{name}-release",
             name=RELEASE,
-            chart=CHART,
-            version=CHART_VERSION,
-            repository_opts={"repo": CHART_REPO},
+            chart=args.chart_path or CHART,
+            # A local chart is the version it holds (checked by infra/volcano_chart.py).
+            version=None if local else CHART_VERSION,
+            repository_opts=None if local else {"repo": CHART_REPO},
             namespace=NAMESPACE,
             create_namespace=True,
+            values={
+                "basic": {
+                    "image_registry": args.image_registry,
+                    # The chart's default is Always, which an offline node cannot honour.
+                    "image_pull_policy": args.image_pull_policy,
+                }
+            },
             # CRDs are templates of this chart, so upgrades keep them current.
             skip_await=not args.wait_for_ready,
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider),

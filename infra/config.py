@@ -233,6 +233,19 @@ class VolcanoConfig(Section):
         False,
         description="the cluster already runs Volcano (e.g. the CCE add-on): do not install it",
     )
+    chart: Literal["repository", "go-module"] = Field(
+        "repository",
+        description="where the pinned chart comes from: Volcano's chart repository, or the "
+        "Go module volcano.sh/volcano as tools/build-tools.sh keeps it (offline machines)",
+    )
+    image_registry: Annotated[
+        str,
+        _allowed(r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$", "a registry path such as docker.io"),
+    ] = Field(
+        "docker.io",
+        description="registry of Volcano's images (volcanosh/vc-*:v1.15.0); the local stack's "
+        "are built on the machine",
+    )
 
 
 class HdfsConfig(Section):
@@ -246,6 +259,8 @@ class HdfsConfig(Section):
     replication: int = Field(1, ge=1, le=10, description="dfs.replication, at most datanodes")
     namenode_storage: Quantity = Field("10Gi", description="namenode volume size")
     datanode_storage: Quantity = Field("50Gi", description="volume size per datanode")
+    cpu: float = Field(0.5, gt=0, le=64, description="CPU cores per namenode or datanode pod")
+    mem: float = Field(1, gt=0, le=256, description="memory in GiB per namenode or datanode pod")
 
     @model_validator(mode="after")
     def _check(self) -> HdfsConfig:
@@ -371,6 +386,8 @@ class StorageConfig(Section):
         None, description="secret access key the pods use (secret)"
     )
     size: Quantity = Field("20Gi", description="MinIO volume size")
+    cpu: float = Field(0.5, gt=0, le=64, description="CPU cores of the MinIO pod")
+    mem: float = Field(1, gt=0, le=256, description="memory in GiB of the MinIO pod")
 
     @model_validator(mode="after")
     def _check(self) -> StorageConfig:
@@ -422,6 +439,10 @@ class CubeConfig(Section):
     mem: float = Field(2, gt=0, le=1024, description="memory in GiB per shard pod")
     storage: Quantity = Field("20Gi", description="shard volume size per pod")
     keep_versions: int = Field(3, ge=2, le=100, description="versions kept for rollback")
+    transfer_cpu: float = Field(1, gt=0, le=64, description="CPU cores of cube-transfer")
+    transfer_mem: float = Field(
+        2, gt=0, le=1024, description="memory in GiB of cube-transfer (builds a version's shards)"
+    )
     node_pool: PoolName = Field(
         "", description="shards and transfer on nodes labelled elasticctr.io/pool=<name>"
     )
@@ -455,6 +476,12 @@ class StackConfig(Section):
         default_factory=ClusterConfig, description="cluster access / creation"
     )
     namespace: DnsLabel = Field("elasticctr", description="Kubernetes namespace of everything")
+    create_namespace: bool = Field(
+        True,
+        description="create the namespace and own it (restricted pod security, default-deny "
+        "ingress, deleted by destroy); false: it exists already and is used as it is, never "
+        "labelled, locked down or deleted",
+    )
     trainers: int = Field(2, ge=1, le=1000, description="trainer pods (-t)")
     pservers: int = Field(2, ge=1, le=100, description="parameter-server pods (-p)")
     cpu: float = Field(2, gt=0, le=128, description="CPU cores per training pod (-u)")
@@ -486,6 +513,17 @@ class StackConfig(Section):
     volcano: VolcanoConfig = Field(
         default_factory=VolcanoConfig, description="Volcano installation"
     )
+
+    @field_validator("namespace")
+    @classmethod
+    def _not_a_system_namespace(cls, value: str) -> str:
+        if value in SYSTEM_NAMESPACES or value.startswith("kube-"):
+            raise Problem(
+                "",
+                f"must not be a system namespace ({', '.join(SYSTEM_NAMESPACES)}, kube-*): the "
+                f"stack labels, locks down and deletes its namespace, got {json.dumps(value)}",
+            )
+        return value
 
     @field_validator("hdfs", mode="before")
     @classmethod
@@ -560,6 +598,9 @@ class StackConfig(Section):
                 "with these keys",
             )
 
+
+# Namespaces of the cluster itself and of what the stack installs beside its own.
+SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "volcano-system")
 
 # What each cloud cannot do without (the rest has defaults).
 REQUIRED_PER_CLOUD: dict[Cloud, tuple[str, ...]] = {

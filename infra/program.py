@@ -19,6 +19,7 @@ from infra.clusters import build_cluster
 from infra.config import StackConfig
 from infra.images import project_images
 from infra.load_config import as_secret
+from infra.volcano_chart import go_module_chart
 
 
 def _storage_args(
@@ -48,6 +49,8 @@ def _storage_args(
         secret_key=as_secret(config.storage.secret_key),
         minio_image=config.images.minio,
         size=config.storage.size,
+        cpu=config.storage.cpu,
+        mem=config.storage.mem,
     )
 
 
@@ -55,6 +58,7 @@ def main() -> None:
     # Every config problem is reported here, before any resource is registered.
     loaded = load_config.load()
     config: StackConfig = loaded.stack
+    volcano_chart = go_module_chart() if config.volcano.chart == "go-module" else None
     cluster = build_cluster(config)
     images = project_images(config, cluster)
     skip_await = config.cluster.skip_await
@@ -69,6 +73,7 @@ def main() -> None:
                 skip_await=skip_await,
             ),
             slot_conf=loaded.slot_conf_text,
+            create=config.create_namespace,
         ),
     )
     target = namespace.target
@@ -76,7 +81,14 @@ def main() -> None:
     scheduler: tuple[pulumi.Resource, ...] = ()
     if not (config.volcano.managed or cluster.volcano_managed):
         volcano = Volcano(
-            "volcano", VolcanoArgs(provider=cluster.provider, wait_for_ready=not skip_await)
+            "volcano",
+            VolcanoArgs(
+                provider=cluster.provider,
+                wait_for_ready=not skip_await,
+                chart_path=volcano_chart,
+                image_registry=config.volcano.image_registry,
+                image_pull_policy=config.images.pull_policy,
+            ),
         )
         scheduler = (volcano.release,)
 
@@ -96,6 +108,8 @@ def main() -> None:
                 replication=config.hdfs.replication,
                 namenode_storage=config.hdfs.namenode_storage,
                 datanode_storage=config.hdfs.datanode_storage,
+                cpu=config.hdfs.cpu,
+                mem=config.hdfs.mem,
             ),
         ).address
 
@@ -125,6 +139,8 @@ def main() -> None:
             mem=config.cube.mem,
             storage=config.cube.storage,
             keep_versions=config.cube.keep_versions,
+            transfer_cpu=config.cube.transfer_cpu,
+            transfer_mem=config.cube.transfer_mem,
             node_pool=config.cube.node_pool,
         ),
     )

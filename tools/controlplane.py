@@ -30,6 +30,7 @@ import argparse
 import atexit
 import base64
 import contextlib
+import ipaddress
 import json
 import os
 import shutil
@@ -53,10 +54,9 @@ STATE_FILE = "controlplane.json"
 REQUIRED = ("etcd", "kube-apiserver")
 OPTIONAL = ("kube-controller-manager", "kube-scheduler")
 
-# The service CIDR is configuration only: nothing here routes to it (no
-# kube-proxy, no node), and no process sends traffic to it.
+# Without a node the service CIDR is configuration only: nothing routes to it (no
+# kube-proxy), and no process sends traffic to it. A node (tools/localcluster) passes its own.
 SERVICE_CIDR = "10.0.0.0/24"
-SERVICE_IP = "10.0.0.1"
 
 
 class ControlPlaneError(RuntimeError):
@@ -113,8 +113,25 @@ def _openssl(*args: str, cwd: Path) -> None:
         raise ControlPlaneError(f"openssl {' '.join(args)} failed:\n{proc.stderr}")
 
 
-def make_pki(pki: Path) -> None:
-    """CA, apiserver serving cert, client certs and the service-account key (ECDSA P-256)."""
+@dataclass(frozen=True)
+class Cert:
+    """A certificate the CA signs: its subject, usage, and (servers) alternative names."""
+
+    subject: str
+    usage: str = "clientAuth"  # extendedKeyUsage: clientAuth or serverAuth
+    sans: tuple[str, ...] = ()
+
+
+def apiserver_sans(address: str, service_ip: str) -> tuple[str, ...]:
+    """Names the API server answers to: its address, loopback and the `kubernetes` Service."""
+    ips = dict.fromkeys(["127.0.0.1", address, service_ip])  # ordered, no duplicates
+    names = ["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"]
+    names.append("kubernetes.default.svc.cluster.local")
+    return (*(f"IP:{ip}" for ip in ips), *(f"DNS:{name}" for name in names))
+
+
+def make_pki(pki: Path, certs: dict[str, Cert]) -> None:
+    """A fresh CA, the certificates `certs` names (ECDSA P-256) and the service-account key."""
     pki.mkdir(parents=True, exist_ok=True)
     ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
     _openssl(
@@ -135,33 +152,17 @@ def make_pki(pki: Path) -> None:
         "keyUsage=critical,keyCertSign,cRLSign,digitalSignature",
         cwd=pki,
     )
-    sans = ",".join(
-        [
-            "IP:127.0.0.1",
-            "DNS:localhost",
-            f"IP:{SERVICE_IP}",
-            "DNS:kubernetes",
-            "DNS:kubernetes.default",
-            "DNS:kubernetes.default.svc",
-            "DNS:kubernetes.default.svc.cluster.local",
-        ]
-    )
-    certs = {
-        # name: (subject, extendedKeyUsage, subjectAltName)
-        "apiserver": ("/CN=kube-apiserver", "serverAuth", sans),
-        "admin": ("/O=system:masters/CN=elasticctr-admin", "clientAuth", None),
-        "controller-manager": ("/CN=system:kube-controller-manager", "clientAuth", None),
-        "scheduler": ("/CN=system:kube-scheduler", "clientAuth", None),
-    }
-    for name, (subject, eku, san) in certs.items():
+    for name, cert in certs.items():
         _openssl(
-            "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", subject, cwd=pki
-        )
+            "req", *ec, "-keyout", f"{name}.key", "-out", f"{name}.csr", "-subj", cert.subject,
+            cwd=pki,
+        )  # fmt: skip
         ext = pki / f"{name}.ext"
         ext.write_text(
             "basicConstraints=critical,CA:FALSE\n"
             "keyUsage=critical,digitalSignature,keyEncipherment\n"
-            f"extendedKeyUsage={eku}\n" + (f"subjectAltName={san}\n" if san else "")
+            f"extendedKeyUsage={cert.usage}\n"
+            + (f"subjectAltName={','.join(cert.sans)}\n" if cert.sans else "")
         )
         _openssl(
             "x509",
@@ -302,6 +303,18 @@ class ControlPlane:
     keep_workdir: bool = False
     detach: bool = False  # CLI `up`: servers outlive this Python process
     binaries: dict[str, str] = field(default_factory=dict)
+    # Where the API server listens and what it advertises: loopback without a node; the
+    # node's InternalIP when a kubelet joins (pods reach the API through the `kubernetes`
+    # Service, which then points there).
+    address: str = "127.0.0.1"
+    service_cidr: str = SERVICE_CIDR
+    # A kubelet joins as this node: the Node authorizer, kubelet client credentials, and the
+    # controller-manager allocating the node's pod CIDR from `cluster_cidr`.
+    node_name: str | None = None
+    cluster_cidr: str | None = None
+    # More client (or server) certificates for the node's daemons: name -> Cert; each
+    # client gets `<name>.kubeconfig` in the workdir.
+    extra_certs: dict[str, Cert] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self._servers: list[_Server] = []
@@ -353,7 +366,21 @@ class ControlPlane:
         assert d is not None
         pki, logs = d / "pki", d / "logs"
         logs.mkdir()
-        make_pki(pki)
+        service_ip = str(next(ipaddress.ip_network(self.service_cidr).hosts()))
+        sans = apiserver_sans(self.address, service_ip)
+        certs = {
+            "apiserver": Cert("/CN=kube-apiserver", "serverAuth", sans),
+            "admin": Cert("/O=system:masters/CN=elasticctr-admin"),
+            "controller-manager": Cert("/CN=system:kube-controller-manager"),
+            "scheduler": Cert("/CN=system:kube-scheduler"),
+            **self.extra_certs,
+        }
+        if self.node_name:
+            # The API server's identity towards kubelets (logs, exec, port-forward).
+            certs["apiserver-kubelet-client"] = Cert(
+                "/O=system:masters/CN=kube-apiserver-kubelet-client"
+            )
+        make_pki(pki, certs)
         etcd_client, etcd_peer, api, cm, sched = free_ports(5)
         self.ports = {
             "etcd": etcd_client,
@@ -362,9 +389,12 @@ class ControlPlane:
             "kube-controller-manager": cm,
             "kube-scheduler": sched,
         }
-        self.server = f"https://127.0.0.1:{api}"
+        self.server = f"https://{self.address}:{api}"
         self.kubeconfig = d / "admin.kubeconfig"
         write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
+        for name, cert in self.extra_certs.items():
+            if cert.usage == "clientAuth":
+                write_kubeconfig(d / f"{name}.kubeconfig", self.server, pki, name)
 
         etcd_url, peer_url = f"http://127.0.0.1:{etcd_client}", f"http://127.0.0.1:{etcd_peer}"
         self._launch(
@@ -396,22 +426,20 @@ class ControlPlane:
                 self.binaries["kube-apiserver"],
                 [
                     f"--etcd-servers={etcd_url}",
-                    "--bind-address=127.0.0.1",
-                    "--advertise-address=127.0.0.1",
+                    f"--bind-address={self.address}",
+                    f"--advertise-address={self.address}",
                     f"--secure-port={api}",
                     f"--cert-dir={d / 'apiserver-certs'}",
                     f"--tls-cert-file={pki / 'apiserver.crt'}",
                     f"--tls-private-key-file={pki / 'apiserver.key'}",
                     f"--client-ca-file={pki / 'ca.crt'}",
-                    "--authorization-mode=RBAC",
                     "--allow-privileged=true",
-                    f"--service-cluster-ip-range={SERVICE_CIDR}",
+                    f"--service-cluster-ip-range={self.service_cidr}",
                     "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
                     f"--service-account-key-file={pki / 'sa.pub'}",
                     f"--service-account-signing-key-file={pki / 'sa.key'}",
-                    # No node runs: keep the 'kubernetes' Service free of loopback endpoints.
-                    "--endpoint-reconciler-type=none",
                     "--profiling=false",
+                    *self._node_flags(pki),
                 ],
                 logs / "kube-apiserver.log",
             )
@@ -436,7 +464,16 @@ class ControlPlane:
                         f"--service-account-private-key-file={pki / 'sa.key'}",
                         f"--cluster-signing-cert-file={pki / 'ca.crt'}",
                         f"--cluster-signing-key-file={pki / 'ca.key'}",
-                        f"--service-cluster-ip-range={SERVICE_CIDR}",
+                        f"--service-cluster-ip-range={self.service_cidr}",
+                        *(
+                            [
+                                "--allocate-node-cidrs=true",
+                                f"--cluster-cidr={self.cluster_cidr}",
+                                "--node-cidr-mask-size=24",
+                            ]
+                            if self.cluster_cidr
+                            else []
+                        ),
                         "--leader-elect=false",
                         "--use-service-account-credentials=true",
                         "--profiling=false",
@@ -474,6 +511,23 @@ class ControlPlane:
                     ),
                 )
         self._write_state()
+
+    def _node_flags(self, pki: Path) -> list[str]:
+        """API server flags that differ when a kubelet joins."""
+        if not self.node_name:
+            return [
+                "--authorization-mode=RBAC",
+                # No node runs: keep the 'kubernetes' Service free of loopback endpoints.
+                "--endpoint-reconciler-type=none",
+            ]
+        return [
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
+            f"--kubelet-client-certificate={pki / 'apiserver-kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'apiserver-kubelet-client.key'}",
+            # The node's host name resolves to 127.0.0.1 here: logs and exec go to its IP.
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+        ]
 
     def _launch(self, server: _Server) -> None:
         with open(server.log, "ab") as log:

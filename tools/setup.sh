@@ -22,6 +22,22 @@ if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
   need go "install Go >= 1.26 (the offline tools are built from Go modules)"
 fi
 
+# The local cluster's node (docs/local-cluster.md): Debian packages, as root on Debian only;
+# elsewhere the cluster tests say what is missing. ELASTICCTR_SKIP_CLUSTER=1 skips this.
+cluster_packages=(containerd containernetworking-plugins iptables conntrack ipset nftables iproute2)
+if [ "${ELASTICCTR_SKIP_CLUSTER:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  missing=()
+  for package in "${cluster_packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
+      || missing+=("$package")
+  done
+  if ((${#missing[@]})); then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  fi
+  echo "set-up: node packages present (${cluster_packages[*]})"
+fi
+
 python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3
 if [ ! -x .venv/bin/python ]; then

@@ -70,8 +70,20 @@ def kubernetes_provider(name: str, opts: pulumi.ResourceOptions, **connection: A
     template and roll. (By default the provider replaces a changed ConfigMap, and the
     engine then replaces everything naming it: serving would be deleted and re-created on
     every `cube_shards` change.)
+
+    Creating an object that already exists fails (AlreadyExists) instead of adopting it:
+    the stack must never take over, and then delete on destroy, what it did not create (a
+    namespace of another team). Provider 4.29+ does so by default (`upsertExistingObjects`
+    false); 4.25, the version built here, upserts under server-side apply, so the stack
+    uses client-side apply, whose create is a plain create.
     """
-    return k8s.Provider(name, enable_config_map_mutable=True, opts=opts, **connection)
+    return k8s.Provider(
+        name,
+        enable_config_map_mutable=True,
+        enable_server_side_apply=False,
+        opts=opts,
+        **connection,
+    )
 
 
 def after(resource: pulumi.CustomResource, value: str) -> pulumi.Output[str]:

@@ -156,7 +156,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"trainerz": "3"},
-            "elasticctr:trainerz is not a config key of this project; allowed: cloud, cluster, namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano",
+            "elasticctr:trainerz is not a config key of this project; allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano",
         ),
     ],
 )
@@ -240,3 +240,13 @@ def test_cpu_and_memory_must_be_positive_and_bounded(key: str, value: float) -> 
     except Exception:
         accepted = False
     assert accepted == (0 < value <= upper)
+
+
+@pytest.mark.parametrize(
+    "namespace",
+    ["default", "kube-system", "kube-public", "kube-node-lease", "kube-anything", "volcano-system"],
+)
+def test_system_namespaces_are_refused(namespace: str) -> None:
+    [problem] = problems_of({"elasticctr:namespace": namespace})
+    assert problem.startswith("elasticctr:namespace must not be a system namespace")
+    assert f'got "{namespace}"' in problem

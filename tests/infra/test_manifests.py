@@ -153,7 +153,9 @@ def test_ingress_is_denied_by_default_and_opened_per_port(
     assert opened("allow-mlflow") == ([5000], [component("trainer")])
     assert opened("allow-serving") == ([8010], None)  # the public API
     if stack == "dev":
-        assert opened("allow-minio") == ([9000], [{"podSelector": {}}])
+        # Any pod of the stack (not any pod of the namespace): part-of elasticctr.
+        own = {"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "elasticctr"}}}
+        assert opened("allow-minio") == ([9000], [own])
 
 
 def test_every_pod_has_its_own_service_account(stack_graph: tuple[str, harness.Graph]) -> None:

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The local environment in one command, on a Linux machine with root and no cluster, after
+# ./tools/setup.sh (docs/local-cluster.md):
+#
+#   sudo tools/local.sh up        # cluster up, images built and loaded, pulumi up --stack local
+#   sudo tools/local.sh destroy   # pulumi destroy --stack local (the cluster stays)
+#   sudo tools/local.sh down      # destroy, then the cluster down (the host restored)
+#
+# Pulumi state stays on this machine (a file backend under the cache, passphrase secrets
+# with PULUMI_CONFIG_PASSPHRASE, empty unless set): your own `pulumi login` is not touched.
+# Extra arguments go to `pulumi up` / `pulumi destroy`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cache=${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}
+export PATH="$PWD/.venv/bin:$PATH:$(tools/build-tools.sh --print-path)"
+export PULUMI_BACKEND_URL="file://$cache/pulumi-state" PULUMI_SKIP_UPDATE_CHECK=true
+export PULUMI_CONFIG_PASSPHRASE=${PULUMI_CONFIG_PASSPHRASE-}
+mkdir -p "$cache/pulumi-state"
+
+command=${1:-}; shift || true
+case "$command" in
+  up)
+    KUBECONFIG=$(python tools/cluster.py up --images)
+    export KUBECONFIG
+    pulumi stack select local --create --secrets-provider passphrase
+    pulumi up --stack local --yes --skip-preview "$@"
+    ;;
+  destroy|down)
+    if python tools/cluster.py status >/dev/null; then
+      KUBECONFIG=$(python tools/cluster.py up)
+      export KUBECONFIG
+      if pulumi stack select local 2>/dev/null; then
+        pulumi destroy --stack local --yes --skip-preview "$@"
+      fi
+    fi
+    if [ "$command" = down ]; then python tools/cluster.py down; fi
+    ;;
+  *)
+    sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2
+    exit 2
+    ;;
+esac
