@@ -29,6 +29,13 @@ IMAGE = r"^[a-z0-9][a-z0-9./_-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f
 TAG = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 DATE_HOUR = r"^[0-9]{8}/[0-9]{2}$"
+# Resources Kubernetes would round to nothing, or a container could not start with: CPU is
+# sent in millicores (0.0004 cores would be "0m"), memory in MiB.
+MIN_CPU = 0.01
+MIN_MEM = 0.0625  # GiB: 64 MiB
+MAX_SPARSE_DIM = 10**9
+# The longest host name a pod may have (a DNS label): Volcano names job pods <job>-<task>-<i>.
+MAX_HOST_NAME = 63
 
 
 def _allowed(pattern: str, text: str) -> Any:
@@ -42,7 +49,15 @@ def _pinned(reference: str) -> str:
     return reference
 
 
-Quantity = Annotated[str, _allowed(QUANTITY, "a Kubernetes quantity such as 10Gi")]
+def _positive(quantity: str) -> str:
+    if float(re.sub(r"[A-Za-z]+$", "", quantity)) <= 0:
+        raise ValueError("a quantity > 0, such as 10Gi")
+    return quantity
+
+
+Quantity = Annotated[
+    str, _allowed(QUANTITY, "a Kubernetes quantity > 0 such as 10Gi"), AfterValidator(_positive)
+]
 DnsLabel = Annotated[str, _allowed(DNS_LABEL, "a DNS label (a-z, 0-9, '-', at most 63)")]
 PoolName = Annotated[
     str, _allowed(f"^$|{DNS_LABEL}", "a node pool name (a DNS label), or empty for any node")
@@ -248,6 +263,11 @@ class VolcanoConfig(Section):
     )
 
 
+def _hdfs_address_ok(address: str) -> bool:
+    found = re.match(r"^hdfs://([A-Za-z0-9.-]+|\[[0-9A-Fa-f:]+\]):([0-9]{1,5})/?$", address)
+    return found is not None and 1 <= int(found.group(2)) <= 65535
+
+
 class HdfsConfig(Section):
     """HDFS for training data: in the cluster, or an external namenode (the seeds' -hd)."""
 
@@ -259,15 +279,18 @@ class HdfsConfig(Section):
     replication: int = Field(1, ge=1, le=10, description="dfs.replication, at most datanodes")
     namenode_storage: Quantity = Field("10Gi", description="namenode volume size")
     datanode_storage: Quantity = Field("50Gi", description="volume size per datanode")
-    cpu: float = Field(0.5, gt=0, le=64, description="CPU cores per namenode or datanode pod")
-    mem: float = Field(1, gt=0, le=256, description="memory in GiB per namenode or datanode pod")
+    cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores per namenode or datanode pod")
+    mem: float = Field(
+        1, ge=MIN_MEM, le=256, description="memory in GiB per namenode or datanode pod"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> HdfsConfig:
-        if self.mode == "external" and not re.match(r"^hdfs://[^/:]+:[0-9]+/?$", self.address):
+        if self.mode == "external" and not _hdfs_address_ok(self.address):
             raise Problem(
                 "address",
-                f"must be hdfs://host:port when mode is external, got {json.dumps(self.address)}",
+                "must be hdfs://host:port (a host name or IP, a port from 1 to 65535) when "
+                f"mode is external, got {json.dumps(self.address)}",
             )
         if self.mode == "in-cluster" and self.address:
             raise Problem(
@@ -295,8 +318,9 @@ class DataConfig(Section):
     end: DateHour = Field(
         "20191221/23", description="last hour, YYYYMMDD/HH (END_DATE_HR); ignored online"
     )
+    # The export visits every id below sparse_dim (docs/trainer.md): a bound it can finish.
     sparse_dim: int = Field(
-        1000001, ge=2, le=2**63 - 1, description="feasigns map to feasign % sparse_dim"
+        1000001, ge=2, le=MAX_SPARSE_DIM, description="feasigns map to feasign % sparse_dim"
     )
     ugi: SecretStr | None = Field(
         None, description="HDFS UGI 'user,password' (secret: set with --secret)"
@@ -373,6 +397,25 @@ class StorageConfig(Section):
             r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", 'a bucket name (3-63 of a-z, 0-9, ".", "-")'
         ),
     ] = Field("elasticctr", description="bucket name")
+
+    @field_validator("bucket")
+    @classmethod
+    def _s3_bucket_name(cls, value: str) -> str:
+        # S3's naming rules beyond the characters (BOS and OBS follow the same).
+        why = (
+            "two adjacent periods" if ".." in value
+            else "a period next to a hyphen" if ".-" in value or "-." in value
+            else "the form of an IP address" if re.fullmatch(r"[0-9]+(\.[0-9]+){3}", value)
+            else "a reserved prefix (xn--, sthree-)" if value.startswith(("xn--", "sthree-"))
+            else "a reserved suffix (-s3alias, --ol-s3)" if value.endswith(("-s3alias", "--ol-s3"))
+            else ""
+        )  # fmt: skip
+        if why:
+            raise Problem(
+                "", f"must be a bucket name S3 accepts (not {why}), got {json.dumps(value)}"
+            )
+        return value
+
     endpoint: str = Field(
         "", description="S3 endpoint URL (mode external), e.g. https://s3.bj.bcebos.com"
     )
@@ -386,8 +429,8 @@ class StorageConfig(Section):
         None, description="secret access key the pods use (secret)"
     )
     size: Quantity = Field("20Gi", description="MinIO volume size")
-    cpu: float = Field(0.5, gt=0, le=64, description="CPU cores of the MinIO pod")
-    mem: float = Field(1, gt=0, le=256, description="memory in GiB of the MinIO pod")
+    cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores of the MinIO pod")
+    mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB of the MinIO pod")
 
     @model_validator(mode="after")
     def _check(self) -> StorageConfig:
@@ -408,16 +451,16 @@ class StorageConfig(Section):
 class MlflowConfig(Section):
     enabled: bool = Field(True, description="run the MLflow tracking server")
     storage: Quantity = Field("5Gi", description="backend store volume size")
-    cpu: float = Field(0.5, gt=0, le=64, description="CPU cores")
-    mem: float = Field(1, gt=0, le=256, description="memory in GiB")
+    cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores")
+    mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB")
 
 
 class ServingConfig(Section):
     replicas: int = Field(1, ge=1, le=100, description="minimum serving pods")
     max_replicas: int = Field(4, ge=1, le=100, description="maximum pods (HorizontalPodAutoscaler)")
     target_cpu_percent: int = Field(70, ge=10, le=100, description="HPA CPU utilisation target")
-    cpu: float = Field(1, gt=0, le=64, description="CPU cores per pod")
-    mem: float = Field(2, gt=0, le=256, description="memory in GiB per pod")
+    cpu: float = Field(1, ge=MIN_CPU, le=64, description="CPU cores per pod")
+    mem: float = Field(2, ge=MIN_MEM, le=256, description="memory in GiB per pod")
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         "ClusterIP", description="how clients reach serving"
     )
@@ -435,13 +478,19 @@ class ServingConfig(Section):
 
 
 class CubeConfig(Section):
-    cpu: float = Field(1, gt=0, le=64, description="CPU cores per shard pod (server + agent)")
-    mem: float = Field(2, gt=0, le=1024, description="memory in GiB per shard pod")
+    # The agent gets a quarter of the CPU and an eighth of the memory (components/cube.py).
+    cpu: float = Field(
+        1, ge=4 * MIN_CPU, le=64, description="CPU cores per shard pod (server + agent)"
+    )
+    mem: float = Field(2, ge=8 * MIN_MEM, le=1024, description="memory in GiB per shard pod")
     storage: Quantity = Field("20Gi", description="shard volume size per pod")
     keep_versions: int = Field(3, ge=2, le=100, description="versions kept for rollback")
-    transfer_cpu: float = Field(1, gt=0, le=64, description="CPU cores of cube-transfer")
+    transfer_cpu: float = Field(1, ge=MIN_CPU, le=64, description="CPU cores of cube-transfer")
     transfer_mem: float = Field(
-        2, gt=0, le=1024, description="memory in GiB of cube-transfer (builds a version's shards)"
+        2,
+        ge=MIN_MEM,
+        le=1024,
+        description="memory in GiB of cube-transfer (builds a version's shards)",
     )
     node_pool: PoolName = Field(
         "", description="shards and transfer on nodes labelled elasticctr.io/pool=<name>"
@@ -484,8 +533,8 @@ class StackConfig(Section):
     )
     trainers: int = Field(2, ge=1, le=1000, description="trainer pods (-t)")
     pservers: int = Field(2, ge=1, le=100, description="parameter-server pods (-p)")
-    cpu: float = Field(2, gt=0, le=128, description="CPU cores per training pod (-u)")
-    mem: float = Field(4, gt=0, le=1024, description="memory in GiB per training pod (-m)")
+    cpu: float = Field(2, ge=MIN_CPU, le=128, description="CPU cores per training pod (-u)")
+    mem: float = Field(4, ge=MIN_MEM, le=1024, description="memory in GiB per training pod (-m)")
     cube_shards: int = Field(2, ge=1, le=1000, description="cube shard servers (-b)")
     slot_conf: str = Field(
         "stacks/slot.txt",
@@ -531,12 +580,34 @@ class StackConfig(Section):
         # `pulumi config set hdfs hdfs://nn:8020` mirrors the seeds' `-hd <address>`.
         if isinstance(value, str) and value.startswith("hdfs://"):
             return {"mode": "external", "address": value}
-        if value == "in-cluster":
-            return {"mode": "in-cluster"}
+        if value in ("in-cluster", "none"):
+            return {"mode": value}
+        if isinstance(value, str):
+            raise Problem(
+                "",
+                "must be an hdfs://host:port address, in-cluster, none, or an object "
+                f"(pulumi config set --path hdfs.mode ...), got {json.dumps(value)}",
+            )
         return value
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
+        if self.training.mode == "online" and self.training.passes != 1:
+            raise Problem(
+                "training.passes",
+                "must be 1 in training mode online (each new hour is trained once), "
+                f"got {self.training.passes}",
+            )
+        job = self.training.job_name
+        host = max(
+            (f"{job}-pserver-{self.pservers - 1}", f"{job}-trainer-{self.trainers - 1}"), key=len
+        )
+        if len(host) > MAX_HOST_NAME:
+            raise Problem(
+                "training.job_name",
+                f"must leave pod host names at most {MAX_HOST_NAME} characters (the longest "
+                f"is {host}, {len(host)}), got {json.dumps(job)} ({len(job)} characters)",
+            )
         if self.data.source == "hdfs" and self.hdfs.mode == "none":
             raise Problem("data.source", 'must be "storage" when hdfs.mode is none, got "hdfs"')
         if self.data.source == "hdfs" and self.hdfs.mode == "external" and self.data.ugi is None:

@@ -45,7 +45,7 @@ class LoadedConfig:
 def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     """Read, validate and return the stack config, or raise ConfigError."""
     raw, secret_keys = _read_raw()
-    problems = _unknown_keys(raw) + _plaintext_secrets(raw, secret_keys)
+    problems = _misspelt_namespaces() + _unknown_keys(raw) + _plaintext_secrets(raw, secret_keys)
     known = {k: v for k, v in raw.items() if k in StackConfig.model_fields}
     stack: StackConfig | None = None
     try:
@@ -93,6 +93,38 @@ def _read_raw() -> tuple[dict[str, Any], set[str]]:
     return raw, secret
 
 
+def _misspelt_namespaces() -> list[str]:
+    """`elasticcrt:trainers 8` would be ignored: a namespace a typo away from ours is an error."""
+    present = {*runtime_config.CONFIG.get(), *runtime_config.get_config_env()}
+    problems = []
+    for key in sorted(present):
+        namespace = key.split(":", 1)[0]
+        if namespace != NAMESPACE and _typo_of(namespace.lower(), NAMESPACE):
+            name = key.split(":", 1)[-1]
+            problems.append(
+                f"{key} is not read: the config namespace is {NAMESPACE}, got {namespace!r} "
+                f"(pulumi config rm {key}; pulumi config set {NAMESPACE}:{name} ...)"
+            )
+    return problems
+
+
+def _typo_of(word: str, target: str) -> bool:
+    """Two edits or fewer (insert, delete, substitute, swap of neighbours) from `target`."""
+    if word == target:
+        return True
+    previous2: list[int] = []
+    previous = list(range(len(target) + 1))
+    for i, a in enumerate(word, 1):
+        current = [i]
+        for j, b in enumerate(target, 1):
+            cost = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a != b))
+            if i > 1 and j > 1 and a == target[j - 2] and word[i - 2] == b:
+                cost = min(cost, previous2[j - 2] + 1)
+            current.append(cost)
+        previous2, previous = previous, current
+    return previous[-1] <= 2
+
+
 def _unknown_keys(raw: dict[str, Any]) -> list[str]:
     allowed = ", ".join(StackConfig.model_fields)
     return [
@@ -126,11 +158,17 @@ def _read_slots(slot_conf: Any, project_dir: Path, problems: list[str]) -> tuple
         problems.append(f'{NAMESPACE}:slot_conf must be a path to a .txt file, got "{slot_conf}"')
         return [], ""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")  # a BOM from a Windows editor is fine
         return parse_slot_conf(text, source=slot_conf), text
     except OSError as err:
         problems.append(
             f'{NAMESPACE}:slot_conf must name a readable file, got "{slot_conf}" ({err.strerror})'
+        )
+    except UnicodeDecodeError as err:
+        problems.append(
+            f"{NAMESPACE}:slot_conf must be UTF-8 text (one slot id per line), got "
+            f'"{slot_conf}" with a byte that is not UTF-8 at offset {err.start} '
+            "(UTF-16 or Latin-1? convert it: iconv -t UTF-8)"
         )
     except SlotConfError as err:
         problems += [f"{NAMESPACE}:slot_conf {line}" for line in str(err).splitlines()]
