@@ -8,6 +8,7 @@ start and does not is an error, with its log in the message.
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -55,3 +56,47 @@ def hdfs_env(hdfs_cluster: HdfsMiniCluster, monkeypatch: pytest.MonkeyPatch) -> 
         monkeypatch.setenv(key, value)
     monkeypatch.delenv("HDFS_UGI", raising=False)
     return env
+
+
+# ---- the local one-node cluster and the local stack on it (tests/cluster, tests/lifecycle) --
+# Tests that must run after every other test on the cluster, in this order: the stack's
+# destroy, then the check that the host is as it was before the cluster.
+LAST = ("destroys_the_stack", "restores_the_host")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def rank(item: pytest.Item) -> int:
+        marker = item.get_closest_marker("runs_last")
+        return 1 + LAST.index(marker.args[0]) if marker else 0
+
+    items.sort(key=rank)  # stable: everything else keeps its order
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[Any]:
+    """The one-node cluster (tools/localcluster), with the local stack's images loaded; taken
+    down at the end of the session (the last test checks the host; see LAST)."""
+    from tests.support import cluster
+
+    reason = cluster.unavailable_reason()
+    if reason:
+        cluster.unavailable(reason)
+    session = cluster.ClusterSession.for_tests().start()
+    try:
+        yield session
+    finally:
+        session.stop()
+        print(f"\n[cluster] timings: {session.timings}")
+
+
+@pytest.fixture(scope="session")
+def local_stack(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """`pulumi up --stack local` on the local cluster, as a user runs it (awaiting on); the
+    stack is destroyed by the test that checks destroy, or here at the end."""
+    from tests.support import cluster
+
+    deployed = cluster.LocalStack.up(local_cluster, tmp_path_factory.mktemp("local-stack"))
+    try:
+        yield deployed
+    finally:
+        deployed.destroy(check=False)

@@ -41,7 +41,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD_TOOLS = ROOT / "tools" / "build-tools.sh"
-PROJECT_PARTS = ("Pulumi.yaml", "infra", "components", "stacks", "policy")
+# tools/build-tools.sh: the local stack asks it where Volcano's chart is (volcano.chart).
+PROJECT_PARTS = ("Pulumi.yaml", "infra", "components", "stacks", "policy", "tools/build-tools.sh")
 PROJECT = "elasticctr"
 # Binaries each kind of test needs: the CLI with its Python host and Kubernetes provider,
 # and for a cluster the control plane of tools/controlplane.py.
@@ -135,6 +136,7 @@ def copy_project(dest: Path) -> Path:
                 ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
             )
         else:
+            (dest / part).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, dest / part)
     (dest / ".venv").symlink_to(ROOT / ".venv")
     return dest
