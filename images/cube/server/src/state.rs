@@ -1,5 +1,6 @@
 //! The versions a server holds (current + background), background loads, and counters.
 
+use crate::conns::Conns;
 use crate::shardfile::ShardFile;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -9,6 +10,7 @@ pub struct Config {
     pub shard: u32,
     pub shard_num: u32,
     pub max_keys: usize,
+    pub max_connections: usize,
 }
 
 #[derive(Clone)]
@@ -45,6 +47,7 @@ pub struct Counters {
 pub struct State {
     pub config: Config,
     pub counters: Counters,
+    pub conns: Conns,
     slots: RwLock<Slots>,
     load: Mutex<Option<Load>>,
     generation: AtomicU64,
@@ -57,6 +60,7 @@ pub type Failure = (u16, String);
 impl State {
     pub fn new(config: Config) -> State {
         State {
+            conns: Conns::new(config.max_connections),
             config,
             counters: Counters::default(),
             slots: RwLock::new(Slots::default()),
@@ -260,7 +264,7 @@ impl State {
         let slots = self.slots.read().unwrap();
         let c = &self.counters;
         format!(
-            "{{\"shard\":{},\"shard_num\":{},\"ready\":{},\"cur_version\":{},\"bg_version\":{},\"current\":{},\"background\":{},\"load\":{},\"max_keys\":{},\"uptime_seconds\":{:.1},\"requests\":{},\"keys\":{},\"missing_keys\":{},\"errors\":{}}}",
+            "{{\"shard\":{},\"shard_num\":{},\"ready\":{},\"cur_version\":{},\"bg_version\":{},\"current\":{},\"background\":{},\"load\":{},\"max_keys\":{},\"uptime_seconds\":{:.1},\"requests\":{},\"keys\":{},\"missing_keys\":{},\"errors\":{},\"connections\":{},\"idle_closed\":{}}}",
             self.config.shard,
             self.config.shard_num,
             slots.current.is_some(),
@@ -275,6 +279,8 @@ impl State {
             c.keys.load(Relaxed),
             c.missing.load(Relaxed),
             c.errors.load(Relaxed),
+            self.conns.count(),
+            self.conns.evicted.load(Relaxed),
         )
     }
 }
