@@ -31,9 +31,12 @@ class Rollout:
     phase: str = "preparing"
     shards: dict[int, str] = field(default_factory=dict)
     errors: dict[int, str] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
 
     def error_text(self) -> str:
-        return "; ".join(f"shard {s}: {e}" for s, e in sorted(self.errors.items()))
+        return "; ".join(
+            f"{'rollout' if s < 0 else f'shard {s}'}: {e}" for s, e in sorted(self.errors.items())
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -42,6 +45,7 @@ class Rollout:
             "phase": self.phase,
             "shards": {str(s): st for s, st in sorted(self.shards.items())},
             "errors": {str(s): e for s, e in sorted(self.errors.items())},
+            "seconds": round(time.monotonic() - self.started, 3),
         }
 
 
@@ -51,11 +55,15 @@ class RolloutRunner:
         conf: CubeConf,
         *,
         prepare_timeout: float = 600.0,
+        rollout_timeout: float = 900.0,
         request_timeout: float = 10.0,
         hold_before_switch: float = 0.0,
     ) -> None:
         self.conf = conf
         self.prepare_timeout = prepare_timeout
+        # The whole rollout, before its abort (which takes at most one request_timeout):
+        # how long it can hold the transfer's lock (no other rollout nor rollback meanwhile).
+        self.rollout_timeout = rollout_timeout
         self.request_timeout = request_timeout
         self.hold_before_switch = hold_before_switch
         self._pool = ThreadPoolExecutor(max_workers=max(1, conf.shard), thread_name_prefix="agent")
@@ -90,7 +98,11 @@ class RolloutRunner:
             return False
         if self.hold_before_switch > 0:
             r.phase = "holding"
-            time.sleep(self.hold_before_switch)
+            time.sleep(min(self.hold_before_switch, max(0.0, self._left(r))))
+        if self._left(r) <= 0:
+            r.errors[-1] = f"rollout not done within --rollout-timeout {self.rollout_timeout}s"
+            self._abort(r)
+            return False
         r.phase = "switching"
         failures = self.each(
             lambda s: self.agent(s, "POST", "/agent/switch", {"version": r.version})
@@ -119,7 +131,8 @@ class RolloutRunner:
             else:
                 r.shards[s], r.errors[s] = "failed", f"prepare not accepted: {err}"
         misses = dict.fromkeys(pending, 0)
-        deadline = time.monotonic() + self.prepare_timeout
+        timeout = min(self.prepare_timeout, self._left(r))
+        deadline = time.monotonic() + timeout
         while pending and not r.errors and time.monotonic() < deadline:
             time.sleep(0.05)
             for s in sorted(pending):
@@ -139,9 +152,15 @@ class RolloutRunner:
                 elif r.shards[s] in ("failed", "aborted"):
                     r.errors[s] = state.get("error") or r.shards[s]
                     pending.discard(s)
+                elif state.get("active") is False:  # a stale state: nobody is preparing it
+                    r.errors[s] = f"the agent reports {r.shards[s]} but no longer prepares it"
+                    pending.discard(s)
         for s in pending:
-            r.errors.setdefault(s, f"not ready after {self.prepare_timeout}s (state {r.shards[s]})")
+            r.errors.setdefault(s, f"not ready after {timeout:.0f}s (state {r.shards[s]})")
         return not r.errors
+
+    def _left(self, r: Rollout) -> float:
+        return r.started + self.rollout_timeout - time.monotonic()
 
     def _revert(self, r: Rollout) -> None:
         """Switch every shard back to the previous version (a no-op where it never left)."""

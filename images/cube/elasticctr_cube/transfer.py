@@ -235,7 +235,13 @@ def routes(t: Transfer):
         except (KeyError, TypeError, ValueError) as err:
             raise ApiError(400, f'rollback needs "version" of a kept version ({err})') from None
         if t.busy:
-            raise ApiError(409, "a rollout is in progress")
+            r = t.rollout
+            doing = f" of version {r.version} ({r.phase}, {r.to_json()['seconds']}s)" if r else ""
+            raise ApiError(
+                409,
+                f"a rollout{doing} is in progress; it ends within --rollout-timeout "
+                f"{t.runner.rollout_timeout}s",
+            )
         threading.Thread(target=t.rollback, args=(version,), daemon=True).start()
         return 202, {"result": "started", "version": version}
 
@@ -266,6 +272,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll-seconds", type=float, default=10.0)
     p.add_argument("--prepare-timeout", type=float, default=600.0)
     p.add_argument(
+        "--rollout-timeout",
+        type=float,
+        default=900.0,
+        help="seconds a rollout may take in all (then it aborts): how long it can hold "
+        "off the next rollout or a rollback",
+    )
+    p.add_argument(
         "--hold-before-switch",
         type=float,
         default=0.0,
@@ -284,7 +297,10 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s cube-transfer %(message)s")
     conf = CubeConf.load(args.cube_conf)
     runner = RolloutRunner(
-        conf, prepare_timeout=args.prepare_timeout, hold_before_switch=args.hold_before_switch
+        conf,
+        prepare_timeout=args.prepare_timeout,
+        rollout_timeout=args.rollout_timeout,
+        hold_before_switch=args.hold_before_switch,
     )
     transfer = Transfer(
         model_uri=args.model_uri,
