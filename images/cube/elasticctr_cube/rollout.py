@@ -1,10 +1,11 @@
-"""The two-phase, all-or-nothing switch of a cube version over every shard's agent.
+"""The two-phase, all-or-nothing switch of a cube version over the agent of every replica
+of every shard (the participants; one per cube-server).
 
 Phase 1 (prepare): every agent fetches, verifies and loads version V beside the one it
 serves. Any failure (fetch, checksum, load, an agent or server that stops answering, a
 timeout) aborts: every agent drops V, and the previous version never stopped serving.
-Phase 2 (switch): every shard switches to V, an instant pointer swap on each server. If
-a shard fails to switch, the shards that did are switched back and V is dropped.
+Phase 2 (switch): every server switches to V, an instant pointer swap on each. If one
+fails to switch, those that did are switched back and V is dropped.
 """
 
 from __future__ import annotations
@@ -22,29 +23,31 @@ log = logging.getLogger("cube-transfer")
 UNREACHABLE_POLLS = 3  # consecutive failed status polls before an agent counts as lost
 
 
+ROLLOUT = "rollout"  # the key of an error of the rollout as a whole
+
+
 @dataclass
 class Rollout:
-    """One attempt to switch every shard to `version`; `shards` holds each shard's state."""
+    """One attempt to switch every server to `version`; `shards` holds each participant's
+    state by its name ("shard 1", or "shard 1 replica 0" with replicas)."""
 
     version: int
     previous: int | None
     phase: str = "preparing"
-    shards: dict[int, str] = field(default_factory=dict)
-    errors: dict[int, str] = field(default_factory=dict)
+    shards: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
 
     def error_text(self) -> str:
-        return "; ".join(
-            f"{'rollout' if s < 0 else f'shard {s}'}: {e}" for s, e in sorted(self.errors.items())
-        )
+        return "; ".join(f"{name}: {e}" for name, e in sorted(self.errors.items()))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "previous": self.previous,
             "phase": self.phase,
-            "shards": {str(s): st for s, st in sorted(self.shards.items())},
-            "errors": {str(s): e for s, e in sorted(self.errors.items())},
+            "shards": dict(sorted(self.shards.items())),
+            "errors": dict(sorted(self.errors.items())),
             "seconds": round(time.monotonic() - self.started, 3),
         }
 
@@ -66,30 +69,35 @@ class RolloutRunner:
         self.rollout_timeout = rollout_timeout
         self.request_timeout = request_timeout
         self.hold_before_switch = hold_before_switch
-        self._pool = ThreadPoolExecutor(max_workers=max(1, conf.shard), thread_name_prefix="agent")
+        replicated = conf.dup > 1
+        # Every cube-server by name, with the URL of its agent.
+        self.agents = {
+            (f"shard {s} replica {r}" if replicated else f"shard {s}"): node.agent_url
+            for s, r, node in conf.servers()
+        }
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(32, len(self.agents)), thread_name_prefix="agent"
+        )
 
-    def agent(self, shard: int, method: str, path: str, body: Any = None) -> Any:
-        url = self.conf.nodes[shard].agent_url + path
+    def agent(self, name: str, method: str, path: str, body: Any = None) -> Any:
+        url = self.agents[name] + path
         code, answer = call(method, url, body, self.request_timeout)
         if code >= 400:
             raise HttpCallError(f"{url}: HTTP {code}: {(answer or {}).get('error', answer)}")
         return answer
 
-    def each(self, fn) -> dict[int, Exception | None]:
-        """Run fn(shard) on every shard in parallel; the exception of each, or None."""
+    def each(self, fn) -> dict[str, Exception | None]:
+        """Run fn(name) on every participant in parallel; the exception of each, or None."""
 
-        def guarded(shard: int) -> Exception | None:
+        def guarded(name: str) -> Exception | None:
             try:
-                fn(shard)
-            except Exception as err:  # collected and reported per shard
+                fn(name)
+            except Exception as err:  # collected and reported per participant
                 return err
             return None
 
-        return dict(
-            zip(
-                range(self.conf.shard), self._pool.map(guarded, range(self.conf.shard)), strict=True
-            )
-        )
+        names = list(self.agents)
+        return dict(zip(names, self._pool.map(guarded, names), strict=True))
 
     def run(self, r: Rollout) -> bool:
         """Prepare, hold, switch; True when every shard serves r.version."""
@@ -100,7 +108,7 @@ class RolloutRunner:
             r.phase = "holding"
             time.sleep(min(self.hold_before_switch, max(0.0, self._left(r))))
         if self._left(r) <= 0:
-            r.errors[-1] = f"rollout not done within --rollout-timeout {self.rollout_timeout}s"
+            r.errors[ROLLOUT] = f"rollout not done within --rollout-timeout {self.rollout_timeout}s"
             self._abort(r)
             return False
         r.phase = "switching"
@@ -189,8 +197,8 @@ class RolloutRunner:
                 log.warning("shard %s: abort of %s not acknowledged: %s", s, r.version, err)
         r.phase = "aborted"
 
-    def switch_all(self, version: int) -> dict[int, Exception | None]:
+    def switch_all(self, version: int) -> dict[str, Exception | None]:
         return self.each(lambda s: self.agent(s, "POST", "/agent/switch", {"version": version}))
 
-    def unload_all(self, version: int) -> dict[int, Exception | None]:
+    def unload_all(self, version: int) -> dict[str, Exception | None]:
         return self.each(lambda s: self.agent(s, "POST", "/agent/unload", {"version": version}))

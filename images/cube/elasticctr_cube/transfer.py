@@ -155,7 +155,7 @@ class Transfer:
         read_manifest(self.cube_store, version)  # ManifestError: not published
         self.rollout = rollout = Rollout(version, previous)
         ok = self.runner.run(rollout)
-        entry["shards"] = {str(s): st for s, st in rollout.shards.items()}
+        entry["shards"] = dict(rollout.shards)
         if not ok:
             return self._record(entry, "aborted", rollout.error_text())
         write_current(self.cube_store, version)
@@ -224,6 +224,7 @@ class Transfer:
             "last_seen_donefile_id": self.state["last_seen"],
             "kept_versions": self.kept_versions(),
             "shards": self.conf.shard,
+            "replicas": self.conf.dup,
         }
 
 

@@ -28,7 +28,8 @@ def committed(cluster, version: int, tables) -> None:
         expect_values(client.seek(keys), keys, tables)
         assert client.seek(keys).version == version
     for s in range(cluster.shards):
-        assert cluster.server_status(s)["cur_version"] == version
+        for r in range(cluster.replicas):
+            assert cluster.server_status(s, r)["cur_version"] == version
 
 
 def test_build_publish_switch_serves_exact_vectors_then_rolls_back(cube_cluster):
