@@ -11,6 +11,7 @@ fails to switch, those that did are switched back and V is dropped.
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -37,6 +38,8 @@ class Rollout:
     shards: dict[str, str] = field(default_factory=dict)
     errors: dict[str, str] = field(default_factory=dict)
     started: float = field(default_factory=time.monotonic)
+    drained: float = 0.0  # seconds spent waiting for readers to leave a held version
+    drain_warning: str | None = None
 
     def error_text(self) -> str:
         return "; ".join(f"{name}: {e}" for name, e in sorted(self.errors.items()))
@@ -49,6 +52,8 @@ class Rollout:
             "shards": dict(sorted(self.shards.items())),
             "errors": dict(sorted(self.errors.items())),
             "seconds": round(time.monotonic() - self.started, 3),
+            "drained_seconds": self.drained,
+            "drain_warning": self.drain_warning,
         }
 
 
@@ -61,6 +66,8 @@ class RolloutRunner:
         rollout_timeout: float = 900.0,
         request_timeout: float = 10.0,
         hold_before_switch: float = 0.0,
+        reader_quiet: float = 2.0,
+        drain_timeout: float = 60.0,
     ) -> None:
         self.conf = conf
         self.prepare_timeout = prepare_timeout
@@ -69,6 +76,9 @@ class RolloutRunner:
         self.rollout_timeout = rollout_timeout
         self.request_timeout = request_timeout
         self.hold_before_switch = hold_before_switch
+        # A held version read within `reader_quiet` seconds has readers (serving pinned to
+        # it): it is not dropped, for at most `drain_timeout` seconds (docs/cube.md).
+        self.reader_quiet, self.drain_timeout = reader_quiet, drain_timeout
         replicated = conf.dup > 1
         # Every cube-server by name, with the URL of its agent.
         self.agents = {
@@ -100,7 +110,8 @@ class RolloutRunner:
         return dict(zip(names, self._pool.map(guarded, names), strict=True))
 
     def run(self, r: Rollout) -> bool:
-        """Prepare, hold, switch; True when every shard serves r.version."""
+        """Drain, prepare, hold, switch; True when every server serves r.version."""
+        self._drain(r)
         if not self._prepare(r):
             self._abort(r)
             return False
@@ -166,6 +177,61 @@ class RolloutRunner:
         for s in pending:
             r.errors.setdefault(s, f"not ready after {timeout:.0f}s (state {r.shards[s]})")
         return not r.errors
+
+    def read_versions(self) -> dict[int, float | None]:
+        """The held versions that are not current, with the seconds since any server last
+        read each (None: never read); a server that does not answer is skipped."""
+        idle: dict[int, float | None] = {}
+        lock = threading.Lock()
+
+        def look(name: str) -> None:
+            server = self.agent(name, "GET", "/agent/status").get("server") or {}
+            held = server.get("background")
+            if not held or held.get("version") is None:
+                return
+            version, seconds = int(held["version"]), held.get("idle_seconds")
+            with lock:
+                old = idle.get(version)
+                if seconds is None:
+                    idle.setdefault(version, None)
+                else:
+                    idle[version] = seconds if old is None else min(old, seconds)
+
+        self.each(look)
+        return idle
+
+    def _busy(self, keep: int | None) -> dict[int, float]:
+        """Background versions (other than `keep`) read within reader_quiet seconds."""
+        return {
+            v: s
+            for v, s in self.read_versions().items()
+            if v != keep and s is not None and s < self.reader_quiet
+        }
+
+    def _drain(self, r: Rollout) -> None:
+        """Loading r.version replaces each server's background version: first wait until
+        no reader has read it for reader_quiet seconds (serving has moved to the current
+        one), at most drain_timeout. Paddle's cube drops it at once; see docs/cube.md."""
+        r.phase = "draining"
+        deadline = time.monotonic() + min(self.drain_timeout, max(0.0, self._left(r)))
+        while busy := self._busy(r.version):
+            if time.monotonic() >= deadline:
+                r.drain_warning = (
+                    f"version(s) {sorted(busy)} still read after {self.drain_timeout}s: "
+                    "dropped while readers may use them"
+                )
+                log.warning("rollout of %s: %s", r.version, r.drain_warning)
+                break
+            time.sleep(min(0.2, self.reader_quiet / 4))
+        r.drained = round(time.monotonic() - r.started, 3)
+
+    def unload_idle(self, version: int) -> bool:
+        """Unload `version` where it is the background version, unless a reader read it
+        within reader_quiet seconds; True when no server holds it any more."""
+        if version in self._busy(None):
+            return False
+        self.unload_all(version)
+        return True
 
     def _left(self, r: Rollout) -> float:
         return r.started + self.rollout_timeout - time.monotonic()

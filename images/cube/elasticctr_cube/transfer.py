@@ -156,6 +156,9 @@ class Transfer:
         self.rollout = rollout = Rollout(version, previous)
         ok = self.runner.run(rollout)
         entry["shards"] = dict(rollout.shards)
+        entry["drained_seconds"] = rollout.drained
+        if rollout.drain_warning:
+            entry["drain_warning"] = rollout.drain_warning
         if not ok:
             return self._record(entry, "aborted", rollout.error_text())
         write_current(self.cube_store, version)
@@ -163,12 +166,13 @@ class Transfer:
         self._record(entry, "committed", None)
         self._prune()
         if previous is not None and self.unload_previous_after >= 0:
-            timer = threading.Timer(
-                self.unload_previous_after, self._unload_previous, (version, previous)
-            )
-            timer.daemon = True
-            timer.start()
+            self._schedule_unload(self.unload_previous_after, version, previous)
         return "committed"
+
+    def _schedule_unload(self, after: float, committed: int, previous: int) -> None:
+        timer = threading.Timer(after, self._unload_previous, (committed, previous))
+        timer.daemon = True
+        timer.start()
 
     def _record(self, entry: dict[str, Any], result: str, error: str | None) -> str:
         finished = time.time()
@@ -187,9 +191,17 @@ class Transfer:
         return result
 
     def _unload_previous(self, committed: int, previous: int) -> None:
+        """Unload the previous version once no reader uses it (else look again later)."""
         with self._lock:  # after a rollout in progress, if any; then committed has moved on
-            if self.state["committed"] == committed:
-                self.runner.unload_all(previous)
+            if self.state["committed"] != committed:
+                return
+            try:
+                done = self.runner.unload_idle(previous)
+            except Exception as err:  # an agent down: the next rollout replaces it anyway
+                log.warning("unload of previous version %s failed: %s", previous, err)
+                return
+        if not done:
+            self._schedule_unload(self.runner.reader_quiet, committed, previous)
 
     def _prune(self) -> None:
         """Delete published versions older than the last `keep` committed ones."""
@@ -292,6 +304,18 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds the previous version stays loaded after a switch (-1: until "
         "the next rollout), for readers still pinned to it",
     )
+    p.add_argument(
+        "--reader-quiet",
+        type=float,
+        default=2.0,
+        help="a held version read within this many seconds has readers: it stays loaded",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a rollout waits for readers to leave the version it replaces",
+    )
     p.add_argument("--max-attempts", type=int, default=3)
     p.add_argument("--retry-seconds", type=float, default=30.0)
     args = p.parse_args(argv)
@@ -302,6 +326,8 @@ def main(argv: list[str] | None = None) -> int:
         prepare_timeout=args.prepare_timeout,
         rollout_timeout=args.rollout_timeout,
         hold_before_switch=args.hold_before_switch,
+        reader_quiet=args.reader_quiet,
+        drain_timeout=args.drain_timeout,
     )
     transfer = Transfer(
         model_uri=args.model_uri,

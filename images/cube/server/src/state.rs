@@ -70,8 +70,22 @@ impl State {
         }
     }
 
+    /// Milliseconds since the server started, plus 1 (0 means "never").
+    fn clock(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64 + 1
+    }
+
     /// The version a seek reads: the pinned one if it is held, else the current one.
     pub fn dict_for(&self, pinned: Option<u64>) -> Result<Arc<ShardFile>, Failure> {
+        let dict = self.find(pinned)?;
+        let now = self.clock();
+        if dict.last_read.load(Relaxed) != now {
+            dict.last_read.store(now, Relaxed); // at most one write per ms and version
+        }
+        Ok(dict)
+    }
+
+    fn find(&self, pinned: Option<u64>) -> Result<Arc<ShardFile>, Failure> {
         let slots = self.slots.read().unwrap();
         match pinned {
             None => slots
@@ -270,8 +284,8 @@ impl State {
             slots.current.is_some(),
             version_json(&slots.current),
             version_json(&slots.background),
-            dict_json(&slots.current),
-            dict_json(&slots.background),
+            dict_json(&slots.current, self.clock()),
+            dict_json(&slots.background, self.clock()),
             load_json(&load),
             self.config.max_keys,
             self.started.elapsed().as_secs_f64(),
@@ -302,17 +316,26 @@ fn version_json(d: &Option<Arc<ShardFile>>) -> String {
         .map_or("null".to_string(), |d| d.version.to_string())
 }
 
-fn dict_json(d: &Option<Arc<ShardFile>>) -> String {
+/// A held version; `idle_seconds`: since a seek last read it (null: never read).
+fn dict_json(d: &Option<Arc<ShardFile>>, now: u64) -> String {
     match d {
         None => "null".to_string(),
-        Some(d) => format!(
-            "{{\"version\":{},\"keys\":{},\"dim\":{},\"bytes\":{},\"path\":{}}}",
-            d.version,
-            d.key_count,
-            d.dim,
-            d.file_bytes,
-            json_string(&d.path)
-        ),
+        Some(d) => {
+            let read = d.last_read.load(Relaxed);
+            let idle = if read == 0 {
+                "null".to_string()
+            } else {
+                format!("{:.3}", now.saturating_sub(read) as f64 / 1000.0)
+            };
+            format!(
+                "{{\"version\":{},\"keys\":{},\"dim\":{},\"bytes\":{},\"path\":{},\"idle_seconds\":{idle}}}",
+                d.version,
+                d.key_count,
+                d.dim,
+                d.file_bytes,
+                json_string(&d.path)
+            )
+        }
     }
 }
 
