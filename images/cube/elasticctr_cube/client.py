@@ -54,7 +54,11 @@ class CubeVersionError(CubeError):
 
 
 class CubeRequestError(CubeError):
-    """The server refused the request (too many keys, malformed)."""
+    """The server refused the request: too many keys (`too_large`), or malformed."""
+
+    def __init__(self, message: str, too_large: bool = False) -> None:
+        super().__init__(message)
+        self.too_large = too_large
 
 
 @dataclass
@@ -379,7 +383,7 @@ class CubeClient:
             self.balancer.failed(call.shard, inflight.replica)
             self._retry(call, CubeUnavailable(f"{where}: {message}"), deadline)
         else:
-            call.error = CubeRequestError(f"{where}: {message}")
+            call.error = CubeRequestError(f"{where}: {message}", status == protocol.TOO_LARGE)
 
     def _failed(self, inflight: _Inflight, err: Exception, deadline: float) -> None:
         call = inflight.call

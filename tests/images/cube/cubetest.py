@@ -117,8 +117,9 @@ class CubeCluster:
     `server{s}-{r}`, `agent{s}-{r}`)."""
 
     def __init__(self, procs: Procs, root: Path, shards: int, transfer_args: list[str],
-                 replicas: int = 1, **conf) -> None:  # fmt: skip
+                 replicas: int = 1, server_args: tuple[str, ...] = (), **conf) -> None:  # fmt: skip
         self.procs, self.root, self.shards, self.replicas = procs, root, shards, replicas
+        self.server_args = server_args
         self.model_dir, self.cube_dir = root / "models", root / "cube"
         self.model_dir.mkdir()
         self.cube_uri = f"file://{self.cube_dir}"
@@ -150,7 +151,7 @@ class CubeCluster:
     def start_server(self, s: int, r: int = 0) -> None:
         node = self.node(s, r)
         start_server(self.procs, self.name("server", s, r), node.port, s, self.shards,
-                     host=node.ip)  # fmt: skip
+                     *self.server_args, host=node.ip)  # fmt: skip
 
     def start_agent(self, s: int, r: int = 0) -> None:
         node, name = self.node(s, r), self.name("agent", s, r)

@@ -41,9 +41,10 @@ class Stack:
     procs: Processes
 
 
-def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = "5") -> Stack:
+def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = "5",
+                server_args: tuple[str, ...] = ()) -> Stack:  # fmt: skip
     cluster = CubeCluster(procs, root, 3, ["--max-attempts", "1", "--unload-previous-after",
-                                           unload_after])  # fmt: skip
+                                           unload_after], server_args=server_args)  # fmt: skip
     spec = publish(cluster, [1])
     cluster.wait_result(1)
     serving = Serving(procs, "serving", cluster, *serving_args)
