@@ -20,7 +20,7 @@ from typing import Any
 from elasticctr_common.storage import open_store
 
 from .cliargs import env_option
-from .httpjson import ApiError, HttpCallError, call, serve
+from .httpjson import ApiError, Handler, HttpCallError, call, serve
 from .manifest import read_current, read_manifest
 from .shardfile import sha256_of
 
@@ -56,7 +56,7 @@ class Agent:
         self._working: set[int] = set()  # versions a worker is preparing (or queued for)
 
     # -- the server -------------------------------------------------------------------
-    def server(self, method: str, path: str, body: Any = None, timeout: float = 10.0):
+    def server(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
         code, answer = call(method, self.server_url + path, body, timeout)
         if code >= 400 and path != "/readyz":
             raise ApiError(code, f"cube-server {path}: {(answer or {}).get('error', code)}")
@@ -170,7 +170,7 @@ class Agent:
 
     # -- switch, abort, unload --------------------------------------------------------
     def switch(self, version: int) -> dict[str, Any]:
-        answer = self.server("POST", "/control/switch", {"version": version})
+        answer: dict[str, Any] = self.server("POST", "/control/switch", {"version": version})
         self.cleanup()
         return answer
 
@@ -187,7 +187,7 @@ class Agent:
         return {"result": result, "version": version}
 
     def unload(self, version: int) -> dict[str, Any]:
-        answer = self.server("POST", "/control/unload", {"version": version})
+        answer: dict[str, Any] = self.server("POST", "/control/unload", {"version": version})
         self.cleanup()
         return answer
 
@@ -270,7 +270,7 @@ def _version(body: dict[str, Any]) -> int:
         raise ApiError(400, 'needs "version": an integer') from None
 
 
-def routes(agent: Agent):
+def routes(agent: Agent) -> dict[tuple[str, str], Handler]:
     return {
         ("GET", "/healthz"): lambda _: (200, {"status": "ok"}),
         ("GET", "/agent/status"): lambda _: (200, agent.status()),

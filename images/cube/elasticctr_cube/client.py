@@ -30,7 +30,9 @@ import select
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -63,8 +65,8 @@ class CubeRequestError(CubeError):
 
 @dataclass
 class SeekResult:
-    values: np.ndarray  # float32 [n, dim], zeros where missing
-    found: np.ndarray  # bool [n]
+    values: np.ndarray[Any, np.dtype[np.float32]]  # [n, dim], zeros where missing
+    found: np.ndarray[Any, np.dtype[np.bool_]]  # [n]
     version: int
     missing: int
 
@@ -204,7 +206,7 @@ class CubeClient:
         self._sockets: list[socket.socket] = []
 
     @classmethod
-    def from_conf_file(cls, path: str, dict_name: str | None = None, **kwargs) -> CubeClient:
+    def from_conf_file(cls, path: str, dict_name: str | None = None, **kwargs: Any) -> CubeClient:
         return cls(CubeConf.load(path, dict_name), **kwargs)
 
     def close(self) -> None:
@@ -220,14 +222,16 @@ class CubeClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def seek(self, keys, version: int | None = None) -> SeekResult:
+    def seek(
+        self, keys: Iterable[int] | np.ndarray[Any, Any], version: int | None = None
+    ) -> SeekResult:
         if isinstance(keys, np.ndarray) and keys.dtype.kind not in "ui":
             raise TypeError(f"keys must be integers, got an array of {keys.dtype}")
         keys = np.ascontiguousarray(np.asarray(keys, dtype=np.uint64).ravel())
         deadline = time.monotonic() + self.timeout
         shard_num = self.conf.shard
         if shard_num == 1:
-            positions: dict[int, np.ndarray] | None = None
+            positions: dict[int, np.ndarray[Any, Any]] | None = None
             shard_keys = {0: keys} if len(keys) else {}
         else:
             shard_of = (keys % np.uint64(shard_num)).astype(np.intp)
@@ -241,7 +245,9 @@ class CubeClient:
             answers = self._reconcile(shard_keys, answers, deadline)
         return self._assemble(len(keys), positions, answers, version)
 
-    def _reconcile(self, shard_keys, answers, deadline) -> dict[int, _Answer]:
+    def _reconcile(
+        self, shard_keys: dict[int, Any], answers: dict[int, _Answer], deadline: float
+    ) -> dict[int, _Answer]:
         """Re-ask the shards whose version differs, pinned to the newest, then the oldest."""
         for _round in range(self.retries + 1):
             versions = {a.header.version for a in answers.values()}
@@ -258,7 +264,13 @@ class CubeClient:
             answers = self._exchange(shard_keys, {s: None for s in shard_keys}, deadline)
         raise CubeVersionError(f"shards kept answering with different versions {sorted(versions)}")
 
-    def _assemble(self, n, positions, answers, version) -> SeekResult:
+    def _assemble(
+        self,
+        n: int,
+        positions: dict[int, np.ndarray[Any, Any]] | None,
+        answers: dict[int, _Answer],
+        version: int | None,
+    ) -> SeekResult:
         dims = {a.header.dim for a in answers.values()}
         if len(dims) > 1:
             raise CubeError(f"shards disagree on the vector dimension: {sorted(dims)}")
@@ -271,6 +283,7 @@ class CubeClient:
             values = np.zeros((n, dim), dtype=np.float32)
             found = np.zeros(n, dtype=bool)
             for s, answer in answers.items():
+                assert positions is not None  # several shards: positions of each
                 values[positions[s]], found[positions[s]] = protocol.decode_body(
                     answer.header, answer.body
                 )
@@ -281,7 +294,9 @@ class CubeClient:
         return SeekResult(values, found, -1 if served is None else served, missing)
 
     # -- one round of requests: every shard answered, or an error ---------------------
-    def _exchange(self, shard_keys, versions, deadline) -> dict[int, _Answer]:
+    def _exchange(
+        self, shard_keys: dict[int, Any], versions: dict[int, int | None], deadline: float
+    ) -> dict[int, _Answer]:
         calls = [
             _Call(s, protocol.encode_request(k, versions[s]), len(k), versions[s])
             for s, k in shard_keys.items()
@@ -318,12 +333,11 @@ class CubeClient:
                 return
             wake = deadline
             for call in open_calls:
-                if call.retry_at is not None:
-                    if call.retry_at <= now:
-                        call.retry_at = None
-                        self._ask(call, deadline, exclude=call.no_version)
-                    else:
-                        wake = min(wake, call.retry_at)
+                if call.retry_at is not None and call.retry_at <= now:
+                    call.retry_at = None
+                    self._ask(call, deadline, exclude=call.no_version)
+                if call.retry_at is not None:  # (again, if that attempt failed too)
+                    wake = min(wake, call.retry_at)
                 elif self._may_hedge(call):
                     hedge_at = call.inflight[0].sent + self.backup_request
                     if hedge_at <= now:
@@ -331,6 +345,9 @@ class CubeClient:
                         self._ask(call, deadline, exclude=call.asked | call.no_version)
                     else:
                         wake = min(wake, hedge_at)
+            open_calls = [c for c in open_calls if c.answer is None and c.error is None]
+            if not open_calls:
+                return
             fds = {inflight.sock.fileno(): inflight for c in open_calls for inflight in c.inflight}
             for fd in registered - fds.keys():
                 poller.unregister(fd)
@@ -408,7 +425,7 @@ class CubeClient:
         else:  # every replica was asked: again, after a pause (a restart, a load)
             call.retry_at = min(deadline, time.monotonic() + RETRY_PAUSE)
 
-    def _ask(self, call: _Call, deadline: float, exclude: set[int] | frozenset = frozenset()):
+    def _ask(self, call: _Call, deadline: float, exclude: Iterable[int] = ()) -> None:
         """Send the call's request to the best replica not excluded nor already asked by
         a request still out; a replica that cannot be reached counts as a failure."""
         busy = {i.replica for i in call.inflight}
@@ -440,7 +457,8 @@ class CubeClient:
 
     # -- connections: per thread, one per replica ---------------------------------------
     def _pool(self) -> dict[tuple[int, int], socket.socket]:
-        return self._local.__dict__.setdefault("sockets", {})
+        pool: dict[tuple[int, int], socket.socket] = self._local.__dict__.setdefault("sockets", {})
+        return pool
 
     def _socket(self, shard: int, replica: int, deadline: float) -> socket.socket:
         sock = self._pool().get((shard, replica))

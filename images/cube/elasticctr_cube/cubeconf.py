@@ -113,6 +113,7 @@ class CubeConf:
             if kind == "ipport_list":
                 group = _ipport_list(str(n["ipport_list"]), agent_port)
             else:
+                assert own is not None  # type ipport: "ip" was read above
                 group = (own,)
             nodes.append(own or group[0])
             replicas.append(group)

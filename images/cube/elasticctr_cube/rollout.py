@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -96,7 +97,7 @@ class RolloutRunner:
             raise HttpCallError(f"{url}: HTTP {code}: {(answer or {}).get('error', answer)}")
         return answer
 
-    def each(self, fn) -> dict[str, Exception | None]:
+    def each(self, fn: Callable[[str], object]) -> dict[str, Exception | None]:
         """Run fn(name) on every participant in parallel; the exception of each, or None."""
 
         def guarded(name: str) -> Exception | None:

@@ -15,6 +15,7 @@ import logging
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from elasticctr_common.versions import DonefileError, Version, read_versions
 from .builder import BuildError, build, publish
 from .cliargs import env_option
 from .cubeconf import CubeConf
-from .httpjson import ApiError, serve
+from .httpjson import ApiError, Handler, serve
 from .manifest import MANIFEST, ManifestError, read_manifest, write_current
 from .rollout import Rollout, RolloutRunner
 
@@ -113,7 +114,7 @@ class Transfer:
             return self._roll(version, entry)
 
     @contextlib.contextmanager
-    def _rolling(self):
+    def _rolling(self) -> Iterator[None]:
         with self._lock:
             self.busy = True
             try:
@@ -240,7 +241,7 @@ class Transfer:
         }
 
 
-def routes(t: Transfer):
+def routes(t: Transfer) -> dict[tuple[str, str], Handler]:
     def rollback(body: dict[str, Any]) -> tuple[int, Any]:
         try:
             version = int(body["version"])

@@ -109,14 +109,15 @@ class ModelManager:
             except (OSError, ValueError, urllib.error.URLError) as err:
                 self.last_error = f"cube-server {node.server_url} did not answer: {err}"
                 continue  # another replica of the shard may answer
-            versions.add(status.get("cur_version"))
+            versions.add(status.get("cur_version"))  # None: nothing switched in
             answered.add(shard)
         if len(answered) < self.cube_conf.shard:
             return None
         self.cube_source = "cube-servers"
-        if len(versions) != 1 or None in versions:
+        (version, *others) = versions
+        if others or version is None:
             return None  # a switch under way, or nothing loaded: keep what we serve
-        return int(versions.pop())
+        return int(version)
 
     # -- the loop ------------------------------------------------------------------------
     def _follow(self) -> None:
