@@ -3,7 +3,7 @@
 second (issue 13, items 2 and 4), measured under load on loopback.
 
     .venv/bin/python bench/serving_faults.py [--replicas 2] [--down-seconds 10]
-        [--rollbacks 60] [--scenarios replica-down,fast-switches,rollbacks]
+        [--rollbacks 60] [--scenarios replica-down,fast-switches,rollbacks] [--no-drain]
 
 Real processes, from the tests' helpers: 3 cube shards of `--replicas` servers (plus their
 agents) and a transfer, one serving process, synthetic model versions 1-4. A bounded load
@@ -50,6 +50,11 @@ def main() -> int:
     p.add_argument("--down-seconds", type=float, default=10.0)
     p.add_argument("--rollbacks", type=int, default=60)
     p.add_argument("--scenarios", default="replica-down,fast-switches,rollbacks")
+    p.add_argument(
+        "--no-drain",
+        action="store_true",
+        help="the transfer drops versions still read (--reader-quiet 0): as before the drain",
+    )
     args = p.parse_args()
     from elasticctr_cube.httpjson import call
     from elasticctr_cube.server import build_server
@@ -66,7 +71,10 @@ def main() -> int:
     procs = Processes(root)
     results = {}
     try:
-        stack = start_stack(procs, root, replicas=args.replicas, unload_after="60")
+        no_drain = ("--reader-quiet", "0") if args.no_drain else ()
+        stack = start_stack(
+            procs, root, replicas=args.replicas, unload_after="60", transfer_args=no_drain
+        )
         cluster = stack.cluster
         spec = default_spec(cluster.model_dir, [2, 3, 4], publish=False)
         make_versions(spec)
@@ -112,7 +120,7 @@ def main() -> int:
             load.finish()
     finally:
         procs.stop_all()
-    print(f"replicas per shard: {args.replicas}")
+    print(f"replicas per shard: {args.replicas}{', no drain' if args.no_drain else ''}")
     for name, r in results.items():
         extra = f", rollbacks accepted {r['accepted']}/{args.rollbacks}" if "accepted" in r else ""
         print(f"{name}: {r['answered']} answered, {r['failed']} failed ({r['share']:.1%}){extra}")
