@@ -160,9 +160,13 @@ class ServingApp:
             },
             "cube": {
                 "shards": self.manager.cube_conf.shard,
+                "replicas": self.manager.cube_conf.dup,
+                "max_keys": self.batcher.max_keys,
                 "seeks": stats.seeks,
                 "keys": stats.keys,
                 "missing_keys": stats.missing_keys,
+                "retries": stats.retries,
+                "hedges": stats.hedges,
             },
         }
         return _json(body)
