@@ -382,6 +382,8 @@ class CubeClient:
             call.inflight.remove(inflight)
             self._pool()[(call.shard, inflight.replica)] = inflight.sock  # reusable again
             call.answer = answer
+            for slower in call.inflight:  # a hedged request won: ask the slow one last a while
+                self.balancer.failed(call.shard, slower.replica)
             return
         message = bytes(answer.body).decode("utf-8", "replace")
         call.inflight.remove(inflight)
