@@ -100,3 +100,35 @@ impl Conns {
         self.open.lock().unwrap().len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+
+    fn pair(listener: &TcpListener) -> (TcpStream, TcpStream) {
+        let client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        (client, listener.accept().unwrap().0)
+    }
+
+    #[test]
+    fn the_oldest_idle_connection_makes_room_and_busy_ones_are_never_closed() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let conns = Conns::new(2);
+        let (_c1, s1) = pair(&listener);
+        let (_c2, s2) = pair(&listener);
+        let first = conns.admit(&s1).unwrap();
+        let second = conns.admit(&s2).unwrap();
+        let mark = conns.idle(&second);
+        assert!(conns.busy(&first, conns.idle(&first))); // first serves a request
+        let (_c3, s3) = pair(&listener);
+        let third = conns.admit(&s3).expect("room made by closing the idle one");
+        assert!(!conns.busy(&second, mark), "the idle one was closed");
+        assert_eq!((conns.count(), conns.evicted.load(SeqCst)), (2, 1));
+        assert!(conns.busy(&third, conns.idle(&third))); // a new one is idle until it asks
+        let (_c4, s4) = pair(&listener);
+        assert!(conns.admit(&s4).is_none(), "all busy: refused, none closed");
+        conns.leave(&first);
+        assert_eq!(conns.count(), 1);
+    }
+}
