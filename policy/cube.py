@@ -68,7 +68,7 @@ def _groups(resources: list[PolicyResource], config: Mapping[str, Any]) -> dict[
 
 
 def _missing(group: _Group, config: Mapping[str, Any]) -> list[tuple[str, str]]:
-    present = group.config_map or next(iter(group.shards.values()))
+    present = group.config_map or group.shards[min(group.shards)]
     namespace = get(present.props, "metadata", "namespace")
     where = f" in namespace {namespace}" if isinstance(namespace, str) else ""
     if group.config_map is None:
