@@ -1,10 +1,15 @@
-"""Cube: the sparse embeddings served by key from `shards` servers (docs/architecture.md, "Cube").
+"""Cube: the sparse embeddings served by key from `shards` shards of `replicas` servers
+each (docs/architecture.md, "Cube"; docs/cube.md, "Replicas").
 
-One StatefulSet pod per shard holds a cube-server and its cube-agent; pod i serves the keys
-k with k % shards == i and has a stable DNS name through a headless Service. One
+Shard s is the StatefulSet `cube-<s>`: `replicas` pods `cube-<s>-<r>`, each a cube-server
+and its cube-agent, serving the keys k with k % shards == s, with stable DNS names through
+one headless Service; a Service `cube-<s>` in front of the shard's ready pods; a
+PodDisruptionBudget that lets a drain take one replica of the shard at a time; and
+anti-affinity (preferred) that puts the shard's replicas on different nodes. One
 cube-transfer follows the trainer's donefile, builds the shards of each new version and
-switches every shard together. `cube.conf`, the shard list serving reads, is rendered here
-so that it always has exactly `shards` nodes.
+switches every replica of every shard together. `cube.conf`, the shard list serving
+reads, is rendered here in Paddle Serving's form, so that it always lists exactly these
+pods.
 """
 
 from __future__ import annotations
@@ -26,6 +31,10 @@ AGENT_PORT = 8001
 TRANSFER_PORT = 8099
 CONFIG_MAP = "cube-conf"
 DICT_NAME = "ctr_embedding"
+# Keys per request a cube-server takes: its --max-keys and cube.conf's max_keys, from which
+# serving derives its own per-request limit (one place for both).
+MAX_KEYS = 100_000
+SHARD_LABEL = "elasticctr.io/cube-shard"
 SHARD_DIR = f"{kube.DATA_DIR}/cube"
 SHARD_ACCOUNT = "cube"  # servers and agents
 TRANSFER_ACCOUNT = "cube-transfer"
@@ -37,6 +46,11 @@ class CubeArgs:
     image: pulumi.Input[str]  # a pinned tag, or the digest of a build
     store: ObjectStore
     shards: int
+    replicas: int = 1  # cube-servers per shard (cube.conf dup)
+    timeout_ms: int = 1000  # a lookup, retries and hedged requests included
+    retry: int = 2
+    backup_request_ms: int = 100  # 0: no hedged requests
+    load_balancer: str = "rr"
     cpu: float = 1
     mem: float = 2  # GiB per shard pod
     storage: str = "20Gi"
@@ -47,20 +61,36 @@ class CubeArgs:
     node_pool: str = ""  # shards and transfer on this pool's nodes; "": any node
 
 
-def cube_conf(namespace: str, shards: int) -> dict[str, Any]:
-    """The shard list: node i serves keys k with k % shards == i."""
-    return {
-        "dict_name": DICT_NAME,
-        "shard": shards,
-        "nodes": [
+def cube_conf(namespace: str, args: CubeArgs) -> list[dict[str, Any]]:
+    """The shard list in Paddle Serving's form: node s serves keys k with k % shards == s;
+    `ip`/`port` is the shard's Service (Paddle's Python client reads only these),
+    `ipport_list` its replicas (Paddle's brpc client and ours balance over them)."""
+    domain = f"{namespace}.svc.cluster.local"
+    nodes = []
+    for s in range(args.shards):
+        pods = [f"cube-{s}-{r}.cube-headless.{domain}:{SERVER_PORT}" for r in range(args.replicas)]
+        nodes.append(
             {
-                "ip": f"cube-{i}.cube-headless.{namespace}.svc.cluster.local",
+                "ip": f"cube-{s}.{domain}",
                 "port": SERVER_PORT,
                 "agent_port": AGENT_PORT,
+                "ipport_list": "list://" + ",".join(pods),
             }
-            for i in range(shards)
-        ],
-    }
+        )
+    return [
+        {
+            "dict_name": DICT_NAME,
+            "shard": args.shards,
+            "dup": args.replicas,
+            "timeout": args.timeout_ms,
+            "retry": args.retry,
+            "backup_request": args.backup_request_ms,
+            "type": "ipport_list",
+            "load_balancer": args.load_balancer,
+            "max_keys": MAX_KEYS,
+            "nodes": nodes,
+        }
+    ]
 
 
 class Cube(pulumi.ComponentResource):
@@ -74,10 +104,12 @@ class Cube(pulumi.ComponentResource):
     ) -> None:
         if args.shards < 1:
             raise ValueError(f"{name}: shards must be >= 1, got {args.shards}")
+        if args.replicas < 1:
+            raise ValueError(f"{name}: replicas must be >= 1, got {args.replicas}")
         super().__init__("elasticctr:cube:Cube", name, None, opts)
         target = args.target
         conf = pulumi.Output.from_input(target.namespace).apply(
-            lambda ns: json.dumps(cube_conf(ns, args.shards), indent=2)
+            lambda ns: json.dumps(cube_conf(ns, args), indent=2)
         )
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-conf",
@@ -131,7 +163,6 @@ class Cube(pulumi.ComponentResource):
 
     def _shard_servers(self, name: str, args: CubeArgs) -> None:
         target = args.target
-        selector = kube.labels("cube")
         # Transfer must reach an agent before its server has loaded a first version.
         headless = kube.service(
             target,
@@ -143,12 +174,28 @@ class Cube(pulumi.ComponentResource):
             headless=True,
             publish_not_ready=True,
         )
+        account = kube.service_account(target, SHARD_ACCOUNT, "cube", self)
+        for shard in range(args.shards):
+            self._shard(name, args, shard, account, headless)
+
+    def _shard(
+        self,
+        name: str,
+        args: CubeArgs,
+        shard: int,
+        account: k8s.core.v1.ServiceAccount,
+        headless: k8s.core.v1.Service,
+    ) -> None:
+        """StatefulSet cube-<shard> (its replicas), its Service and disruption budget."""
+        target = args.target
+        selector = {**kube.labels("cube"), SHARD_LABEL: str(shard)}
         shard_env = kube.env(
-            {"CUBE_SHARD_NUM": str(args.shards), "CUBE_DATA_DIR": SHARD_DIR, "HOME": "/tmp"}
-        )
-        # The StatefulSet's pod index (Kubernetes >= 1.28) is the shard number.
-        shard_env.append(
-            kube.field_env("CUBE_SHARD_INDEX", "metadata.labels['apps.kubernetes.io/pod-index']")
+            {
+                "CUBE_SHARD_INDEX": str(shard),
+                "CUBE_SHARD_NUM": str(args.shards),
+                "CUBE_DATA_DIR": SHARD_DIR,
+                "HOME": "/tmp",
+            }
         )
         shards_mount: k8s.core.v1.VolumeMountArgsDict = {"name": "shards", "mount_path": SHARD_DIR}
         # The server gets most of the pod's budget: it holds the embeddings in memory, two
@@ -158,7 +205,7 @@ class Cube(pulumi.ComponentResource):
             "server",
             args.image,
             ["python", "-m", "elasticctr_cube", "server"],
-            args=[f"--port={SERVER_PORT}"],
+            args=[f"--port={SERVER_PORT}", f"--max-keys={MAX_KEYS}"],
             env=shard_env,
             ports={"server": SERVER_PORT},
             cpu=args.cpu * 0.75,
@@ -180,31 +227,64 @@ class Cube(pulumi.ComponentResource):
             readiness=kube.http_probe("/healthz", AGENT_PORT),
             mounts=[shards_mount],
         )
-        account = kube.service_account(target, SHARD_ACCOUNT, "cube", self)
+        # Replicas of a shard on different nodes where the cluster has them, so that
+        # losing a node loses at most one replica of each shard.
+        spread: k8s.core.v1.AffinityArgsDict = {
+            "pod_anti_affinity": {
+                "preferred_during_scheduling_ignored_during_execution": [
+                    {
+                        "weight": 100,
+                        "pod_affinity_term": {
+                            "label_selector": {"match_labels": selector},
+                            "topology_key": "kubernetes.io/hostname",
+                        },
+                    }
+                ]
+            }
+        }
+        template = kube.pod_template(
+            "cube",
+            [server, agent],
+            service_account=account.metadata["name"],
+            node_pool=args.node_pool,
+            extra_labels={SHARD_LABEL: str(shard)},
+            affinity=spread,
+        )
         k8s.apps.v1.StatefulSet(
-            f"{name}-shards",
+            f"{name}-shard-{shard}",
             # Ready once a first version is loaded, after training: do not wait for it.
-            metadata=target.metadata("cube", "cube", await_ready=False),
+            metadata=target.metadata(f"cube-{shard}", "cube", await_ready=False),
             spec={
                 "service_name": "cube-headless",
-                "replicas": args.shards,
-                # Shards are independent: start and replace them in parallel.
+                "replicas": args.replicas,
+                # Replicas are alike: start and replace them in parallel; a rolling update
+                # still takes one pod of the shard at a time.
                 "pod_management_policy": "Parallel",
                 "selector": {"match_labels": selector},
                 "persistent_volume_claim_retention_policy": {
                     "when_deleted": "Delete",
                     "when_scaled": "Delete",
                 },
-                "template": kube.pod_template(
-                    "cube",
-                    [server, agent],
-                    service_account=account.metadata["name"],
-                    node_pool=args.node_pool,
-                ),
+                "template": template,
                 # Shard files are rebuilt from the model export: a lost volume costs a reload.
                 "volume_claim_templates": [kube.volume_claim("shards", args.storage)],
             },
             opts=target.opts(self, depends_on=[headless]),
+        )
+        # Paddle Serving's Python client asks one address per shard: the shard's ready pods.
+        k8s.core.v1.Service(
+            f"{name}-shard-{shard}-service",
+            metadata=target.metadata(f"cube-{shard}", "cube"),
+            spec={"selector": selector, "ports": [{"name": "server", "port": SERVER_PORT}]},
+            opts=target.opts(self),
+        )
+        # A drain (or any eviction) takes one replica of a shard at a time. With one
+        # replica (dev) that still lets a drain through, at the cost of that shard.
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-shard-{shard}-budget",
+            metadata=target.metadata(f"cube-{shard}", "cube"),
+            spec={"max_unavailable": 1, "selector": {"match_labels": selector}},
+            opts=target.opts(self),
         )
 
     def _transfer(self, name: str, args: CubeArgs, config_map: k8s.core.v1.ConfigMap) -> None:

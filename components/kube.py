@@ -263,10 +263,12 @@ def pod_template(
     restart_policy: str | None = None,
     tmp_size: str = "1Gi",
     node_pool: str = "",
+    extra_labels: Mapping[str, str] | None = None,
+    affinity: k8s.core.v1.AffinityArgsDict | None = None,
 ) -> k8s.core.v1.PodTemplateSpecArgsDict:
-    """A pod of `component`: its labels, the restricted security context, no API token,
-    the /tmp scratch volume its read-only containers mount, and, given a `node_pool`, a
-    node selector for that pool's nodes."""
+    """A pod of `component`: its labels (and `extra_labels`), the restricted security
+    context, no API token, the /tmp scratch volume its read-only containers mount, and,
+    given a `node_pool`, a node selector for that pool's nodes."""
     spec: dict[str, Any] = {
         "security_context": pod_security(),
         "automount_service_account_token": False,
@@ -283,7 +285,9 @@ def pod_template(
         spec["restart_policy"] = restart_policy
     if node_pool:
         spec["node_selector"] = {POOL_LABEL: node_pool}
-    metadata: dict[str, Any] = {"labels": labels(component)}
+    if affinity is not None:
+        spec["affinity"] = affinity
+    metadata: dict[str, Any] = {"labels": {**labels(component), **(extra_labels or {})}}
     if annotations:
         metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": spec}

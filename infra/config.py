@@ -478,6 +478,19 @@ class ServingConfig(Section):
 
 
 class CubeConfig(Section):
+    replicas: int = Field(
+        2, ge=1, le=10, description="cube-servers per shard (cube.conf dup); 1 only for dev"
+    )
+    timeout_ms: int = Field(
+        1000, ge=10, le=60000, description="one lookup of serving, retries included (ms)"
+    )
+    retry: int = Field(2, ge=0, le=10, description="retries of a lookup on another replica")
+    backup_request_ms: int = Field(
+        100, ge=0, le=60000, description="hedged request to another replica after (ms); 0: off"
+    )
+    load_balancer: Literal["rr", "random", "la"] = Field(
+        "rr", description="replica choice: round robin, random, lowest latency"
+    )
     # The agent gets a quarter of the CPU and an eighth of the memory (components/cube.py).
     cpu: float = Field(
         1, ge=4 * MIN_CPU, le=64, description="CPU cores per shard pod (server + agent)"
@@ -495,6 +508,15 @@ class CubeConfig(Section):
     node_pool: PoolName = Field(
         "", description="shards and transfer on nodes labelled elasticctr.io/pool=<name>"
     )
+
+    @model_validator(mode="after")
+    def _check(self) -> CubeConfig:
+        if self.backup_request_ms >= self.timeout_ms:
+            raise Problem(
+                "backup_request_ms",
+                f"must be below timeout_ms ({self.timeout_ms}), got {self.backup_request_ms}",
+            )
+        return self
 
 
 class TrainingConfig(Section):

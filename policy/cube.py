@@ -1,15 +1,18 @@
-"""Cube shards match the shard list serving reads (a stack rule: two resources together).
+"""Cube shards match the shard list serving reads (a stack rule: several resources together).
 
 Serving and cube-transfer route key k to node k % shard of `cube.conf` (the `cube-conf`
-ConfigMap); node i must be pod i of the `cube` StatefulSet, which must run exactly `shard`
-pods. A mismatch sends lookups to a shard that does not exist or holds other keys.
+ConfigMap, Paddle Serving's list form); node i must be shard i: its `ipport_list` the pods
+`cube-<i>-<r>` of StatefulSet `cube-<i>`, which must run exactly `dup` replicas, and its
+`ip` the Service `cube-<i>`; there must be exactly `shard` such StatefulSets. A mismatch
+sends lookups to a shard that does not exist or holds other keys.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pulumi_policy import (
@@ -32,14 +35,16 @@ from policy.kube import (
     show,
 )
 
-# The names components/cube.py gives them (tests/policy checks they agree).
+# The names components/cube.py gives them (tests/policy checks they agree): StatefulSets
+# "<statefulSet>-<shard>".
 DEFAULTS = {"statefulSet": "cube", "configMap": "cube-conf", "confKey": "cube.conf"}
 SHARD_COUNT_ENV = "CUBE_SHARD_NUM"
+SHARD_INDEX_ENV = "CUBE_SHARD_INDEX"
 
 
 @dataclass
-class _Pair:
-    stateful_set: PolicyResource | None = None
+class _Group:
+    shards: dict[int, PolicyResource] = field(default_factory=dict)
     config_map: PolicyResource | None = None
 
 
@@ -47,82 +52,141 @@ def _name(resource: PolicyResource) -> Any:
     return get(resource.props, "metadata", "name")
 
 
-def _pairs(resources: list[PolicyResource], config: Mapping[str, Any]) -> dict[Any, _Pair]:
-    """The cube StatefulSet and its cube-conf ConfigMap, per namespace."""
-    pairs: dict[Any, _Pair] = {}
+def _groups(resources: list[PolicyResource], config: Mapping[str, Any]) -> dict[Any, _Group]:
+    """The shard StatefulSets (by shard) and the cube-conf ConfigMap, per namespace."""
+    pattern = re.compile(re.escape(config["statefulSet"]) + r"-(\d+)")
+    groups: dict[Any, _Group] = {}
     for resource in resources:
         kind = resource.resource_type.removesuffix("Patch")
         namespace = get(resource.props, "metadata", "namespace")
-        if kind == STATEFUL_SET and _name(resource) == config["statefulSet"]:
-            pairs.setdefault(namespace, _Pair()).stateful_set = resource
-        elif kind == CONFIG_MAP and _name(resource) == config["configMap"]:
-            pairs.setdefault(namespace, _Pair()).config_map = resource
-    return pairs
+        name = _name(resource)
+        if kind == STATEFUL_SET and isinstance(name, str) and (m := pattern.fullmatch(name)):
+            groups.setdefault(namespace, _Group()).shards[int(m.group(1))] = resource
+        elif kind == CONFIG_MAP and name == config["configMap"]:
+            groups.setdefault(namespace, _Group()).config_map = resource
+    return groups
 
 
-def _check(pair: _Pair, config: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(message, urn) for each mismatch of one StatefulSet and its shard list."""
-    sts, cm = pair.stateful_set, pair.config_map
-    if sts is None or cm is None:
-        present = sts or cm
-        assert present is not None
-        namespace = get(present.props, "metadata", "namespace")
-        where = f" in namespace {namespace}" if isinstance(namespace, str) else ""
-        if cm is None:
-            what = f'StatefulSet "{config["statefulSet"]}" ({present.name}){where}'
-            missing = f'ConfigMap "{config["configMap"]}" (the shard list serving reads)'
-        else:
-            what = f'ConfigMap "{config["configMap"]}" ({present.name}){where}'
-            missing = f'StatefulSet "{config["statefulSet"]}" (the shard servers)'
-        return [(f"{what} has no {missing} beside it.", present.urn)]
-    name = config["statefulSet"]
-    replicas = get(sts.props, "spec", "replicas", default=1.0)
-    text = get(cm.props, "data", config["confKey"])
-    if replicas is UNKNOWN or text is UNKNOWN:
-        return []
-    where = f'ConfigMap "{config["configMap"]}" {config["confKey"]}'
+def _missing(group: _Group, config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    present = group.config_map or group.shards[min(group.shards)]
+    namespace = get(present.props, "metadata", "namespace")
+    where = f" in namespace {namespace}" if isinstance(namespace, str) else ""
+    if group.config_map is None:
+        what = f'StatefulSet "{_name(present)}" ({present.name}){where}'
+        missing = f'ConfigMap "{config["configMap"]}" (the shard list serving reads)'
+    else:
+        what = f'ConfigMap "{config["configMap"]}" ({present.name}){where}'
+        missing = f'StatefulSet "{config["statefulSet"]}-0" (the servers of shard 0)'
+    return [(f"{what} has no {missing} beside it.", present.urn)]
+
+
+def _entry(text: Any) -> dict[str, Any] | str:
+    """The dict of cube.conf (Paddle's list of one, or the older single object), or why
+    there is none."""
     try:
         conf = json.loads(text) if isinstance(text, str) else None
     except ValueError as err:
-        return [(f"{where} is not JSON ({err}).", cm.urn)]
-    if not isinstance(conf, dict):
-        return [(f"{where} is missing or not a JSON object.", cm.urn)]
-    pods = number(replicas)
-    shard = number(conf.get("shard"))
-    nodes = conf.get("nodes") if isinstance(conf.get("nodes"), list) else []
+        return f"is not JSON ({err})"
+    if isinstance(conf, list) and len(conf) == 1:
+        conf = conf[0]
+    return conf if isinstance(conf, dict) else "is missing or not a list of one JSON object"
+
+
+def _check(group: _Group, config: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(message, urn) for each mismatch of the shard StatefulSets and their shard list."""
+    cm = group.config_map
+    if cm is None or not group.shards:
+        return _missing(group, config)
+    prefix = config["statefulSet"]
+    text = get(cm.props, "data", config["confKey"])
+    counts = {s: get(sts.props, "spec", "replicas", default=1.0) for s, sts in group.shards.items()}
+    if text is UNKNOWN or UNKNOWN in counts.values():
+        return []
+    where = f'ConfigMap "{config["configMap"]}" {config["confKey"]}'
+    conf = _entry(text)
+    if isinstance(conf, str):
+        return [(f"{where} {conf}.", cm.urn)]
+    shard, dup = number(conf.get("shard")), number(conf.get("dup", 1))
+    listed = conf.get("nodes")
+    nodes: list[Any] = listed if isinstance(listed, list) else []
     problems = []
-    if pods is None or shard != pods or len(nodes) != pods:
+    if shard != len(group.shards) or len(nodes) != len(group.shards):
+        ran = ", ".join(f"{prefix}-{s}" for s in sorted(group.shards))
         problems.append(
             (
-                f'StatefulSet "{name}" runs {show(pods) if pods is not None else "?"} shard pods, '
-                f"but {where} says shard {conf.get('shard')} and lists {len(nodes)} nodes. All "
-                "three must be equal (config cube_shards).",
-                sts.urn,
+                f"{where} says shard {conf.get('shard')} and lists {len(nodes)} nodes, but "
+                f"{len(group.shards)} shard StatefulSets run ({ran}). All three must be "
+                "equal (config cube_shards).",
+                cm.urn,
             )
         )
     for i, node in enumerate(nodes):
-        host = node.get("ip") if isinstance(node, dict) else None
-        if not isinstance(host, str) or host.split(".", 1)[0] != f"{name}-{i}":
-            problems.append(
-                (
-                    f'{where} node {i} is {json.dumps(host)}, not pod "{name}-{i}": keys '
-                    f"k % shard == {i} would go to another shard.",
-                    cm.urn,
-                )
+        problems += _node_problems(i, node, dup, prefix, where, cm.urn)
+    for s, sts in sorted(group.shards.items()):
+        problems += _shard_problems(s, sts, number(counts[s]), dup, shard, prefix, where)
+    return problems
+
+
+def _node_problems(
+    i: int, node: Any, dup: float | None, prefix: str, where: str, urn: str
+) -> list[tuple[str, str]]:
+    """Node i must be shard i: its Service, then its pods in replica order."""
+    if not isinstance(node, dict):
+        return [(f"{where} node {i} is not an object.", urn)]
+    listed = node.get("ipport_list")
+    hosts = [node.get("ip")]
+    if isinstance(listed, str):
+        hosts = [item.rpartition(":")[0] for item in listed.removeprefix("list://").split(",")]
+    pods = [f"{prefix}-{i}-{r}" for r in range(int(dup or 1))]
+    wanted = pods if isinstance(listed, str) else [f"{prefix}-{i}"]
+    found = [h.split(".", 1)[0] if isinstance(h, str) else h for h in hosts]
+    problems = []
+    if found != wanted:
+        problems.append(
+            (
+                f"{where} node {i} lists {json.dumps(hosts)}, not {', '.join(wanted)}: keys "
+                f"k % shard == {i} would go to another shard.",
+                urn,
             )
+        )
+    ip = node.get("ip")
+    if isinstance(listed, str) and isinstance(ip, str) and ip.split(".", 1)[0] != f"{prefix}-{i}":
+        problems.append(
+            (f'{where} node {i} has ip {json.dumps(ip)}, not the Service "{prefix}-{i}".', urn)
+        )
+    return problems
+
+
+def _shard_problems(
+    s: int,
+    sts: PolicyResource,
+    pods: float | None,
+    dup: float | None,
+    shard: float | None,
+    prefix: str,
+    where: str,
+) -> list[tuple[str, str]]:
+    name = f"{prefix}-{s}"
+    problems = []
+    if pods != dup:
+        problems.append(
+            (
+                f'StatefulSet "{name}" runs {show(pods) if pods is not None else "?"} replicas, '
+                f"but {where} says dup {show(dup) if dup is not None else '?'} (config "
+                "cube.replicas).",
+                sts.urn,
+            )
+        )
+    wanted = {SHARD_COUNT_ENV: show(shard) if shard is not None else None, SHARD_INDEX_ENV: str(s)}
     for container in containers(sts.resource_type, sts.props):
         for var in items(get(container.spec, "env")):
-            value = get(var, "value")
-            if (
-                get(var, "name") == SHARD_COUNT_ENV
-                and isinstance(value, str)
-                and pods is not None
-                and value.strip() != show(pods)
-            ):
+            var_name, value = get(var, "name"), get(var, "value")
+            expected = wanted.get(var_name) if isinstance(var_name, str) else None
+            if expected is not None and isinstance(value, str) and value.strip() != expected:
                 problems.append(
                     (
-                        f'StatefulSet "{name}" {container.label} has {SHARD_COUNT_ENV}={value}, '
-                        f"but runs {show(pods)} shard pods.",
+                        f'StatefulSet "{name}" {container.label} has {var_name}={value}, '
+                        f"but it runs shard {s} of {wanted[SHARD_COUNT_ENV]}.",
                         sts.urn,
                     )
                 )
@@ -131,16 +195,16 @@ def _check(pair: _Pair, config: Mapping[str, Any]) -> list[tuple[str, str]]:
 
 def validate_cube_shards(args: StackValidationArgs, report: ReportViolation) -> None:
     config = {**DEFAULTS, **args.get_config()}
-    for pair in _pairs(args.resources, config).values():
-        for message, urn in _check(pair, config):
+    for group in _groups(args.resources, config).values():
+        for message, urn in _check(group, config):
             report(message, urn)
 
 
 cube_shards_match = StackValidationPolicy(
     name="cube-shards-match",
     description=(
-        "The cube StatefulSet's replicas equal the shard count and the node list of cube.conf "
-        "(node i is pod i)."
+        "One cube StatefulSet per shard of cube.conf, each running its dup replicas, and node "
+        "i of cube.conf lists the pods of shard i."
     ),
     enforcement_level=EnforcementLevel.MANDATORY,
     validate=validate_cube_shards,
@@ -149,7 +213,7 @@ cube_shards_match = StackValidationPolicy(
             "statefulSet": {
                 "type": "string",
                 "default": DEFAULTS["statefulSet"],
-                "description": "name of the cube shard StatefulSet",
+                "description": "name prefix of the cube shard StatefulSets (<name>-<shard>)",
             },
             "configMap": {
                 "type": "string",

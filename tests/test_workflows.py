@@ -112,8 +112,9 @@ def test_the_workflows_name_every_stack() -> None:
     deployed = _stack_list("deploy.yml", "DEPLOY_STACKS")
     watched = _stack_list("drift.yml", "DRIFT_STACKS")
     # Every stack is previewed on the PRs that touch it, but the test stacks, which only the
-    # e2e suite uses against its local control plane: named deliberately, never deployed.
-    assert test_only == ["ci"]
+    # test suite uses (ci: its node-less control plane; local: the one-node cluster of
+    # tools/cluster.py): named deliberately, never deployed.
+    assert test_only == ["ci", "local"]
     assert sorted(previewed + test_only) == STACKS
     assert not set(previewed) & set(test_only)
     assert not set(deployed) & set(test_only)
@@ -249,7 +250,7 @@ def test_test_stacks_count_as_listed_and_never_enter_the_matrix(
     assert sorted(entry["stack"] for entry in matrix["include"]) == sorted(previewed.split())
     # Without the test-stack list, the check still catches a stack nobody named.
     assert touched_stacks.main(argv) == 1
-    assert "stacks/ has ci, which this workflow does not name" in capsys.readouterr().err
+    assert "stacks/ has ci, local, which this workflow does not name" in capsys.readouterr().err
     assert touched_stacks.main([*argv, "--test-stacks", f"{test_only} dev"]) == 1
     assert "dev both listed and test-only" in capsys.readouterr().err
     assert touched_stacks.main(["--stacks", previewed, "--test-stacks", "nope", "--all"]) == 1

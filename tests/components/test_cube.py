@@ -1,49 +1,106 @@
-"""The cube component: shard servers, agents, transfer, and the shard list serving reads."""
+"""The cube component: shards of replicas, agents, transfer, and the shard list serving
+reads (Paddle Serving's cube.conf form, checked with Paddle's own readers' logic)."""
 
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
 from components.cube import Cube, CubeArgs, cube_conf
 from tests.support.components import STORE, env_of, run_component
+from tests.support.paddle_cube import PythonMeta, cpp_meta
+
+DOMAIN = "test-ns.svc.cluster.local"
 
 
-def cube_graph(shards: int):  # type: ignore[no-untyped-def]
+def cube_graph(shards: int, replicas: int = 1, **more: Any):  # type: ignore[no-untyped-def]
     return run_component(
         lambda t: Cube(
-            "cube", CubeArgs(target=t, image="r.test/cube:1", store=STORE, shards=shards)
+            "cube",
+            CubeArgs(
+                target=t, image="r.test/cube:1", store=STORE, shards=shards, replicas=replicas,
+                **more,
+            ),
         )
-    )
+    )  # fmt: skip
 
 
-@pytest.mark.parametrize("shards", [1, 3, 8])
-def test_one_pod_per_shard_and_one_conf_entry_per_pod(shards: int) -> None:
-    graph = cube_graph(shards)
-    statefulset = graph.one("kubernetes:apps/v1:StatefulSet").inputs
-    conf = json.loads(graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]["cube.conf"])
-    assert statefulset["spec"]["replicas"] == conf["shard"] == len(conf["nodes"]) == shards
-    assert [n["ip"] for n in conf["nodes"]] == [
-        f"cube-{i}.cube-headless.test-ns.svc.cluster.local" for i in range(shards)
+def shard_sets(graph) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+    sets = [r.inputs for r in graph.of_type("kubernetes:apps/v1:StatefulSet")]
+    return sorted(sets, key=lambda s: s["metadata"]["name"])
+
+
+@pytest.mark.parametrize(("shards", "replicas"), [(1, 1), (3, 2), (8, 3)])
+def test_one_stateful_set_per_shard_and_its_replicas_in_cube_conf(
+    shards: int, replicas: int
+) -> None:
+    graph = cube_graph(shards, replicas)
+    text = graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]["cube.conf"]
+    (conf,) = json.loads(text)  # Paddle's form: a list of dicts
+    assert (conf["shard"], conf["dup"], conf["type"]) == (shards, replicas, "ipport_list")
+    sets = shard_sets(graph)
+    assert [s["metadata"]["name"] for s in sets] == sorted(f"cube-{i}" for i in range(shards))
+    assert {s["spec"]["replicas"] for s in sets} == {replicas}
+    channels = cpp_meta(text)["ctr_embedding"]["channels"]  # Paddle's C++ client
+    assert channels == [
+        [(f"cube-{s}-{r}.cube-headless.{DOMAIN}", 8027) for r in range(replicas)]
+        for s in range(shards)
     ]
-    assert {(n["port"], n["agent_port"]) for n in conf["nodes"]} == {(8027, 8001)}
+    python = PythonMeta(text).server_meta["ctr_embedding"]  # Paddle's Python client
+    assert [(n["ip"], n["port"]) for n in python["nodes"]] == [
+        (f"cube-{s}.{DOMAIN}", 8027) for s in range(shards)
+    ]
+    services = {s.inputs["metadata"]["name"]: s.inputs["spec"]
+                for s in graph.of_type("kubernetes:core/v1:Service")}  # fmt: skip
+    for s in range(shards):  # the address Paddle's Python client asks: the shard's pods
+        assert services[f"cube-{s}"]["selector"]["elasticctr.io/cube-shard"] == str(s)
     assert graph.one("elasticctr:cube:Cube").outputs["shards"] == shards
 
 
+def test_cube_conf_carries_the_clients_options() -> None:
+    graph = cube_graph(2, 2, timeout_ms=300, retry=1, backup_request_ms=20, load_balancer="la")
+    (conf,) = json.loads(graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]["cube.conf"])
+    assert {k: conf[k] for k in ("timeout", "retry", "backup_request", "load_balancer")} == {
+        "timeout": 300, "retry": 1, "backup_request": 20, "load_balancer": "la"
+    }  # fmt: skip
+    # serving's per-request key limit is cube's: one number for the servers and cube.conf
+    server = shard_sets(graph)[0]["spec"]["template"]["spec"]["containers"][0]
+    assert f"--max-keys={conf['max_keys']}" in server["args"]
+
+
+def test_a_drain_takes_one_replica_of_a_shard_at_a_time_on_different_nodes() -> None:
+    graph = cube_graph(3, 2)
+    budgets = {b.inputs["metadata"]["name"]: b.inputs["spec"]
+               for b in graph.of_type("kubernetes:policy/v1:PodDisruptionBudget")}  # fmt: skip
+    assert sorted(budgets) == ["cube-0", "cube-1", "cube-2"]
+    for spec in shard_sets(graph):
+        name = spec["metadata"]["name"]
+        shard = {"app.kubernetes.io/component": "cube", "elasticctr.io/cube-shard": name[5:]}
+        assert budgets[name]["maxUnavailable"] == 1
+        assert budgets[name]["selector"]["matchLabels"].items() >= shard.items()
+        pod = spec["spec"]["template"]
+        assert pod["metadata"]["labels"].items() >= shard.items()
+        (preferred,) = pod["spec"]["affinity"]["podAntiAffinity"][
+            "preferredDuringSchedulingIgnoredDuringExecution"
+        ]
+        term = preferred["podAffinityTerm"]
+        assert term["topologyKey"] == "kubernetes.io/hostname"
+        assert term["labelSelector"]["matchLabels"].items() >= shard.items()
+
+
 def test_shard_pods_know_their_shard() -> None:
-    graph = cube_graph(3)
-    pod = graph.one("kubernetes:apps/v1:StatefulSet").inputs["spec"]["template"]["spec"]
-    server, agent = pod["containers"]
-    assert (server["name"], agent["name"]) == ("server", "agent")
-    for container in (server, agent):
-        env = env_of(container)
-        assert env["CUBE_SHARD_NUM"] == "3"
-        assert env["CUBE_SHARD_INDEX"] == {
-            "fieldRef": {"fieldPath": "metadata.labels['apps.kubernetes.io/pod-index']"}
-        }
-    assert "AWS_ENDPOINT_URL" in env_of(agent) and "AWS_ENDPOINT_URL" not in env_of(server)
-    assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8027}
+    graph = cube_graph(3, 2)
+    for s, spec in enumerate(shard_sets(graph)):
+        pod = spec["spec"]["template"]["spec"]
+        server, agent = pod["containers"]
+        assert (server["name"], agent["name"]) == ("server", "agent")
+        for container in (server, agent):
+            env = env_of(container)
+            assert (env["CUBE_SHARD_INDEX"], env["CUBE_SHARD_NUM"]) == (str(s), "3")
+        assert "AWS_ENDPOINT_URL" in env_of(agent) and "AWS_ENDPOINT_URL" not in env_of(server)
+        assert server["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": 8027}
 
 
 def test_stable_dns_even_before_a_first_version() -> None:
@@ -54,9 +111,7 @@ def test_stable_dns_even_before_a_first_version() -> None:
     }
     assert services["cube-headless"]["clusterIP"] == "None"
     assert services["cube-headless"]["publishNotReadyAddresses"] is True
-    assert (
-        graph.one("kubernetes:apps/v1:StatefulSet").inputs["spec"]["serviceName"] == "cube-headless"
-    )
+    assert {s["spec"]["serviceName"] for s in shard_sets(graph)} == {"cube-headless"}
 
 
 def test_transfer_follows_the_models_and_reads_the_shard_list() -> None:
@@ -74,15 +129,21 @@ def test_transfer_follows_the_models_and_reads_the_shard_list() -> None:
 
 
 def test_config_hash_changes_with_the_shard_list() -> None:
-    hashes = {cube_graph(n).one("elasticctr:cube:Cube").outputs["config_hash"] for n in (2, 3)}
-    assert len(hashes) == 2
+    hashes = {
+        cube_graph(n, r).one("elasticctr:cube:Cube").outputs["config_hash"]
+        for n, r in ((2, 1), (3, 1), (3, 2))
+    }
+    assert len(hashes) == 3
 
 
 def test_cube_conf_routes_key_mod_shard() -> None:
-    conf = cube_conf("ns", 4)
-    assert conf["dict_name"] == "ctr_embedding" and conf["shard"] == 4
+    args = CubeArgs(target=None, image="", store=STORE, shards=4)  # type: ignore[arg-type]
+    (conf,) = cube_conf("ns", args)
+    assert conf["dict_name"] == "ctr_embedding" and conf["shard"] == len(conf["nodes"]) == 4
 
 
-def test_zero_shards_fail_before_any_child() -> None:
+def test_zero_shards_or_replicas_fail_before_any_child() -> None:
     with pytest.raises(ValueError, match="shards must be >= 1, got 0"):
         cube_graph(0)
+    with pytest.raises(ValueError, match="replicas must be >= 1, got 0"):
+        cube_graph(2, 0)

@@ -67,7 +67,7 @@ k8s.apps.v1.Deployment(
 # A compliant cube StatefulSet without its shard list: only the stack rule objects.
 k8s.apps.v1.StatefulSet(
     "e2e-lonely-cube",
-    metadata={{"name": "cube", "namespace": "e2e-other"}},
+    metadata={{"name": "cube-0", "namespace": "e2e-other"}},
     spec={{
         "service_name": "cube-headless",
         "replicas": 2,
@@ -171,6 +171,6 @@ def test_a_bad_change_is_rejected(project: Project) -> None:
     assert {t for _, t in found} == {target, lonely}, output
     assert 'image "nginx:latest" uses the tag latest' in output
     assert (
-        'StatefulSet "cube" (e2e-lonely-cube) in namespace e2e-other has no ConfigMap '
+        'StatefulSet "cube-0" (e2e-lonely-cube) in namespace e2e-other has no ConfigMap '
         '"cube-conf" (the shard list serving reads) beside it.'
     ) in output

@@ -12,7 +12,7 @@ stack's life, and a step is skipped when the one it builds on did not pass:
 3. a second `pulumi up --expect-no-changes` changes nothing;
 4. `trainers 2 -> 4`: `pulumi preview --diff` shows the Volcano Job, and nothing else, to be
    replaced; `pulumi up` deletes it, then creates it with 4 trainers and minAvailable 5;
-5. `cube_shards 2 -> 3`: the shard StatefulSet and cube.conf follow;
+5. `cube_shards 2 -> 3`: the shard StatefulSets and cube.conf follow;
 6. `trainers 0`: preview and up fail with the program's message, and nothing changes;
 7. `pulumi destroy` leaves no object of the stack on the API server.
 
@@ -313,8 +313,8 @@ def test_the_training_job_is_a_gang_of_pservers_and_trainers(lifecycle: Lifecycl
 def test_cube_serving_and_their_config_maps(lifecycle: Lifecycle) -> None:
     lifecycle.require("up")
     ns = f"/namespaces/{NAMESPACE}"
-    cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", "cube")
-    assert cube["spec"]["replicas"] == 2
+    cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", "cube-1")  # shard 1 of 2
+    assert cube["spec"]["replicas"] == 1  # the ci stack's cube.replicas
     assert cube["spec"]["serviceName"] == "cube-headless"
     assert cube["spec"]["podManagementPolicy"] == "Parallel"
     containers = {c["name"]: c for c in cube["spec"]["template"]["spec"]["containers"]}
@@ -324,10 +324,10 @@ def test_cube_serving_and_their_config_maps(lifecycle: Lifecycle) -> None:
         "storage": "2Gi"
     }
     conf_map = lifecycle.custom(f"/api/v1{ns}/configmaps", "cube-conf")
-    conf = json.loads(conf_map["data"]["cube.conf"])
-    assert conf["shard"] == 2
-    assert [n["ip"] for n in conf["nodes"]] == [
-        f"cube-{i}.cube-headless.{NAMESPACE}.svc.cluster.local" for i in range(2)
+    (conf,) = json.loads(conf_map["data"]["cube.conf"])  # Paddle Serving's list form
+    assert (conf["shard"], conf["dup"]) == (2, 1)
+    assert [n["ipport_list"] for n in conf["nodes"]] == [
+        f"list://cube-{i}-0.cube-headless.{NAMESPACE}.svc.cluster.local:8027" for i in range(2)
     ]
     serving = lifecycle.custom(f"/apis/apps/v1{ns}/deployments", "serving")
     template = serving["spec"]["template"]
@@ -495,10 +495,17 @@ def test_more_trainers_replace_the_job_and_nothing_else(
 # ---- 5. cube_shards 2 -> 3 -----------------------------------------------------------
 CUBE_PARTS = {
     ("kubernetes:core/v1:ConfigMap", "cube-conf"),
-    ("kubernetes:apps/v1:StatefulSet", "cube-shards"),
+    # Shards 0 and 1 learn the new shard count; shard 2 is new (below).
+    ("kubernetes:apps/v1:StatefulSet", "cube-shard-0"),
+    ("kubernetes:apps/v1:StatefulSet", "cube-shard-1"),
     # Their pod templates carry cube.conf's hash: they roll.
     ("kubernetes:apps/v1:Deployment", "cube-transfer"),
     ("kubernetes:apps/v1:Deployment", "serving-deployment"),
+}
+NEW_SHARD = {
+    ("kubernetes:apps/v1:StatefulSet", "cube-shard-2"),
+    ("kubernetes:core/v1:Service", "cube-shard-2-service"),
+    ("kubernetes:policy/v1:PodDisruptionBudget", "cube-shard-2-budget"),
 }
 
 
@@ -514,7 +521,8 @@ def test_more_cube_shards_follow_in_the_stateful_set_and_cube_conf(
         if (m["kind"], m["metadata"]["name"])
         not in {
             ("ConfigMap", "cube-conf"),
-            ("StatefulSet", "cube"),
+            ("StatefulSet", "cube-0"),
+            ("StatefulSet", "cube-1"),
             ("Deployment", "cube-transfer"),
             ("Deployment", "serving"),
         }
@@ -525,18 +533,24 @@ def test_more_cube_shards_follow_in_the_stateful_set_and_cube_conf(
     _, preview = project.preview_json()
     lifecycle.artifacts["cube-shards-2-to-3.preview.json"] = json.dumps(preview, indent=2)
     changes = {type_and_name(urn): op for urn, (op, _) in changed_steps(preview).items()}
-    assert set(changes) - {(STACK_TYPE, f"elasticctr-{STACK}")} == CUBE_PARTS, changes
+    created = {k for k, op in changes.items() if op == "create"}
+    assert created == NEW_SHARD, changes
+    assert set(changes) - {(STACK_TYPE, f"elasticctr-{STACK}")} - created == CUBE_PARTS, changes
+    for k in list(changes):
+        if k in created:
+            del changes[k]
     project.up()
 
-    cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", "cube")
-    assert cube["spec"]["replicas"] == 3
-    for container in cube["spec"]["template"]["spec"]["containers"]:
-        assert env_of(container)["CUBE_SHARD_NUM"] == "3"
+    for shard in range(3):
+        cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", f"cube-{shard}")
+        for container in cube["spec"]["template"]["spec"]["containers"]:
+            assert env_of(container)["CUBE_SHARD_NUM"] == "3"
+            assert env_of(container)["CUBE_SHARD_INDEX"] == str(shard)
     conf_map = lifecycle.custom(f"/api/v1{ns}/configmaps", "cube-conf")
-    conf = json.loads(conf_map["data"]["cube.conf"])
+    (conf,) = json.loads(conf_map["data"]["cube.conf"])
     assert conf["shard"] == 3
-    assert [n["ip"] for n in conf["nodes"]] == [
-        f"cube-{i}.cube-headless.{NAMESPACE}.svc.cluster.local" for i in range(3)
+    assert [n["ipport_list"] for n in conf["nodes"]] == [
+        f"list://cube-{i}-0.cube-headless.{NAMESPACE}.svc.cluster.local:8027" for i in range(3)
     ]
     digest = kube.digest(conf_map["data"])
     for name, key in (("serving", "cube-conf-sha256"), ("cube-transfer", "config-sha256")):

@@ -552,7 +552,9 @@ def test_workloads_run_on_their_node_pools(stack: str) -> None:
 
     serving_pool = {"elasticctr.io/pool": "serving"}
     assert selector("kubernetes:apps/v1:Deployment", "serving-deployment") == serving_pool
-    assert selector("kubernetes:apps/v1:StatefulSet", "cube-shards") == serving_pool
+    for shard in g.of_type("kubernetes:apps/v1:StatefulSet"):
+        if shard.name.startswith("cube-shard-"):
+            assert selector("kubernetes:apps/v1:StatefulSet", shard.name) == serving_pool
     assert selector("kubernetes:apps/v1:Deployment", "cube-transfer") == serving_pool
     (job,) = g.of_type("kubernetes:batch.volcano.sh/v1alpha1:Job")
     for task in job.inputs["spec"]["tasks"]:

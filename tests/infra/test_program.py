@@ -67,7 +67,8 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
         "elasticctr:storage:ObjectStorage": 8,
         "elasticctr:hdfs:Hdfs": 7,
         "elasticctr:mlflow:Mlflow": 5,
-        "elasticctr:cube:Cube": 10,
+        # per shard (2 in dev): a StatefulSet, a Service and a PodDisruptionBudget
+        "elasticctr:cube:Cube": 15,
         "elasticctr:training:PsJob": 4,
         "elasticctr:serving:Serving": 5,
     }
@@ -195,13 +196,18 @@ def test_cube_shards_change_touches_cube_and_serving_only() -> None:
         (r.type, r.name): r for r in run_stack("dev", {"elasticctr:cube_shards": "3"}).resources
     }
     changed = {name for (_, name) in before if before[_, name].inputs != after[_, name].inputs}
-    # The shard list, the shard servers, and the pods that read the list (they roll).
-    assert changed == {"cube-conf", "cube-shards", "cube-transfer", "serving-deployment"}
-    shards = after[("kubernetes:apps/v1:StatefulSet", "cube-shards")]
-    conf = json.loads(
+    added = {name for (_, name) in after.keys() - before.keys()}
+    # The shard list, the shard servers (they know the shard count), and the pods that
+    # read the list (they roll); shard 2 is new.
+    assert changed == {
+        "cube-conf", "cube-shard-0", "cube-shard-1", "cube-transfer", "serving-deployment"
+    }  # fmt: skip
+    assert added == {"cube-shard-2", "cube-shard-2-service", "cube-shard-2-budget"}
+    (conf,) = json.loads(
         after[("kubernetes:core/v1:ConfigMap", "cube-conf")].inputs["data"]["cube.conf"]
     )
-    assert shards.inputs["spec"]["replicas"] == conf["shard"] == len(conf["nodes"]) == 3
+    shards = [r for (t, n), r in after.items() if t.endswith("StatefulSet") and "cube" in n]
+    assert len(shards) == conf["shard"] == len(conf["nodes"]) == 3
 
 
 def test_configmaps_change_in_place_on_every_cloud(stack_graph: tuple[str, harness.Graph]) -> None:

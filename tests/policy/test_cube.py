@@ -18,37 +18,38 @@ from tests.policy.support import (
 from tests.support.stacks import graph
 
 RULE = "cube-shards-match"
-STS = ("kubernetes:apps/v1:StatefulSet", "cube-shards")
+STS = ("kubernetes:apps/v1:StatefulSet", "cube-shard-0")  # shard 0 of 2 in dev
 CONF = ("kubernetes:core/v1:ConfigMap", "cube-conf")
 
 
 def _conf(inputs: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(inputs["data"]["cube.conf"])
+    (conf,) = json.loads(inputs["data"]["cube.conf"])  # Paddle's form: a list of dicts
+    return conf  # type: ignore[no-any-return]
 
 
 def _set_conf(inputs: dict[str, Any], conf: dict[str, Any]) -> None:
-    inputs["data"]["cube.conf"] = json.dumps(conf)
+    inputs["data"]["cube.conf"] = json.dumps([conf])
 
 
 def test_the_rule_looks_for_what_the_program_names() -> None:
     assert cube_rule.DEFAULTS["configMap"] == cube_component.CONFIG_MAP
     sts = graph("dev").one(*STS)
-    assert sts.inputs["metadata"]["name"] == cube_rule.DEFAULTS["statefulSet"]
+    assert sts.inputs["metadata"]["name"] == f"{cube_rule.DEFAULTS['statefulSet']}-0"
 
 
 def test_the_dev_stack_passes_and_is_really_checked() -> None:
     dev = graph("dev")
     assert stack_violations(RULE, policy_resources(dev.resources)) == []
-    # The same graph with one replica more fails: the rule found the program's pair.
+    # The same graph with one replica more fails: the rule found the program's shards.
     changed = replace_inputs(dev, {STS: lambda i: i["spec"].update(replicas=3)})
     found = stack_violations(RULE, policy_resources(changed))
-    assert found[0] == (
-        'StatefulSet "cube" runs 3 shard pods, but ConfigMap "cube-conf" cube.conf says shard 2 '
-        "and lists 2 nodes. All three must be equal (config cube_shards).",
-        dev.one(*STS).urn,
-    )
-    # ... and its pods' CUBE_SHARD_NUM (server, agent) still says 2.
-    assert len(found) == 3
+    assert found == [
+        (
+            'StatefulSet "cube-0" runs 3 replicas, but ConfigMap "cube-conf" cube.conf says '
+            "dup 1 (config cube.replicas).",
+            dev.one(*STS).urn,
+        )
+    ]
 
 
 def test_a_shard_list_with_fewer_nodes_fails() -> None:
@@ -59,7 +60,9 @@ def test_a_shard_list_with_fewer_nodes_fails() -> None:
 
     changed = replace_inputs(graph("dev"), {CONF: drop_node})
     [(message, _)] = stack_violations(RULE, policy_resources(changed))
-    assert "says shard 2 and lists 1 nodes" in message
+    assert "says shard 2 and lists 1 nodes, but 2 shard StatefulSets run (cube-0, cube-1)" in (
+        message
+    )
 
 
 def test_nodes_out_of_order_fail() -> None:
@@ -70,11 +73,22 @@ def test_nodes_out_of_order_fail() -> None:
 
     changed = replace_inputs(graph("dev"), {CONF: swap})
     messages = [m for m, _ in stack_violations(RULE, policy_resources(changed))]
-    assert len(messages) == 2
+    assert len(messages) == 4  # each node's replicas and Service
     assert messages[0].startswith(
-        'ConfigMap "cube-conf" cube.conf node 0 is "cube-1.cube-headless.elasticctr-dev.svc.'
-        'cluster.local", not pod "cube-0"'
+        'ConfigMap "cube-conf" cube.conf node 0 lists ["cube-1-0.cube-headless.elasticctr-dev.'
+        'svc.cluster.local"], not cube-0-0: keys k % shard == 0 would go to another shard.'
     )
+
+
+def test_replicas_listed_for_another_shard_fail() -> None:
+    def wrong(inputs: dict[str, Any]) -> None:
+        conf = _conf(inputs)
+        conf["nodes"][1]["ipport_list"] = conf["nodes"][0]["ipport_list"]
+        _set_conf(inputs, conf)
+
+    changed = replace_inputs(graph("dev"), {CONF: wrong})
+    [(message, _)] = stack_violations(RULE, policy_resources(changed))
+    assert "node 1 lists" in message and "not cube-1-0" in message
 
 
 def test_a_shard_count_env_that_disagrees_fails() -> None:
@@ -87,7 +101,7 @@ def test_a_shard_count_env_that_disagrees_fails() -> None:
     changed = replace_inputs(graph("dev"), {STS: env})
     messages = [m for m, _ in stack_violations(RULE, policy_resources(changed))]
     assert len(messages) == 2  # server and agent
-    assert "has CUBE_SHARD_NUM=5, but runs 2 shard pods" in messages[0]
+    assert "has CUBE_SHARD_NUM=5, but it runs shard 0 of 2" in messages[0]
 
 
 def test_a_shard_list_that_is_not_json_fails() -> None:
@@ -102,7 +116,7 @@ def test_a_stateful_set_without_its_shard_list_fails() -> None:
     without = [r for r in dev.resources if (r.type, r.name) != CONF]
     assert stack_violations(RULE, policy_resources(without)) == [
         (
-            'StatefulSet "cube" (cube-shards) in namespace elasticctr-dev has no ConfigMap '
+            'StatefulSet "cube-0" (cube-shard-0) in namespace elasticctr-dev has no ConfigMap '
             '"cube-conf" (the shard list serving reads) beside it.',
             dev.one(*STS).urn,
         )
@@ -119,7 +133,7 @@ def test_unknown_values_are_not_judged_during_preview() -> None:
 @pytest.mark.parametrize("config", [{"statefulSet": "other"}, {"configMap": "other"}])
 def test_names_come_from_policy_config(config: dict[str, str]) -> None:
     changed = replace_inputs(graph("dev"), {STS: lambda i: i["spec"].update(replicas=3)})
-    # Looking for other names, the rule sees only half of a pair.
+    # Looking for other names, the rule sees only part of the group.
     found = stack_violations(RULE, policy_resources(changed), config)
     assert [m for m, _ in found if "beside it" in m]
-    assert not [m for m, _ in found if "runs 3 shard pods" in m]
+    assert not [m for m, _ in found if "runs 3 replicas" in m]

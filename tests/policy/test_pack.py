@@ -198,8 +198,8 @@ def test_a_broken_shard_list_is_rejected_at_stack_level(
 ) -> None:
     from tests.policy.support import replace_inputs
 
-    sts = ("kubernetes:apps/v1:StatefulSet", "cube-shards")
-    changed = replace_inputs(graph("dev"), {sts: lambda i: i["spec"].update(replicas=1)})
+    sts = ("kubernetes:apps/v1:StatefulSet", "cube-shard-1")
+    changed = replace_inputs(graph("dev"), {sts: lambda i: i["spec"].update(replicas=2)})
     diagnostics = analyze_stack(analyzer, changed)
     assert {d.policyName for d in diagnostics} == {"cube-shards-match"}
     assert diagnostics[0].urn == graph("dev").one(*sts).urn

@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -143,14 +145,20 @@ def run_logs(args, outputs: StackOutputs) -> int:
 
     namespace = outputs.get(args.namespace, NAMESPACE, "--namespace")
     job = outputs.get(args.job, TRAINING_JOB, "--job")
-    kubeconfig = args.kubeconfig
-    if not kubeconfig and outputs.values.get(KUBECONFIG):
-        # A cluster the stack created: its kubeconfig is a (secret) stack output.
-        path = Path(os.environ.get("TMPDIR", "/tmp")) / f"elasticctr-{os.getpid()}.kubeconfig"
-        path.write_text(str(outputs.values[KUBECONFIG]))
-        path.chmod(0o600)
-        kubeconfig = str(path)
-    return follow_logs(api_client(kubeconfig, args.context), namespace, job, args.tail, args.wait)
+    stack_kubeconfig = outputs.values.get(KUBECONFIG)
+    if args.kubeconfig or not stack_kubeconfig:
+        api = api_client(args.kubeconfig, args.context)
+        return follow_logs(api, namespace, job, args.tail, args.wait)
+    # A cluster the stack created: its kubeconfig (a secret stack output) stays in memory;
+    # the key files the Kubernetes client needs for TLS live in a private directory that
+    # goes away when the command ends, by Ctrl-C or SIGTERM too.
+    import yaml
+
+    config_dict = yaml.safe_load(str(stack_kubeconfig))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+    with tempfile.TemporaryDirectory(prefix="elasticctr-logs-") as key_dir:
+        api = api_client(None, args.context, config_dict, key_dir)
+        return follow_logs(api, namespace, job, args.tail, args.wait)
 
 
 def run_status(args, outputs: StackOutputs) -> int:

@@ -13,14 +13,25 @@ import queue
 import sys
 import threading
 import time
+from typing import Any
 
 TRANSFER_SELECTOR = "app.kubernetes.io/component=cube-transfer"
 
 
-def api_client(kubeconfig: str | None, context: str | None):
+def api_client(
+    kubeconfig: str | None,
+    context: str | None,
+    config_dict: dict[str, Any] | None = None,
+    key_dir: str | None = None,
+) -> Any:
+    """A CoreV1Api from a kubeconfig file, or from `config_dict` (a kubeconfig held in
+    memory only: the Kubernetes client writes the certificate and key data it holds to
+    files for TLS, here in `key_dir`, which the caller removes)."""
     from kubernetes import client, config
 
-    if kubeconfig or context:
+    if config_dict is not None:
+        config.load_kube_config_from_dict(config_dict, context=context, temp_file_path=key_dir)
+    elif kubeconfig or context:
         config.load_kube_config(config_file=kubeconfig, context=context)
     else:
         try:

@@ -17,11 +17,12 @@ import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
+from elasticctr_common.lines import BadLine, split_line
+
 from .endpoints import unreachable_hint
 from .progress import Progress
 
 INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
-MAX_FEASIGN = 2**64 - 1
 
 
 class PredictError(Exception):
@@ -49,27 +50,19 @@ class Summary:
 
 
 def parse_line(line: str, number: int, slots: set[str] | None) -> Example | str:
-    """An Example, or the reason the line is skipped."""
-    fields = line.split()
-    if len(fields) < 3:
-        return "no feasigns" if len(fields) == 2 else "missing show/click"
+    """An Example, or the reason the line is skipped (the trainer's reading of lines,
+    elasticctr_common.lines, so both skip the same lines for the same reasons)."""
     try:
-        show, click = int(fields[0]), int(fields[1])
-    except ValueError:
-        return "non-integer show/click"
-    if show < 0 or click < 0 or click > show:
-        return "show/click out of range"
+        parsed = split_line(line)
+    except BadLine as bad:
+        return bad.reason
     grouped: dict[str, list[int]] = {}
-    for token in fields[2:]:
-        feasign, sep, slot = token.partition(":")
-        if not sep or not feasign.isdigit() or not slot.isdigit():
-            return "malformed feasign:slot"
-        if int(feasign) > MAX_FEASIGN:
-            return "feasign out of uint64 range"
-        if slots is not None and slot not in slots:
-            return f"unknown slot {slot}"
-        grouped.setdefault(slot, []).append(int(feasign))
-    return Example(number, 1 if click > 0 else 0, grouped)
+    for feasign, slot in parsed.features:
+        name = str(slot)
+        if slots is not None and name not in slots:
+            return f"unknown slot {name}"
+        grouped.setdefault(name, []).append(feasign)
+    return Example(number, parsed.label, grouped)
 
 
 def read_examples(lines: Iterable[str], slots: set[str] | None, summary: Summary) -> Iterator:

@@ -20,7 +20,7 @@ from typing import Any
 from elasticctr_common.storage import open_store
 
 from .cliargs import env_option
-from .httpjson import ApiError, HttpCallError, call, serve
+from .httpjson import ApiError, Handler, HttpCallError, call, serve
 from .manifest import read_current, read_manifest
 from .shardfile import sha256_of
 
@@ -53,9 +53,10 @@ class Agent:
         self._work = threading.Lock()  # one fetch + load at a time
         self._prepares: dict[int, dict[str, Any]] = {}
         self._aborted: set[int] = set()
+        self._working: set[int] = set()  # versions a worker is preparing (or queued for)
 
     # -- the server -------------------------------------------------------------------
-    def server(self, method: str, path: str, body: Any = None, timeout: float = 10.0):
+    def server(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
         code, answer = call(method, self.server_url + path, body, timeout)
         if code >= 400 and path != "/readyz":
             raise ApiError(code, f"cube-server {path}: {(answer or {}).get('error', code)}")
@@ -70,12 +71,13 @@ class Agent:
         with self._lock:
             self._aborted.discard(version)
             state = self._prepares.get(version)
-            if state and state["state"] in IN_PROGRESS:
+            if state and state["state"] in IN_PROGRESS and version in self._working:
                 return dict(state)
             state = {"version": version, "state": "queued", "error": None, "started": time.time()}
             self._prepares[version] = state
             for old in sorted(self._prepares)[:-KEEP_PREPARES]:
                 del self._prepares[old]
+            self._working.add(version)
         threading.Thread(target=self._prepare, args=(version,), daemon=True).start()
         return dict(state)
 
@@ -90,19 +92,32 @@ class Agent:
                 raise AgentError(f"version {version}: aborted")
 
     def _prepare(self, version: int) -> None:
-        with self._work:
-            try:
-                self._check_abort(version)
-                self.prepare_now(version)
-            except Exception as err:  # storage clients raise their own types: all fail the prepare
-                with self._lock:
-                    aborted = version in self._aborted
-                message = str(err) if isinstance(err, AgentError | ApiError) else _describe(err)
-                self._set(version, "aborted" if aborted else "failed", message)
-                log.warning("prepare of version %s failed: %s", version, err)
-                self.cleanup()
-            else:
-                self._set(version, "ready")
+        try:
+            with self._work:
+                self._run(version)
+        finally:
+            with self._lock:
+                self._working.discard(version)
+
+    def _run(self, version: int, switch: bool = False) -> bool:
+        """Fetch, verify and load `version` (and switch to it): the prepare state ends
+        ready, failed or aborted, whoever asked (the transfer, or a restore). The caller
+        holds `_work`."""
+        try:
+            self._check_abort(version)
+            self.prepare_now(version)
+            if switch:
+                self.server("POST", "/control/switch", {"version": version})
+        except Exception as err:  # storage clients raise their own types: all fail the prepare
+            with self._lock:
+                aborted = version in self._aborted
+            message = str(err) if isinstance(err, AgentError | ApiError) else _describe(err)
+            self._set(version, "aborted" if aborted else "failed", message)
+            log.warning("prepare of version %s failed: %s", version, err)
+            self.cleanup()
+            return False
+        self._set(version, "ready")
+        return True
 
     def prepare_now(self, version: int) -> None:
         """Fetch, verify and load `version` (caller holds no lock; raises on failure)."""
@@ -155,7 +170,7 @@ class Agent:
 
     # -- switch, abort, unload --------------------------------------------------------
     def switch(self, version: int) -> dict[str, Any]:
-        answer = self.server("POST", "/control/switch", {"version": version})
+        answer: dict[str, Any] = self.server("POST", "/control/switch", {"version": version})
         self.cleanup()
         return answer
 
@@ -164,7 +179,7 @@ class Agent:
             self._aborted.add(version)
             if version in self._prepares and self._prepares[version]["state"] in IN_PROGRESS:
                 self._prepares[version].update(state="aborted", error="aborted")
-        status = self.server("GET", "/control/status")
+        status = self.server("GET", "/control/status", timeout=2.0)
         result = "nothing held"
         if status["bg_version"] == version or (status.get("load") or {}).get("version") == version:
             result = self.server("POST", "/control/unload", {"version": version})["result"]
@@ -172,7 +187,7 @@ class Agent:
         return {"result": result, "version": version}
 
     def unload(self, version: int) -> dict[str, Any]:
-        answer = self.server("POST", "/control/unload", {"version": version})
+        answer: dict[str, Any] = self.server("POST", "/control/unload", {"version": version})
         self.cleanup()
         return answer
 
@@ -198,19 +213,33 @@ class Agent:
         if status["cur_version"] is not None or not self._work.acquire(blocking=False):
             return None
         try:
-            committed = read_current(self.cube_store)
-            if committed is None:
-                return None
-            log.warning("server holds no version: restoring committed version %s", committed)
-            self.prepare_now(committed)
-            self.server("POST", "/control/switch", {"version": committed})
-            self.cleanup()
-            return committed
-        except Exception as err:  # any failure: try again at the next interval
+            return self._restore()
+        except Exception as err:  # the store is unreachable: try again at the next interval
             log.warning("restore failed (will retry): %s", _describe(err))
             return None
         finally:
             self._work.release()
+
+    def _restore(self) -> int | None:
+        committed = read_current(self.cube_store)
+        if committed is None:
+            return None
+        log.warning("server holds no version: restoring committed version %s", committed)
+        with self._lock:
+            self._aborted.discard(committed)
+            mine = committed not in self._working
+            self._working.add(committed)
+        try:
+            # The prepare state of `committed` ends ready (or failed) here too: a later
+            # rollout to it must not wait for a prepare nobody is doing (issue 13, item 3).
+            if not self._run(committed, switch=True):
+                return None
+        finally:
+            if mine:
+                with self._lock:
+                    self._working.discard(committed)
+        self.cleanup()
+        return committed
 
     def status(self) -> dict[str, Any]:
         try:
@@ -218,7 +247,10 @@ class Agent:
         except (ApiError, HttpCallError) as err:
             server = {"error": str(err)}
         with self._lock:
-            prepares = {str(v): dict(p) for v, p in self._prepares.items()}
+            # "active": a worker is on it; a state in progress without one is stale.
+            prepares = {
+                str(v): {**p, "active": v in self._working} for v, p in self._prepares.items()
+            }
         return {
             "shard": self.shard,
             "shard_num": self.shard_num,
@@ -238,7 +270,7 @@ def _version(body: dict[str, Any]) -> int:
         raise ApiError(400, 'needs "version": an integer') from None
 
 
-def routes(agent: Agent):
+def routes(agent: Agent) -> dict[tuple[str, str], Handler]:
     return {
         ("GET", "/healthz"): lambda _: (200, {"status": "ok"}),
         ("GET", "/agent/status"): lambda _: (200, agent.status()),

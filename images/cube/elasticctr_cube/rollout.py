@@ -1,16 +1,19 @@
-"""The two-phase, all-or-nothing switch of a cube version over every shard's agent.
+"""The two-phase, all-or-nothing switch of a cube version over the agent of every replica
+of every shard (the participants; one per cube-server).
 
 Phase 1 (prepare): every agent fetches, verifies and loads version V beside the one it
 serves. Any failure (fetch, checksum, load, an agent or server that stops answering, a
 timeout) aborts: every agent drops V, and the previous version never stopped serving.
-Phase 2 (switch): every shard switches to V, an instant pointer swap on each server. If
-a shard fails to switch, the shards that did are switched back and V is dropped.
+Phase 2 (switch): every server switches to V, an instant pointer swap on each. If one
+fails to switch, those that did are switched back and V is dropped.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,26 +25,36 @@ log = logging.getLogger("cube-transfer")
 UNREACHABLE_POLLS = 3  # consecutive failed status polls before an agent counts as lost
 
 
+ROLLOUT = "rollout"  # the key of an error of the rollout as a whole
+
+
 @dataclass
 class Rollout:
-    """One attempt to switch every shard to `version`; `shards` holds each shard's state."""
+    """One attempt to switch every server to `version`; `shards` holds each participant's
+    state by its name ("shard 1", or "shard 1 replica 0" with replicas)."""
 
     version: int
     previous: int | None
     phase: str = "preparing"
-    shards: dict[int, str] = field(default_factory=dict)
-    errors: dict[int, str] = field(default_factory=dict)
+    shards: dict[str, str] = field(default_factory=dict)
+    errors: dict[str, str] = field(default_factory=dict)
+    started: float = field(default_factory=time.monotonic)
+    drained: float = 0.0  # seconds spent waiting for readers to leave a held version
+    drain_warning: str | None = None
 
     def error_text(self) -> str:
-        return "; ".join(f"shard {s}: {e}" for s, e in sorted(self.errors.items()))
+        return "; ".join(f"{name}: {e}" for name, e in sorted(self.errors.items()))
 
     def to_json(self) -> dict[str, Any]:
         return {
             "version": self.version,
             "previous": self.previous,
             "phase": self.phase,
-            "shards": {str(s): st for s, st in sorted(self.shards.items())},
-            "errors": {str(s): e for s, e in sorted(self.errors.items())},
+            "shards": dict(sorted(self.shards.items())),
+            "errors": dict(sorted(self.errors.items())),
+            "seconds": round(time.monotonic() - self.started, 3),
+            "drained_seconds": self.drained,
+            "drain_warning": self.drain_warning,
         }
 
 
@@ -51,46 +64,65 @@ class RolloutRunner:
         conf: CubeConf,
         *,
         prepare_timeout: float = 600.0,
+        rollout_timeout: float = 900.0,
         request_timeout: float = 10.0,
         hold_before_switch: float = 0.0,
+        reader_quiet: float = 2.0,
+        drain_timeout: float = 60.0,
     ) -> None:
         self.conf = conf
         self.prepare_timeout = prepare_timeout
+        # The whole rollout, before its abort (which takes at most one request_timeout):
+        # how long it can hold the transfer's lock (no other rollout nor rollback meanwhile).
+        self.rollout_timeout = rollout_timeout
         self.request_timeout = request_timeout
         self.hold_before_switch = hold_before_switch
-        self._pool = ThreadPoolExecutor(max_workers=max(1, conf.shard), thread_name_prefix="agent")
+        # A held version read within `reader_quiet` seconds has readers (serving pinned to
+        # it): it is not dropped, for at most `drain_timeout` seconds (docs/cube.md).
+        self.reader_quiet, self.drain_timeout = reader_quiet, drain_timeout
+        replicated = conf.dup > 1
+        # Every cube-server by name, with the URL of its agent.
+        self.agents = {
+            (f"shard {s} replica {r}" if replicated else f"shard {s}"): node.agent_url
+            for s, r, node in conf.servers()
+        }
+        self._pool = ThreadPoolExecutor(
+            max_workers=min(32, len(self.agents)), thread_name_prefix="agent"
+        )
 
-    def agent(self, shard: int, method: str, path: str, body: Any = None) -> Any:
-        url = self.conf.nodes[shard].agent_url + path
+    def agent(self, name: str, method: str, path: str, body: Any = None) -> Any:
+        url = self.agents[name] + path
         code, answer = call(method, url, body, self.request_timeout)
         if code >= 400:
             raise HttpCallError(f"{url}: HTTP {code}: {(answer or {}).get('error', answer)}")
         return answer
 
-    def each(self, fn) -> dict[int, Exception | None]:
-        """Run fn(shard) on every shard in parallel; the exception of each, or None."""
+    def each(self, fn: Callable[[str], object]) -> dict[str, Exception | None]:
+        """Run fn(name) on every participant in parallel; the exception of each, or None."""
 
-        def guarded(shard: int) -> Exception | None:
+        def guarded(name: str) -> Exception | None:
             try:
-                fn(shard)
-            except Exception as err:  # collected and reported per shard
+                fn(name)
+            except Exception as err:  # collected and reported per participant
                 return err
             return None
 
-        return dict(
-            zip(
-                range(self.conf.shard), self._pool.map(guarded, range(self.conf.shard)), strict=True
-            )
-        )
+        names = list(self.agents)
+        return dict(zip(names, self._pool.map(guarded, names), strict=True))
 
     def run(self, r: Rollout) -> bool:
-        """Prepare, hold, switch; True when every shard serves r.version."""
+        """Drain, prepare, hold, switch; True when every server serves r.version."""
+        self._drain(r)
         if not self._prepare(r):
             self._abort(r)
             return False
         if self.hold_before_switch > 0:
             r.phase = "holding"
-            time.sleep(self.hold_before_switch)
+            time.sleep(min(self.hold_before_switch, max(0.0, self._left(r))))
+        if self._left(r) <= 0:
+            r.errors[ROLLOUT] = f"rollout not done within --rollout-timeout {self.rollout_timeout}s"
+            self._abort(r)
+            return False
         r.phase = "switching"
         failures = self.each(
             lambda s: self.agent(s, "POST", "/agent/switch", {"version": r.version})
@@ -119,7 +151,8 @@ class RolloutRunner:
             else:
                 r.shards[s], r.errors[s] = "failed", f"prepare not accepted: {err}"
         misses = dict.fromkeys(pending, 0)
-        deadline = time.monotonic() + self.prepare_timeout
+        timeout = min(self.prepare_timeout, self._left(r))
+        deadline = time.monotonic() + timeout
         while pending and not r.errors and time.monotonic() < deadline:
             time.sleep(0.05)
             for s in sorted(pending):
@@ -139,9 +172,70 @@ class RolloutRunner:
                 elif r.shards[s] in ("failed", "aborted"):
                     r.errors[s] = state.get("error") or r.shards[s]
                     pending.discard(s)
+                elif state.get("active") is False:  # a stale state: nobody is preparing it
+                    r.errors[s] = f"the agent reports {r.shards[s]} but no longer prepares it"
+                    pending.discard(s)
         for s in pending:
-            r.errors.setdefault(s, f"not ready after {self.prepare_timeout}s (state {r.shards[s]})")
+            r.errors.setdefault(s, f"not ready after {timeout:.0f}s (state {r.shards[s]})")
         return not r.errors
+
+    def read_versions(self) -> dict[int, float | None]:
+        """The held versions that are not current, with the seconds since any server last
+        read each (None: never read); a server that does not answer is skipped."""
+        idle: dict[int, float | None] = {}
+        lock = threading.Lock()
+
+        def look(name: str) -> None:
+            server = self.agent(name, "GET", "/agent/status").get("server") or {}
+            held = server.get("background")
+            if not held or held.get("version") is None:
+                return
+            version, seconds = int(held["version"]), held.get("idle_seconds")
+            with lock:
+                old = idle.get(version)
+                if seconds is None:
+                    idle.setdefault(version, None)
+                else:
+                    idle[version] = seconds if old is None else min(old, seconds)
+
+        self.each(look)
+        return idle
+
+    def _busy(self, keep: int | None) -> dict[int, float]:
+        """Background versions (other than `keep`) read within reader_quiet seconds."""
+        return {
+            v: s
+            for v, s in self.read_versions().items()
+            if v != keep and s is not None and s < self.reader_quiet
+        }
+
+    def _drain(self, r: Rollout) -> None:
+        """Loading r.version replaces each server's background version: first wait until
+        no reader has read it for reader_quiet seconds (serving has moved to the current
+        one), at most drain_timeout. Paddle's cube drops it at once; see docs/cube.md."""
+        r.phase = "draining"
+        deadline = time.monotonic() + min(self.drain_timeout, max(0.0, self._left(r)))
+        while busy := self._busy(r.version):
+            if time.monotonic() >= deadline:
+                r.drain_warning = (
+                    f"version(s) {sorted(busy)} still read after {self.drain_timeout}s: "
+                    "dropped while readers may use them"
+                )
+                log.warning("rollout of %s: %s", r.version, r.drain_warning)
+                break
+            time.sleep(min(0.2, self.reader_quiet / 4))
+        r.drained = round(time.monotonic() - r.started, 3)
+
+    def unload_idle(self, version: int) -> bool:
+        """Unload `version` where it is the background version, unless a reader read it
+        within reader_quiet seconds; True when no server holds it any more."""
+        if version in self._busy(None):
+            return False
+        self.unload_all(version)
+        return True
+
+    def _left(self, r: Rollout) -> float:
+        return r.started + self.rollout_timeout - time.monotonic()
 
     def _revert(self, r: Rollout) -> None:
         """Switch every shard back to the previous version (a no-op where it never left)."""
@@ -170,8 +264,8 @@ class RolloutRunner:
                 log.warning("shard %s: abort of %s not acknowledged: %s", s, r.version, err)
         r.phase = "aborted"
 
-    def switch_all(self, version: int) -> dict[int, Exception | None]:
+    def switch_all(self, version: int) -> dict[str, Exception | None]:
         return self.each(lambda s: self.agent(s, "POST", "/agent/switch", {"version": version}))
 
-    def unload_all(self, version: int) -> dict[int, Exception | None]:
+    def unload_all(self, version: int) -> dict[str, Exception | None]:
         return self.each(lambda s: self.agent(s, "POST", "/agent/unload", {"version": version}))

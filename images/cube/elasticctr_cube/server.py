@@ -16,6 +16,8 @@ from pathlib import Path
 
 from elasticctr_common.cargo import cargo_build
 
+from .cubeconf import DEFAULT_MAX_KEYS
+
 SERVER_DIR = Path(__file__).resolve().parent.parent / "server"
 BINARY_NAME = "cube-server"
 
@@ -47,6 +49,10 @@ def build_server(offline: bool = False) -> str:
     return str(cargo_build(SERVER_DIR, BINARY_NAME, "the native cube-server", offline))
 
 
+def _given(args: list[str], flag: str) -> bool:
+    return any(a == flag or a.startswith(flag + "=") for a in args)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[2:] if argv is None else argv
     try:
@@ -54,8 +60,9 @@ def main(argv: list[str] | None = None) -> int:
     except ServerBinaryError as err:
         raise SystemExit(f"cube-server: {err}") from None
     for flag, env in (("--shard", "CUBE_SHARD_INDEX"), ("--shard-num", "CUBE_SHARD_NUM")):
-        given = any(a == flag or a.startswith(flag + "=") for a in args)
-        if not given and os.environ.get(env):
+        if not _given(args, flag) and os.environ.get(env):
             args = [*args, flag, os.environ[env]]
+    if not _given(args, "--max-keys"):  # the default cube.conf's max_keys says
+        args = [*args, "--max-keys", str(DEFAULT_MAX_KEYS)]
     os.execv(binary, [binary, *args])
     return 1  # not reached

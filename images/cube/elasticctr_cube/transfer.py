@@ -15,6 +15,7 @@ import logging
 import shutil
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from elasticctr_common.versions import DonefileError, Version, read_versions
 from .builder import BuildError, build, publish
 from .cliargs import env_option
 from .cubeconf import CubeConf
-from .httpjson import ApiError, serve
+from .httpjson import ApiError, Handler, serve
 from .manifest import MANIFEST, ManifestError, read_manifest, write_current
 from .rollout import Rollout, RolloutRunner
 
@@ -113,7 +114,7 @@ class Transfer:
             return self._roll(version, entry)
 
     @contextlib.contextmanager
-    def _rolling(self):
+    def _rolling(self) -> Iterator[None]:
         with self._lock:
             self.busy = True
             try:
@@ -155,7 +156,10 @@ class Transfer:
         read_manifest(self.cube_store, version)  # ManifestError: not published
         self.rollout = rollout = Rollout(version, previous)
         ok = self.runner.run(rollout)
-        entry["shards"] = {str(s): st for s, st in rollout.shards.items()}
+        entry["shards"] = dict(rollout.shards)
+        entry["drained_seconds"] = rollout.drained
+        if rollout.drain_warning:
+            entry["drain_warning"] = rollout.drain_warning
         if not ok:
             return self._record(entry, "aborted", rollout.error_text())
         write_current(self.cube_store, version)
@@ -163,12 +167,13 @@ class Transfer:
         self._record(entry, "committed", None)
         self._prune()
         if previous is not None and self.unload_previous_after >= 0:
-            timer = threading.Timer(
-                self.unload_previous_after, self._unload_previous, (version, previous)
-            )
-            timer.daemon = True
-            timer.start()
+            self._schedule_unload(self.unload_previous_after, version, previous)
         return "committed"
+
+    def _schedule_unload(self, after: float, committed: int, previous: int) -> None:
+        timer = threading.Timer(after, self._unload_previous, (committed, previous))
+        timer.daemon = True
+        timer.start()
 
     def _record(self, entry: dict[str, Any], result: str, error: str | None) -> str:
         finished = time.time()
@@ -187,9 +192,17 @@ class Transfer:
         return result
 
     def _unload_previous(self, committed: int, previous: int) -> None:
+        """Unload the previous version once no reader uses it (else look again later)."""
         with self._lock:  # after a rollout in progress, if any; then committed has moved on
-            if self.state["committed"] == committed:
-                self.runner.unload_all(previous)
+            if self.state["committed"] != committed:
+                return
+            try:
+                done = self.runner.unload_idle(previous)
+            except Exception as err:  # an agent down: the next rollout replaces it anyway
+                log.warning("unload of previous version %s failed: %s", previous, err)
+                return
+        if not done:
+            self._schedule_unload(self.runner.reader_quiet, committed, previous)
 
     def _prune(self) -> None:
         """Delete published versions older than the last `keep` committed ones."""
@@ -224,10 +237,11 @@ class Transfer:
             "last_seen_donefile_id": self.state["last_seen"],
             "kept_versions": self.kept_versions(),
             "shards": self.conf.shard,
+            "replicas": self.conf.dup,
         }
 
 
-def routes(t: Transfer):
+def routes(t: Transfer) -> dict[tuple[str, str], Handler]:
     def rollback(body: dict[str, Any]) -> tuple[int, Any]:
         try:
             version = int(body["version"])
@@ -235,7 +249,13 @@ def routes(t: Transfer):
         except (KeyError, TypeError, ValueError) as err:
             raise ApiError(400, f'rollback needs "version" of a kept version ({err})') from None
         if t.busy:
-            raise ApiError(409, "a rollout is in progress")
+            r = t.rollout
+            doing = f" of version {r.version} ({r.phase}, {r.to_json()['seconds']}s)" if r else ""
+            raise ApiError(
+                409,
+                f"a rollout{doing} is in progress; it ends within --rollout-timeout "
+                f"{t.runner.rollout_timeout}s",
+            )
         threading.Thread(target=t.rollback, args=(version,), daemon=True).start()
         return 202, {"result": "started", "version": version}
 
@@ -266,6 +286,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--poll-seconds", type=float, default=10.0)
     p.add_argument("--prepare-timeout", type=float, default=600.0)
     p.add_argument(
+        "--rollout-timeout",
+        type=float,
+        default=900.0,
+        help="seconds a rollout may take in all (then it aborts): how long it can hold "
+        "off the next rollout or a rollback",
+    )
+    p.add_argument(
         "--hold-before-switch",
         type=float,
         default=0.0,
@@ -278,13 +305,30 @@ def main(argv: list[str] | None = None) -> int:
         help="seconds the previous version stays loaded after a switch (-1: until "
         "the next rollout), for readers still pinned to it",
     )
+    p.add_argument(
+        "--reader-quiet",
+        type=float,
+        default=2.0,
+        help="a held version read within this many seconds has readers: it stays loaded",
+    )
+    p.add_argument(
+        "--drain-timeout",
+        type=float,
+        default=60.0,
+        help="seconds a rollout waits for readers to leave the version it replaces",
+    )
     p.add_argument("--max-attempts", type=int, default=3)
     p.add_argument("--retry-seconds", type=float, default=30.0)
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s cube-transfer %(message)s")
     conf = CubeConf.load(args.cube_conf)
     runner = RolloutRunner(
-        conf, prepare_timeout=args.prepare_timeout, hold_before_switch=args.hold_before_switch
+        conf,
+        prepare_timeout=args.prepare_timeout,
+        rollout_timeout=args.rollout_timeout,
+        hold_before_switch=args.hold_before_switch,
+        reader_quiet=args.reader_quiet,
+        drain_timeout=args.drain_timeout,
     )
     transfer = Transfer(
         model_uri=args.model_uri,

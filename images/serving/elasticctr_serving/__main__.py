@@ -59,7 +59,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=30.0,
         help="a rejected version is tried again after this long",
     )
-    p.add_argument("--cube-timeout", type=float, default=2.0, help="seconds per cube lookup")
+    p.add_argument(
+        "--cube-timeout",
+        type=float,
+        default=None,
+        help="seconds per cube lookup (default: cube.conf's timeout)",
+    )
     args = p.parse_args(argv)
     if not args.model_uri:
         p.error("--model-uri (or MODEL_URI) is required")

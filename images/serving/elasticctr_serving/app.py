@@ -116,6 +116,12 @@ class ServingApp:
             parse_started = time.perf_counter()
             parsed = parse_request(body, model.space, self.max_instances, plain)
             self.metrics.stage_seconds.inc(time.perf_counter() - parse_started, "parse")
+            if len(parsed.keys) > self.batcher.max_keys:
+                raise BadRequest(
+                    f"{len(parsed.keys)} feasigns in one request, more than the limit "
+                    f"{self.batcher.max_keys} (the keys cube takes in one lookup)",
+                    413,
+                )
             future = self.batcher.submit(parsed, model)
             queued = True
             return answer(await future)
@@ -154,9 +160,13 @@ class ServingApp:
             },
             "cube": {
                 "shards": self.manager.cube_conf.shard,
+                "replicas": self.manager.cube_conf.dup,
+                "max_keys": self.batcher.max_keys,
                 "seeks": stats.seeks,
                 "keys": stats.keys,
                 "missing_keys": stats.missing_keys,
+                "retries": stats.retries,
+                "hedges": stats.hedges,
             },
         }
         return _json(body)

@@ -3,9 +3,15 @@ batch does one cube lookup (one binary request per shard, pinned to the model's 
 and one predictor run.
 
 A worker takes the oldest request, then every request already queued, up to
-`max_batch` instances. It waits for more, at most `max_wait` after the oldest was
-queued, only while requests are known to be arriving (an HTTP handler has started one
-and not queued it yet): a lone request never waits, and under load batches fill up.
+`max_batch` instances and `max_keys` keys (cube's keys per lookup, from cube.conf: a
+batch's lookup never exceeds what a cube-server takes). It waits for more, at most
+`max_wait` after the oldest was queued, only while requests are known to be arriving (an
+HTTP handler has started one and not queued it yet): a lone request never waits, and
+under load batches fill up.
+
+One request must not fail the others: a batch of several requests that fails for any
+reason but cube being unavailable runs again one request at a time, so that each gets
+its own answer or its own error.
 
 Each batch takes the active model once (`models.active()`) and uses its version for the
 cube lookup and its predictor for the run, so no response mixes versions. If cube no
@@ -29,9 +35,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from elasticctr_cube.client import CubeClient, CubeError, CubeVersionError
+from elasticctr_cube.client import CubeClient, CubeError, CubeRequestError, CubeVersionError
 
-from .instances import Parsed, merge
+from .instances import BadRequest, Parsed, merge
 from .metrics import ServingMetrics
 from .model import DenseModel
 from .native import parser
@@ -100,6 +106,7 @@ class Batcher:
         self.cube, self.active, self.on_version_error = cube, active, on_version_error
         self.metrics = metrics
         self.max_batch, self.max_wait = max_batch, max_wait
+        self.max_keys = cube.conf.max_keys  # per request (app.py) and per batch
         self.arriving = 0  # requests being received or parsed by the HTTP handlers
         self._queue: deque[_Pending] = deque()
         self._cond = threading.Condition()
@@ -145,14 +152,15 @@ class Batcher:
                     return []
                 self._cond.wait()
             batch = [self._queue.popleft()]
-            size = batch[0].parsed.count
+            size, keys = batch[0].parsed.count, len(batch[0].parsed.keys)
             deadline = batch[0].queued + self.max_wait
             while size < self.max_batch:
                 if self._queue:
-                    if size + self._queue[0].parsed.count > self.max_batch:
+                    more = self._queue[0].parsed
+                    if size + more.count > self.max_batch or keys + len(more.keys) > self.max_keys:
                         break
                     batch.append(self._queue.popleft())
-                    size += batch[-1].parsed.count
+                    size, keys = size + more.count, keys + len(more.keys)
                     continue
                 remaining = deadline - time.monotonic()
                 if self.arriving <= 0 or remaining <= 0 or self._stopped:
@@ -188,15 +196,32 @@ class Batcher:
                 groups.setdefault(model.version if same else p.model.version, []).append(p)
             for version, pending in groups.items():
                 chosen = model if version == model.version else pending[0].model
-                try:
-                    outcomes += self._predict(worker, chosen, pending)
-                except Exception as err:
-                    outcomes += [(p, err) for p in pending]
+                outcomes += self._isolated(worker, chosen, pending)
         except Exception as err:  # never lose a worker; every request gets an answer
             if not isinstance(err, Unavailable):
                 log.exception("batch failed")
             answered = {id(p) for p, _ in outcomes}
             outcomes += [(p, err) for p in batch if id(p) not in answered]
+        return outcomes
+
+    def _isolated(
+        self, worker: int, model: DenseModel, pending: list[_Pending]
+    ) -> list[tuple[_Pending, object]]:
+        """The requests' outcomes; if they fail together for a reason that may be one
+        request's (not cube being unavailable), each runs again alone."""
+        try:
+            return self._predict(worker, model, pending)
+        except Unavailable as err:
+            return [(p, err) for p in pending]
+        except Exception as err:
+            if len(pending) == 1:
+                if not isinstance(err, BadRequest):
+                    log.exception("request failed")
+                return [(pending[0], err)]
+        self.metrics.isolated.inc(len(pending))
+        outcomes: list[tuple[_Pending, object]] = []
+        for p in pending:
+            outcomes += self._isolated(worker, model, [p])
         return outcomes
 
     def _predict(
@@ -217,6 +242,9 @@ class Batcher:
                         f"cube does not hold version {model.version} of the dense model: {err}"
                     ) from None
                 model = newer
+            except CubeRequestError as err:  # this batch's keys, not cube's state
+                status = 413 if err.too_large else 400
+                raise BadRequest(f"cube refused the lookup: {err}", status) from None
             except CubeError as err:
                 raise Unavailable(f"cube lookup failed: {err}") from None
         m = self.metrics

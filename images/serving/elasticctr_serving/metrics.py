@@ -146,6 +146,9 @@ class ServingMetrics:
             r, p + "cube_committed_version", "cube's committed version as last seen (-1: none)", ()
         )
         self.switches = Counter(r, p + "model_switches_total", "model versions switched to", ())
+        self.isolated = Counter(
+            r, p + "isolated_requests_total", "requests rerun alone after their batch failed", ()
+        )
         self.rejections = Counter(
             r, p + "model_rejections_total", "model versions that failed to load or validate", ()
         )

@@ -2,7 +2,8 @@
 
 The version to serve is the one cube has committed: `committed` of the transfer's
 `GET /status` (CUBE_TRANSFER_URL), or, when the transfer does not answer, the version
-every cube-server reports as current (`GET /control/status`). When it differs from the
+every cube-server that answers (one replica of each shard at least) reports as current
+(`GET /control/status`). When it differs from the
 version being served, dense model V is loaded and checked (model.py), cube is asked for
 V once to check that it holds V with the model's embedding width, and only then does V
 become active: one reference swap. Batches that took the old model finish on it: their
@@ -101,17 +102,22 @@ class ModelManager:
                 return None if committed is None else int(committed)
             except (OSError, ValueError, urllib.error.URLError) as err:
                 self.last_error = f"transfer {self.transfer_url} did not answer: {err}"
-        versions = set()
-        for node in self.cube_conf.nodes:
+        versions, answered = set(), set()
+        for shard, _replica, node in self.cube_conf.servers():
             try:
-                versions.add(get_json(f"{node.server_url}/control/status", timeout)["cur_version"])
-            except (OSError, ValueError, KeyError, urllib.error.URLError) as err:
+                status = get_json(f"{node.server_url}/control/status", timeout)
+            except (OSError, ValueError, urllib.error.URLError) as err:
                 self.last_error = f"cube-server {node.server_url} did not answer: {err}"
-                return None
+                continue  # another replica of the shard may answer
+            versions.add(status.get("cur_version"))  # None: nothing switched in
+            answered.add(shard)
+        if len(answered) < self.cube_conf.shard:
+            return None
         self.cube_source = "cube-servers"
-        if len(versions) != 1 or None in versions:
+        (version, *others) = versions
+        if others or version is None:
             return None  # a switch under way, or nothing loaded: keep what we serve
-        return int(versions.pop())
+        return int(version)
 
     # -- the loop ------------------------------------------------------------------------
     def _follow(self) -> None:

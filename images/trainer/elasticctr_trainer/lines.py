@@ -9,16 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from elasticctr_common.lines import MAX_FEASIGN, BadLine, split_line
+
+__all__ = ["MAX_FEASIGN", "PADDING_KEY", "BadLine", "Example", "LineParser", "multislot_line"]
 PADDING_KEY = 0
-MAX_FEASIGN = 2**64 - 1
-
-
-class BadLine(ValueError):
-    """A line that is not an ElasticCTR example; `reason` is a short, countable category."""
-
-    def __init__(self, reason: str, detail: str = "") -> None:
-        super().__init__(f"{reason}: {detail}" if detail else reason)
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -43,33 +37,15 @@ class LineParser:
         self.slot_index = {slot: i for i, slot in enumerate(slots)}
 
     def parse(self, line: str) -> Example:
-        fields = line.split()
-        if len(fields) < 2:
-            raise BadLine("missing show/click", line[:80])
-        try:
-            show, click = int(fields[0]), int(fields[1])
-        except ValueError:
-            raise BadLine("non-integer show/click", " ".join(fields[:2])) from None
-        if show < 0 or click < 0 or click > show:
-            raise BadLine("show/click out of range", f"show={show} click={click}")
-        if len(fields) == 2:
-            raise BadLine("no feasigns")
+        """The example of one line (the shared reading, elasticctr_common.lines)."""
+        parsed = split_line(line)
         keys: list[list[int]] = [[] for _ in self.slots]
-        for token in fields[2:]:
-            feasign_text, sep, slot_text = token.partition(":")
-            if not sep:
-                raise BadLine("feasign without slot", token)
-            try:
-                feasign, slot = int(feasign_text), int(slot_text)
-            except ValueError:
-                raise BadLine("non-integer feasign or slot", token) from None
-            if not 0 <= feasign <= MAX_FEASIGN:
-                raise BadLine("feasign out of uint64 range", token)
+        for feasign, slot in parsed.features:
             index = self.slot_index.get(slot)
             if index is None:
-                raise BadLine("unknown slot", token)
+                raise BadLine("unknown slot", f"{feasign}:{slot}")
             keys[index].append(feasign % self.sparse_dim)
-        return Example(show, click, [k or [PADDING_KEY] for k in keys])
+        return Example(parsed.show, parsed.click, [k or [PADDING_KEY] for k in keys])
 
 
 def multislot_line(example: Example) -> str:

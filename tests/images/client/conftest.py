@@ -3,7 +3,9 @@ synthetic version 1), and the CLI run as a process."""
 
 from __future__ import annotations
 
+import json
 import os
+import stat
 import subprocess
 import sys
 
@@ -40,3 +42,22 @@ def run_client(*args: str, env: dict | None = None, timeout: float = 120, stdin:
         timeout=timeout,
         env=full_env,
     )
+
+
+def fake_pulumi(tmp_path, outputs: dict | None) -> dict:
+    """A `pulumi` on PATH that records its arguments and prints `outputs` as JSON, or,
+    for None, fails as the real one does without a login."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(parents=True)
+    script = bin_dir / "pulumi"
+    answer = (
+        f"cat <<'EOF'\n{json.dumps(outputs)}\nEOF\n"
+        if outputs is not None
+        else f"echo '{NO_LOGIN}' >&2\nexit 255\n"
+    )
+    script.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/pulumi-args\n{answer}')
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+NO_LOGIN = "error: PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions"

@@ -4,6 +4,7 @@ followed at once, each line prefixed, until both streams end."""
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -13,7 +14,7 @@ from urllib.parse import parse_qs, urlparse
 
 import pytest
 
-from tests.images.client.conftest import run_client
+from tests.images.client.conftest import fake_pulumi, run_client
 
 NAMESPACE, JOB = "elasticctr", "elasticctr-train"
 PODS = {
@@ -73,28 +74,28 @@ class FakeApi(BaseHTTPRequestHandler):
         pass
 
 
+TOKEN = "token-that-must-never-reach-the-disk"
+
+
+def kubeconfig_of(server: str) -> dict:
+    """A kubeconfig with a bearer token and a client key (both credentials)."""
+    secret = base64.b64encode(b"-----BEGIN PRIVATE KEY-----" + TOKEN.encode()).decode()
+    return {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "current-context": "fake",
+        "clusters": [{"name": "fake", "cluster": {"server": server}}],
+        "users": [{"name": "fake", "user": {"token": TOKEN, "client-key-data": secret}}],
+        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
+    }
+
+
 @pytest.fixture
 def kubeconfig(tmp_path):
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeApi)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     path = tmp_path / "kubeconfig"
-    path.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "fake",
-                "clusters": [
-                    {
-                        "name": "fake",
-                        "cluster": {"server": f"http://127.0.0.1:{server.server_port}"},
-                    }
-                ],
-                "users": [{"name": "fake", "user": {"token": "t"}}],
-                "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}],
-            }
-        )
-    )
+    path.write_text(json.dumps(kubeconfig_of(f"http://127.0.0.1:{server.server_port}")))
     try:
         yield path
     finally:
@@ -140,3 +141,17 @@ def test_logs_says_when_a_pod_never_appears(kubeconfig):
     assert done.returncode == 0, done.stderr
     assert f"[trainer-0] (no pod other-job-trainer-0 in {NAMESPACE} after 1s)" in done.stdout
     assert "[transfer] version 1 committed" in done.stdout
+
+
+def test_the_stacks_kubeconfig_never_stays_on_disk(kubeconfig, tmp_path):
+    """A cluster the stack created: its kubeconfig (token and key) is a secret stack
+    output. `logs` must not leave it in $TMPDIR (issue 13, item 10)."""
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    config = json.loads(kubeconfig.read_text())
+    outputs = {"kubeconfig": json.dumps(config), "namespace": NAMESPACE, "training_job": JOB}
+    env = {**fake_pulumi(tmp_path, outputs), "TMPDIR": str(tmpdir), "KUBECONFIG": "/nonexistent"}
+    done = run_client("logs", "--wait", "5", env=env, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert "[transfer] version 1 committed" in done.stdout
+    assert list(tmpdir.rglob("*")) == []  # nothing left behind, the token least of all

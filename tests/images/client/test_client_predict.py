@@ -4,14 +4,12 @@ labels, skipped lines, batches, endpoints from `pulumi stack output`, status."""
 from __future__ import annotations
 
 import json
-import os
 import re
-import stat
 
 import numpy as np
 import pytest
 
-from tests.images.client.conftest import run_client
+from tests.images.client.conftest import NO_LOGIN, fake_pulumi, run_client
 from tests.images.serving.servingtest import expected, probe_instances
 
 pytestmark = pytest.mark.slow
@@ -41,7 +39,9 @@ def data(stack, tmp_path_factory):
     probs = expected(stack.spec, 1, instances)
     labels = (np.random.default_rng(2).random(len(probs)) < probs).astype(int)
     lines = to_lines(instances, labels)
-    bad = ["1", "1 x 5:101", "2 3 5:101", "1 0 5:999", "1 0 abc:101", "1 0"]
+    huge = "9" * 5000  # int() refuses it; the trainer reads it as out of range
+    bad = ["1", "1 x 5:101", "2 3 5:101", "1 0 5:999", "1 0 abc:101", "1 0", "1 0 \u00b2:101",
+           f"1 0 {huge}:101"]  # fmt: skip
     path = tmp_path_factory.mktemp("lines") / "part-00000"
     path.write_text("\n".join(lines[:100] + bad + lines[100:]) + "\n")
     return path, probs, labels
@@ -68,29 +68,10 @@ def test_predict_prints_probabilities_and_the_auc(stack, data, tmp_path):
     assert set(rows[:, 2]) == {1}
     auc = float(re.search(r"^AUC: (\S+)$", done.stdout, re.M).group(1))
     assert auc == pytest.approx(rank_auc(labels, probs), abs=1e-4)
-    assert f"examples: {len(probs)} (model version 1), skipped lines: 6" in done.stdout
+    assert f"examples: {len(probs)} (model version 1), skipped lines: 8" in done.stdout
     assert "unknown slot 999" in done.stdout
     # the progress bar; not on a terminal, one line per tenth
-    assert re.search(rf"\] {len(probs)}/{len(probs) + 6} examples", done.stderr), done.stderr
-
-
-def fake_pulumi(tmp_path, outputs: dict | None) -> dict:
-    """A `pulumi` on PATH that records its arguments and prints `outputs` as JSON, or,
-    for None, fails as the real one does without a login."""
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir(parents=True)
-    script = bin_dir / "pulumi"
-    answer = (
-        f"cat <<'EOF'\n{json.dumps(outputs)}\nEOF\n"
-        if outputs is not None
-        else f"echo '{NO_LOGIN}' >&2\nexit 255\n"
-    )
-    script.write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/pulumi-args\n{answer}')
-    script.chmod(script.stat().st_mode | stat.S_IEXEC)
-    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
-
-
-NO_LOGIN = "error: PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions"
+    assert re.search(rf"\] {len(probs)}/{len(probs) + 8} examples", done.stderr), done.stderr
 
 
 def test_endpoints_come_from_pulumi_stack_output(stack, data, tmp_path):

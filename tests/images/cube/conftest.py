@@ -28,10 +28,12 @@ def procs(tmp_path):
 
 @pytest.fixture
 def cube_cluster(procs, tmp_path, cube_server_bin):
-    """Factory: cube_cluster(shards=3, transfer_args=[...]) -> a running CubeCluster."""
+    """Factory: cube_cluster(shards=3, transfer_args=[...], replicas=1, **cube.conf fields)
+    -> a running CubeCluster."""
 
-    def make(shards: int = 3, transfer_args: list[str] | None = None) -> CubeCluster:
+    def make(shards: int = 3, transfer_args: list[str] | None = None, replicas: int = 1,
+             **conf) -> CubeCluster:  # fmt: skip
         args = ["--max-attempts", "1", "--unload-previous-after", "0.5", *(transfer_args or [])]
-        return CubeCluster(procs, tmp_path, shards, args)
+        return CubeCluster(procs, tmp_path, shards, args, replicas, **conf)
 
     return make

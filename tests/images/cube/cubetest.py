@@ -103,44 +103,65 @@ class Procs:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")
 
 
-def start_server(procs: Procs, name: str, port: int, shard: int, shard_num: int, *extra: str):
-    procs.start(name, [sys.executable, "-m", "elasticctr_cube", "server", "--host", "127.0.0.1",
+def start_server(procs: Procs, name: str, port: int, shard: int, shard_num: int, *extra: str,
+                 host: str = "127.0.0.1"):  # fmt: skip
+    procs.start(name, [sys.executable, "-m", "elasticctr_cube", "server", "--host", host,
                        "--port", str(port), "--shard", str(shard), "--shard-num", str(shard_num),
                        *extra])  # fmt: skip
-    wait_until(lambda: http_ok(f"http://127.0.0.1:{port}/healthz"), 10, f"{name} to listen")
+    wait_until(lambda: http_ok(f"http://{host}:{port}/healthz"), 10, f"{name} to listen")
 
 
 class CubeCluster:
-    """S servers + S agents + one transfer on loopback, over file:// storage."""
+    """S shards x R replicas (servers + agents) and one transfer on loopback, over file://
+    storage. Server and agent of shard s are `server{s}`, `agent{s}` (with replicas,
+    `server{s}-{r}`, `agent{s}-{r}`)."""
 
-    def __init__(self, procs: Procs, root: Path, shards: int, transfer_args: list[str]):
-        self.procs, self.root, self.shards = procs, root, shards
+    def __init__(self, procs: Procs, root: Path, shards: int, transfer_args: list[str],
+                 replicas: int = 1, server_args: tuple[str, ...] = (), **conf) -> None:  # fmt: skip
+        self.procs, self.root, self.shards, self.replicas = procs, root, shards, replicas
+        self.server_args = server_args
         self.model_dir, self.cube_dir = root / "models", root / "cube"
         self.model_dir.mkdir()
         self.cube_uri = f"file://{self.cube_dir}"
-        self.conf = CubeConf("ctr_embedding", shards, tuple(
-            CubeNode("127.0.0.1", free_port(), free_port()) for _ in range(shards)))  # fmt: skip
+        # cube.conf has one server port and one agent port per shard (as in a cluster):
+        # replica r listens on its own loopback address, 127.0.0.<r+1>.
+        ports = [(free_port(), free_port()) for _ in range(shards)]
+        groups = tuple(
+            tuple(CubeNode(f"127.0.0.{r + 1}", port, agent) for r in range(replicas))
+            for port, agent in ports
+        )
+        nodes = tuple(group[0] for group in groups)
+        self.conf = CubeConf("ctr_embedding", shards, nodes, groups, **conf)
         self.conf_path = root / "cube.conf"
         self.conf_path.write_text(self.conf.to_json())
         self.transfer_port = free_port()
         self.transfer_args = transfer_args
         for s in range(shards):
-            self.start_server(s)
-            self.start_agent(s)
+            for r in range(replicas):
+                self.start_server(s, r)
+                self.start_agent(s, r)
         self.start_transfer()
 
-    def start_server(self, s: int) -> None:
-        start_server(self.procs, f"server{s}", self.conf.nodes[s].port, s, self.shards)
+    def name(self, role: str, s: int, r: int = 0) -> str:
+        return f"{role}{s}-{r}" if self.replicas > 1 else f"{role}{s}"
 
-    def start_agent(self, s: int) -> None:
-        node = self.conf.nodes[s]
-        self.procs.start(f"agent{s}", [
+    def node(self, s: int, r: int = 0) -> CubeNode:
+        return self.conf.replicas[s][r]
+
+    def start_server(self, s: int, r: int = 0) -> None:
+        node = self.node(s, r)
+        start_server(self.procs, self.name("server", s, r), node.port, s, self.shards,
+                     *self.server_args, host=node.ip)  # fmt: skip
+
+    def start_agent(self, s: int, r: int = 0) -> None:
+        node, name = self.node(s, r), self.name("agent", s, r)
+        self.procs.start(name, [
             sys.executable, "-m", "elasticctr_cube", "agent", "--shard", str(s),
             "--shard-num", str(self.shards), "--cube-uri", self.cube_uri,
-            "--server", node.server_url, "--data-dir", str(self.root / f"data{s}"),
-            "--host", "127.0.0.1", "--port", str(node.agent_port), "--restore-interval", "0.2",
+            "--server", node.server_url, "--data-dir", str(self.root / f"data{s}-{r}"),
+            "--host", node.ip, "--port", str(node.agent_port), "--restore-interval", "0.2",
         ])  # fmt: skip
-        wait_until(lambda: http_ok(f"{node.agent_url}/healthz"), 20, f"agent{s} to listen")
+        wait_until(lambda: http_ok(f"{node.agent_url}/healthz"), 20, f"{name} to listen")
 
     def start_transfer(self) -> None:
         self.procs.start("transfer", [
@@ -171,15 +192,18 @@ class CubeCluster:
 
         return wait_until(done, timeout, f"a rollout result for version {version}", 0.05)
 
-    def server_status(self, s: int) -> dict:
-        return call("GET", f"{self.conf.nodes[s].server_url}/control/status")[1]
+    def server_status(self, s: int, r: int = 0) -> dict:
+        return call("GET", f"{self.node(s, r).server_url}/control/status")[1]
 
     def client(self, **kwargs) -> CubeClient:
         return CubeClient(self.conf, **kwargs)
 
     def dump(self) -> str:
-        names = [f"server{s}" for s in range(self.shards)] + [
-            f"agent{s}" for s in range(self.shards)
+        names = [
+            self.name(role, s, r)
+            for role in ("server", "agent")
+            for s in range(self.shards)
+            for r in range(self.replicas)
         ]
         return "\n".join(f"--- {n}\n{self.procs.log(n)[-3000:]}" for n in [*names, "transfer"])
 

@@ -125,3 +125,13 @@ def test_a_failed_seek_leaves_no_unread_answer_behind(three_shards):
                 client.seek(keys[i * 200 : i * 200 + 100], version=2)
             other = keys[i * 200 + 100 : i * 200 + 200]
             expect_values(client.seek(other), other, {1: tables[1]})
+
+
+def test_a_refusing_shard_fails_after_its_retries_not_at_the_timeout():
+    conf = CubeConf("d", 1, (CubeNode("127.0.0.1", free_port()),))  # nothing listens
+    with CubeClient(conf, timeout=5.0, retries=2) as client:
+        started = time.monotonic()
+        with pytest.raises(CubeUnavailable, match=r"after 3 failed attempts.*refused"):
+            client.seek([1, 2])
+        assert time.monotonic() - started < 2.0  # 3 attempts, 50 ms apart
+        assert client.stats.retries == 2

@@ -7,6 +7,7 @@ the old version serving, and the next rollout succeeds.
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -27,7 +28,8 @@ def committed(cluster, version: int, tables) -> None:
         expect_values(client.seek(keys), keys, tables)
         assert client.seek(keys).version == version
     for s in range(cluster.shards):
-        assert cluster.server_status(s)["cur_version"] == version
+        for r in range(cluster.replicas):
+            assert cluster.server_status(s, r)["cur_version"] == version
 
 
 def test_build_publish_switch_serves_exact_vectors_then_rolls_back(cube_cluster):
@@ -181,3 +183,46 @@ def test_bad_input_is_rejected_and_the_serving_version_stays(cube_cluster):
     assert cluster.transfer_status()["kept_versions"] == [1]
     cluster.publish_model(4, *tables[4])
     committed(cluster, 4, tables)
+
+
+def test_a_restored_server_does_not_wedge_a_later_rollback(cube_cluster):
+    """issue 13, item 3: after an agent restored its restarted server, the prepare state of
+    the restored version stayed `loading`, and a rollback to it waited 600 s."""
+    cluster = cube_cluster()  # --prepare-timeout 600, the default
+    tables = {v: model_table(v) for v in (1, 2)}
+    for version in (1, 2):
+        cluster.publish_model(version, *tables[version])
+        committed(cluster, version, tables)
+    cluster.procs.kill("server1")
+    cluster.start_server(1)
+    wait_until(lambda: cluster.server_status(1)["cur_version"] == 2, 30, "the restore")
+    for version in (1, 2):  # away from the restored version, then back to it
+        started = time.monotonic()
+        code, answer = call("POST", cluster.transfer_url("/rollback"), {"version": version})
+        assert code == 202, answer
+        wait_until(lambda v=version: cluster.transfer_status()["committed"] == v, 30, "rollback")
+        assert time.monotonic() - started < 30
+        committed(cluster, version, tables)
+
+
+def test_a_stuck_rollout_holds_the_lock_only_until_the_rollout_timeout(cube_cluster):
+    cluster = cube_cluster(transfer_args=["--rollout-timeout", "3"])
+    tables = {v: model_table(v) for v in (1, 2)}
+    cluster.publish_model(1, *tables[1])
+    committed(cluster, 1, tables)
+    server = cluster.procs.procs["server1"]
+    server.send_signal(signal.SIGSTOP)  # answers nothing, closes nothing: a hung server
+    try:
+        started = time.monotonic()
+        cluster.publish_model(2, *tables[2])
+        wait_until(lambda: cluster.transfer_status()["phase"] == "preparing", 30, "prepare")
+        code, answer = call("POST", cluster.transfer_url("/rollback"), {"version": 1})
+        assert code == 409 and "--rollout-timeout 3.0s" in answer["error"], answer
+        result = cluster.wait_result(2, 60)
+        assert result["result"] == "aborted" and "shard 1" in result["error"], result
+        # 3 s, plus the abort's requests to the hung shard (each bounded by a timeout)
+        assert time.monotonic() - started < 20, result
+    finally:
+        server.send_signal(signal.SIGCONT)
+    with cluster.client() as client:
+        expect_values(client.seek(tables[1][0]), tables[1][0], tables)

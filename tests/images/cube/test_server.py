@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import base64
+import socket
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -185,3 +187,23 @@ def http_json(port: int, path: str):
         return server_call(port, "GET", path)[1]
     except HttpCallError:
         return None
+
+
+def test_idle_connections_never_lock_out_health_checks_nor_new_clients(procs, cube_server_bin):
+    """Clients that open connections and leave them idle (issue 13, item 10): at the
+    connection limit the oldest idle one is closed to make room, and idle ones time out."""
+    port = free_port()
+    start_server(procs, "server", port, 0, 1, "--max-connections", "40", "--idle-timeout", "2")
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]
+    opened = time.monotonic()
+    try:
+        for _ in range(5):  # more than the limit is open (or was): the server still answers
+            assert server_call(port, "GET", "/healthz")[0] == 200
+        status = server_call(port, "GET", "/control/status")[1]
+        assert status["connections"] <= 40 and status["idle_closed"] >= 20, status
+        idle[-1].settimeout(5)  # the newest idle one is closed after --idle-timeout
+        assert idle[-1].recv(1) == b""
+        assert 1.5 < time.monotonic() - opened < 4.5
+    finally:
+        for s in idle:
+            s.close()

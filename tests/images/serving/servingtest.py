@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -151,3 +152,53 @@ def expected(spec: dict, version: int, instances: list[dict]) -> np.ndarray:
 
 def cluster_model_dir(spec: dict) -> Path:
     return Path(spec["model_dir"].removeprefix("file://"))
+
+
+INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
+
+
+class Load:
+    """Threads sending random slices of the probe instances until stopped; every answer
+    is checked against the expected probabilities of the version it reports."""
+
+    def __init__(self, url: str, instances: list, want: dict[int, np.ndarray], threads=4):
+        self.url, self.instances, self.want = url, instances, want
+        self.stop = threading.Event()
+        self.errors: list = []
+        self.seen: list[list[int]] = [[] for _ in range(threads)]
+        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
+        for t in self.threads:
+            t.start()
+
+    def _run(self, i: int) -> None:
+        rng = np.random.default_rng(i)
+        while not self.stop.is_set():
+            start = int(rng.integers(0, len(self.instances) - 16))
+            size = int(rng.integers(1, 17))
+            body = {"instances": self.instances[start : start + size]}
+            try:
+                code, answer, _ = http("POST", self.url + INFERENCE_PATH, body)
+            except OSError as err:
+                self.errors.append(f"no answer: {err}")
+                continue
+            if code != 200:
+                self.errors.append((code, answer))
+                continue
+            version = answer["version"]
+            got = np.array([p["prob1"] for p in answer["predictions"]])
+            diff = np.max(np.abs(got - self.want[version][start : start + size]))
+            if diff > 1e-5:
+                self.errors.append(f"version {version}: answer off by {diff}")
+            self.seen[i].append(version)
+
+    def answered(self) -> int:
+        return sum(len(s) for s in self.seen)
+
+    def wait_answers(self, more: int, timeout: float = 60.0) -> None:
+        target = self.answered() + more
+        wait_until(lambda: self.answered() >= target, timeout, f"{more} more answers")
+
+    def finish(self) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(30)

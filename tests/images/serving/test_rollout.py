@@ -6,7 +6,6 @@ rejected and the old version keeps serving; serving starts before any version ex
 from __future__ import annotations
 
 import re
-import threading
 import time
 from pathlib import Path
 
@@ -14,11 +13,13 @@ import numpy as np
 import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
+from elasticctr_cube.httpjson import call
 
 from tests.images.serving.conftest import start_stack
 from tests.images.serving.make_model import default_spec, make_versions
 from tests.images.serving.servingtest import (
     CubeCluster,
+    Load,
     Serving,
     expected,
     free_port,
@@ -36,46 +37,6 @@ def announce(cluster, version: int) -> None:
     """The trainer's last step: the donefile line that makes version V exist."""
     models = open_store(f"file://{cluster.model_dir}")
     append_version(models, Version(version, version, models.uri(f"{version}/sparse")))
-
-
-class Load:
-    """Threads sending random slices of the probe instances until stopped; every answer
-    is checked against the expected probabilities of the version it reports."""
-
-    def __init__(self, url: str, instances: list, want: dict[int, np.ndarray], threads=4):
-        self.url, self.instances, self.want = url, instances, want
-        self.stop = threading.Event()
-        self.errors: list = []
-        self.seen: list[list[int]] = [[] for _ in range(threads)]
-        self.threads = [threading.Thread(target=self._run, args=(i,)) for i in range(threads)]
-        for t in self.threads:
-            t.start()
-
-    def _run(self, i: int) -> None:
-        rng = np.random.default_rng(i)
-        while not self.stop.is_set():
-            start = int(rng.integers(0, len(self.instances) - 16))
-            size = int(rng.integers(1, 17))
-            body = {"instances": self.instances[start : start + size]}
-            try:
-                code, answer, _ = http("POST", self.url + INFERENCE, body)
-            except OSError as err:
-                self.errors.append(f"no answer: {err}")
-                continue
-            if code != 200:
-                self.errors.append((code, answer))
-                continue
-            version = answer["version"]
-            got = np.array([p["prob1"] for p in answer["predictions"]])
-            diff = np.max(np.abs(got - self.want[version][start : start + size]))
-            if diff > 1e-5:
-                self.errors.append(f"version {version}: answer off by {diff}")
-            self.seen[i].append(version)
-
-    def finish(self) -> None:
-        self.stop.set()
-        for t in self.threads:
-            t.join(30)
 
 
 def test_five_rollouts_under_load_never_fail_nor_mix_versions(procs, tmp_path, cube_server_bin):
@@ -166,3 +127,58 @@ def test_serving_waits_for_a_first_version_and_reads_the_shards_without_transfer
         assert np.max(np.abs(got - expected(spec, 1, instances))) <= 1e-5
     assert serving.status()["cube_source"] == "transfer"
     assert lonely.status()["cube_source"] == "cube-servers"
+
+
+def test_fast_version_changes_and_rollbacks_fail_no_request(procs, tmp_path, cube_server_bin):
+    """issue 13, item 4: three versions within 1.3 s failed 10% of requests, rollbacks at
+    one per second a third: cube dropped the version serving still pinned. Now a held
+    version stays while readers read it (the transfer drains before it replaces it, and
+    unloads the previous version only once unread)."""
+    stack = start_stack(procs, tmp_path, unload_after="0.5")
+    spec = default_spec(stack.cluster.model_dir, [2, 3, 4], publish=False)
+    make_versions(spec)
+    instances = probe_instances(spec, 200, seed=21)
+    want = {v: expected(spec, v, instances) for v in range(1, 5)}
+    load = Load(stack.serving.url, instances, want)
+    rollbacks = 0
+    try:
+        time.sleep(0.5)
+        for version in (2, 3, 4):  # three versions within 1.3 s
+            announce(stack.cluster, version)
+            time.sleep(0.4)
+        stack.serving.wait_version(4, 90)
+        deadline = time.monotonic() + 12
+        targets = iter([1, 2, 3, 4] * 10)
+        while time.monotonic() < deadline:  # a rollback asked every second
+            code, _ = call(
+                "POST", stack.cluster.transfer_url("/rollback"), {"version": next(targets)}
+            )
+            rollbacks += code == 202
+            time.sleep(1.0)
+        wait_until(lambda: stack.cluster.transfer_status()["phase"] == "idle", 60, "rollouts")
+        committed = stack.cluster.transfer_status()["committed"]
+        stack.serving.wait_version(committed, 60)
+    finally:
+        load.finish()
+    answered = sum(len(s) for s in load.seen)
+    assert not load.errors, (len(load.errors), answered, load.errors[:5])
+    assert rollbacks >= 3 and answered > 100
+    print(f"{answered} requests, none failed, during 3 fast versions and {rollbacks} rollbacks")
+
+
+def test_one_cube_replica_down_fails_no_request(procs, tmp_path, cube_server_bin):
+    """issue 13, item 2: with one server per shard, killing 1 of 3 failed every request
+    until it came back. With 2 replicas per shard serving's cube client fails over."""
+    stack = start_stack(procs, tmp_path, replicas=2)
+    instances = probe_instances(stack.spec, 200, seed=21)
+    load = Load(stack.serving.url, instances, {1: expected(stack.spec, 1, instances)})
+    try:
+        load.wait_answers(100)
+        stack.procs.kill("server1-0")  # a node lost: shard 1 has one replica left
+        load.wait_answers(500)
+        stack.cluster.start_server(1, 0)  # back, empty: its agent restores version 1
+        wait_until(lambda: stack.cluster.server_status(1, 0)["cur_version"] == 1, 30, "restore")
+        load.wait_answers(100)
+    finally:
+        load.finish()
+    assert not load.errors, load.errors[:5]

@@ -5,6 +5,7 @@
 
 mod b64;
 mod binary;
+mod conns;
 mod http;
 mod shardfile;
 mod state;
@@ -12,11 +13,11 @@ mod state;
 use state::{Config, State};
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
-use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
+use std::time::Duration;
 
 const USAGE: &str = "usage: cube-server --shard I --shard-num N [--host 0.0.0.0] [--port 8027] \
-[--max-keys 100000] [--max-connections 1024]";
+[--max-keys 100000] [--max-connections 1024] [--idle-timeout 120]";
 
 struct Args {
     host: String,
@@ -25,6 +26,7 @@ struct Args {
     shard_num: u32,
     max_keys: usize,
     max_connections: usize,
+    idle_timeout: f64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -35,6 +37,7 @@ fn parse_args() -> Result<Args, String> {
         shard_num: 0,
         max_keys: 100_000,
         max_connections: 1024,
+        idle_timeout: 120.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -57,8 +60,14 @@ fn parse_args() -> Result<Args, String> {
             "--shard-num" => a.shard_num = value.parse().map_err(|e| bad(&e))?,
             "--max-keys" => a.max_keys = value.parse().map_err(|e| bad(&e))?,
             "--max-connections" => a.max_connections = value.parse().map_err(|e| bad(&e))?,
+            "--idle-timeout" => a.idle_timeout = value.parse().map_err(|e| bad(&e))?,
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
+    }
+    if a.max_connections == 0 || !(a.idle_timeout > 0.0 && a.idle_timeout.is_finite()) {
+        return Err(format!(
+            "--max-connections and --idle-timeout (seconds) must be > 0\n{USAGE}"
+        ));
     }
     if a.shard_num == 0 || a.shard >= a.shard_num {
         return Err(format!(
@@ -68,8 +77,11 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-fn serve(stream: TcpStream, state: Arc<State>) {
+/// One connection: requests one at a time until the peer closes, an error, or the
+/// connection was idle too long (its read timeout) or closed to make room (conns.rs).
+fn serve(stream: TcpStream, state: Arc<State>, conn: &conns::Conn, idle_timeout: Duration) {
     let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(idle_timeout));
     let Ok(read_half) = stream.try_clone() else {
         return;
     };
@@ -77,10 +89,14 @@ fn serve(stream: TcpStream, state: Arc<State>) {
     let mut w = stream;
     let mut scratch = binary::Scratch::default();
     loop {
+        let mark = state.conns.idle(conn);
         let first = match r.fill_buf() {
             Ok([]) | Err(_) => return,
             Ok(buf) => buf[0],
         };
+        if !state.conns.busy(conn, mark) {
+            return;
+        }
         let keep = if first == binary::REQUEST_MAGIC[0] {
             binary::handle(&mut r, &mut w, &state, &mut scratch)
         } else {
@@ -108,6 +124,7 @@ fn main() {
         shard: args.shard,
         shard_num: args.shard_num,
         max_keys: args.max_keys,
+        max_connections: args.max_connections,
     }));
     let addr = listener
         .local_addr()
@@ -116,24 +133,21 @@ fn main() {
         "cube-server: shard {} of {} listening on {addr} (no version loaded yet)",
         args.shard, args.shard_num
     );
-    let open = Arc::new(AtomicUsize::new(0));
+    let idle_timeout = Duration::from_secs_f64(args.idle_timeout);
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
-        if open.load(SeqCst) >= args.max_connections {
-            drop(stream); // over the limit: refuse rather than spawn without bound
+        // Over the limit with every connection busy: refuse rather than spawn without bound.
+        let Some(conn) = state.conns.admit(&stream) else {
             continue;
-        }
-        open.fetch_add(1, SeqCst);
-        let open_on_error = Arc::clone(&open);
-        let (state, open) = (Arc::clone(&state), Arc::clone(&open));
+        };
+        let state = Arc::clone(&state);
         let spawned = std::thread::Builder::new()
             .stack_size(256 * 1024)
             .spawn(move || {
-                serve(stream, state);
-                open.fetch_sub(1, SeqCst);
+                serve(stream, Arc::clone(&state), &conn, idle_timeout);
+                state.conns.leave(&conn);
             });
         if let Err(e) = spawned {
-            open_on_error.fetch_sub(1, SeqCst);
             eprintln!("cube-server: cannot start a connection thread: {e}");
         }
     }

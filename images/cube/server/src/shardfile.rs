@@ -12,6 +12,7 @@
 
 use memmap2::{Mmap, MmapOptions};
 use std::fs::File;
+use std::sync::atomic::AtomicU64;
 
 pub const MAGIC: &[u8; 8] = b"ECUBESH1";
 pub const FORMAT: u32 = 1;
@@ -34,6 +35,9 @@ pub struct ShardFile {
     pub dim: u32,
     pub value_bytes: usize,
     pub file_bytes: u64,
+    /// When a seek last read this version (State's clock, ms + 1; 0: never): readers
+    /// still on it keep it loaded (the transfer unloads only versions idle long enough).
+    pub last_read: AtomicU64,
     bucket_bits: u32,
     table_off: usize,
     keys_off: usize,
@@ -124,6 +128,7 @@ impl ShardFile {
             keys_off,
             values_off,
             map,
+            last_read: AtomicU64::new(0),
         };
         let table = sf.table();
         if table[0] != 0

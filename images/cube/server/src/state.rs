@@ -1,5 +1,6 @@
 //! The versions a server holds (current + background), background loads, and counters.
 
+use crate::conns::Conns;
 use crate::shardfile::ShardFile;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -9,6 +10,7 @@ pub struct Config {
     pub shard: u32,
     pub shard_num: u32,
     pub max_keys: usize,
+    pub max_connections: usize,
 }
 
 #[derive(Clone)]
@@ -45,6 +47,7 @@ pub struct Counters {
 pub struct State {
     pub config: Config,
     pub counters: Counters,
+    pub conns: Conns,
     slots: RwLock<Slots>,
     load: Mutex<Option<Load>>,
     generation: AtomicU64,
@@ -57,6 +60,7 @@ pub type Failure = (u16, String);
 impl State {
     pub fn new(config: Config) -> State {
         State {
+            conns: Conns::new(config.max_connections),
             config,
             counters: Counters::default(),
             slots: RwLock::new(Slots::default()),
@@ -66,8 +70,22 @@ impl State {
         }
     }
 
+    /// Milliseconds since the server started, plus 1 (0 means "never").
+    fn clock(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64 + 1
+    }
+
     /// The version a seek reads: the pinned one if it is held, else the current one.
     pub fn dict_for(&self, pinned: Option<u64>) -> Result<Arc<ShardFile>, Failure> {
+        let dict = self.find(pinned)?;
+        let now = self.clock();
+        if dict.last_read.load(Relaxed) != now {
+            dict.last_read.store(now, Relaxed); // at most one write per ms and version
+        }
+        Ok(dict)
+    }
+
+    fn find(&self, pinned: Option<u64>) -> Result<Arc<ShardFile>, Failure> {
         let slots = self.slots.read().unwrap();
         match pinned {
             None => slots
@@ -260,14 +278,14 @@ impl State {
         let slots = self.slots.read().unwrap();
         let c = &self.counters;
         format!(
-            "{{\"shard\":{},\"shard_num\":{},\"ready\":{},\"cur_version\":{},\"bg_version\":{},\"current\":{},\"background\":{},\"load\":{},\"max_keys\":{},\"uptime_seconds\":{:.1},\"requests\":{},\"keys\":{},\"missing_keys\":{},\"errors\":{}}}",
+            "{{\"shard\":{},\"shard_num\":{},\"ready\":{},\"cur_version\":{},\"bg_version\":{},\"current\":{},\"background\":{},\"load\":{},\"max_keys\":{},\"uptime_seconds\":{:.1},\"requests\":{},\"keys\":{},\"missing_keys\":{},\"errors\":{},\"connections\":{},\"idle_closed\":{}}}",
             self.config.shard,
             self.config.shard_num,
             slots.current.is_some(),
             version_json(&slots.current),
             version_json(&slots.background),
-            dict_json(&slots.current),
-            dict_json(&slots.background),
+            dict_json(&slots.current, self.clock()),
+            dict_json(&slots.background, self.clock()),
             load_json(&load),
             self.config.max_keys,
             self.started.elapsed().as_secs_f64(),
@@ -275,6 +293,8 @@ impl State {
             c.keys.load(Relaxed),
             c.missing.load(Relaxed),
             c.errors.load(Relaxed),
+            self.conns.count(),
+            self.conns.evicted.load(Relaxed),
         )
     }
 }
@@ -296,17 +316,26 @@ fn version_json(d: &Option<Arc<ShardFile>>) -> String {
         .map_or("null".to_string(), |d| d.version.to_string())
 }
 
-fn dict_json(d: &Option<Arc<ShardFile>>) -> String {
+/// A held version; `idle_seconds`: since a seek last read it (null: never read).
+fn dict_json(d: &Option<Arc<ShardFile>>, now: u64) -> String {
     match d {
         None => "null".to_string(),
-        Some(d) => format!(
-            "{{\"version\":{},\"keys\":{},\"dim\":{},\"bytes\":{},\"path\":{}}}",
-            d.version,
-            d.key_count,
-            d.dim,
-            d.file_bytes,
-            json_string(&d.path)
-        ),
+        Some(d) => {
+            let read = d.last_read.load(Relaxed);
+            let idle = if read == 0 {
+                "null".to_string()
+            } else {
+                format!("{:.3}", now.saturating_sub(read) as f64 / 1000.0)
+            };
+            format!(
+                "{{\"version\":{},\"keys\":{},\"dim\":{},\"bytes\":{},\"path\":{},\"idle_seconds\":{idle}}}",
+                d.version,
+                d.key_count,
+                d.dim,
+                d.file_bytes,
+                json_string(&d.path)
+            )
+        }
     }
 }
 

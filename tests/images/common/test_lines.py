@@ -1,0 +1,51 @@
+"""One reading of ElasticCTR lines for the trainer and the client (issue 13, item 10: the
+client's `predict` crashed on feasigns that the trainer's parser counts as bad)."""
+
+from __future__ import annotations
+
+import pytest
+from elasticctr_client.predict import parse_line
+from elasticctr_common.lines import BadLine, parse_int, split_line
+from elasticctr_trainer.lines import LineParser
+
+LINES = [
+    ("1 0 5:101 7:102", None),
+    ("1 0 \u00b2:101", "non-integer feasign or slot"),  # a digit, but not a decimal one
+    ("1 0 \u0661\u0662:101", "non-integer feasign or slot"),  # Arabic-Indic 12: not ASCII
+    ("1 0 1_0:101", "non-integer feasign or slot"),
+    (f"1 0 {'9' * 5000}:101", "feasign out of uint64 range"),  # int() refuses > 4300 digits
+    (f"1 0 {'0' * 5000}7:101", None),  # leading zeros are still 7
+    ("1 0 18446744073709551615:101", None),
+    ("1 0 18446744073709551616:101", "feasign out of uint64 range"),
+    ("1 0 -5:101", "feasign out of uint64 range"),
+    (f"{'1' * 5000} 0 5:101", None),  # a huge show is still a show
+    ("\u00b2 0 5:101", "non-integer show/click"),
+    ("1 0 5:\u00b9", "non-integer feasign or slot"),
+    ("1 0 5", "feasign without slot"),
+    ("1 0", "no feasigns"),
+    ("x", "missing show/click"),
+]
+
+
+@pytest.mark.parametrize(("line", "reason"), LINES)
+def test_trainer_and_client_read_a_line_alike(line: str, reason: str | None) -> None:
+    trainer = LineParser([101, 102], 1000)
+    client = parse_line(line, 1, {"101", "102"})
+    if reason is None:
+        example = trainer.parse(line)
+        assert not isinstance(client, str)
+        flat = sorted(f % 1000 for feasigns in client.slots.values() for f in feasigns)
+        assert flat == sorted(k for keys in example.keys for k in keys if k)
+    else:
+        with pytest.raises(BadLine) as bad:
+            trainer.parse(line)
+        assert bad.value.reason == reason == client
+
+
+def test_numbers_are_ascii_decimal_integers() -> None:
+    assert parse_int("+7") == 7 and parse_int("-0012") == -12
+    assert parse_int("9" * 30) > 2**64
+    for text in ("", "+", "1.5", " 1", "0x10", "\u00b2"):
+        with pytest.raises(ValueError):
+            parse_int(text)
+    assert split_line("3 1 5:101").label == 1
