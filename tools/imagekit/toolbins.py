@@ -1,0 +1,69 @@
+"""Binaries the runtime stand-ins carry, built from Go modules by tools/build-tools.sh
+(`minio` with `mc`, `volcano` with vc-scheduler, vc-controller-manager,
+vc-webhook-manager), each tool in `<tools>/<tool>-<version>/bin`.
+
+Where a tool's bin directory is looked for, first hit wins: the explicit argument, the
+environment variable ELASTICCTR_<TOOL>_BIN_DIR, then the directories that
+`tools/build-tools.sh --print-path` prints.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .paths import REPO_ROOT
+
+
+@dataclass(frozen=True)
+class ToolBins:
+    tool: str
+    directory: Path | None  # None: not found
+    searched: tuple[str, ...]  # where it looked, for the error message
+
+    @property
+    def version(self) -> str | None:
+        """From the directory's name (`<tool>-<version>/bin`), the build-tools layout."""
+        if self.directory is None:
+            return None
+        parent = self.directory.parent.name
+        prefix = f"{self.tool}-"
+        return parent[len(prefix) :] if parent.startswith(prefix) else None
+
+    def missing_reason(self) -> str:
+        return (
+            f"the {self.tool} binaries were not found (looked in: {', '.join(self.searched)}); "
+            f"build them with tools/build-tools.sh {self.tool}, or pass --{self.tool}-bin-dir "
+            f"or set ELASTICCTR_{self.tool.upper()}_BIN_DIR"
+        )
+
+
+@functools.cache
+def _build_tools_dirs() -> tuple[Path, ...]:
+    script = REPO_ROOT / "tools" / "build-tools.sh"
+    try:
+        out = subprocess.run(
+            ["bash", str(script), "--print-path"], capture_output=True, text=True, check=True
+        ).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return ()
+    return tuple(Path(part) for part in out.strip().split(":") if part)
+
+
+def find(tool: str, binaries: Sequence[str], explicit: Path | None = None) -> ToolBins:
+    candidates: list[tuple[str, Path]] = []
+    if explicit is not None:
+        candidates.append((f"--{tool}-bin-dir", explicit))
+    variable = f"ELASTICCTR_{tool.upper()}_BIN_DIR"
+    if os.environ.get(variable):
+        candidates.append((variable, Path(os.environ[variable])))
+    candidates += [("tools/build-tools.sh --print-path", d) for d in _build_tools_dirs()]
+    for _, directory in candidates:
+        if all((directory / binary).is_file() for binary in binaries):
+            return ToolBins(tool, directory, ())
+    searched = tuple(dict.fromkeys(source for source, _ in candidates)) or ("nowhere",)
+    return ToolBins(tool, None, searched)
