@@ -121,8 +121,7 @@ def _list(recipes: dict[str, Recipe], as_json: bool) -> None:
                 "reference": recipe.reference,
                 "stands_in_for": recipe.stands_in_for,
                 "built": entry is not None and entry.reference == recipe.reference,
-                "image_mb": round(entry.image_bytes / 1e6) if entry else None,
-                "archive_mb": round(entry.archive_bytes / 1e6) if entry else None,
+                "size_mb": round(entry.archive_bytes / 1e6) if entry else None,
                 "last_build_s": entry.build_seconds if entry else None,
                 "unavailable": recipe.unavailable,
             }
@@ -131,7 +130,7 @@ def _list(recipes: dict[str, Recipe], as_json: bool) -> None:
         print(json.dumps(rows, indent=1))
         return
     for row in rows:
-        size = f"{row['image_mb']} MB, built in {row['last_build_s']} s" if row["built"] else "-"
+        size = f"{row['size_mb']} MB, built in {row['last_build_s']} s" if row["built"] else "-"
         note = f"  (unavailable: {row['unavailable']})" if row["unavailable"] else ""
         print(f"{row['name']:<22} {row['kind']:<8} {row['reference']:<62} {size}{note}")
 

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Set-up from nothing, safe to run again (each step only adds what is missing):
+#   0. Debian packages the image builds need (tools/images.py; installed as root);
 #   1. .venv: Python 3.11 with every pinned package of the program, the workload code and
 #      the tests (constraints.txt pins the whole dependency tree);
 #   2. Hadoop's minicluster jars from Maven Central (the HDFS tests start a real HDFS);
@@ -21,6 +22,24 @@ need cargo "install Rust with rustup (the cube server is native)"
 if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
   need go "install Go >= 1.26 (the offline tools are built from Go modules)"
 fi
+
+# >>> images: Debian packages tools/images.py needs (builder, Debian bootstrapper, ctr)
+image_packages=(buildah mmdebstrap containerd)
+missing_packages=()
+for package in "${image_packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" \
+    || missing_packages+=("$package")
+done
+if [ ${#missing_packages[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "set-up: missing Debian packages ${missing_packages[*]}: run as root or apt-get install them" >&2
+    exit 1
+  fi
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing_packages[@]}"
+  echo "set-up: installed ${missing_packages[*]} (image builds)"
+fi
+# <<< images
 
 python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3

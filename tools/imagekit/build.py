@@ -24,7 +24,6 @@ class Result:
     reference: str
     outcome: Outcome
     seconds: float
-    image_bytes: int = 0
     archive_bytes: int = 0
     detail: str = ""
 
@@ -112,9 +111,7 @@ def _one(
             # buildah's storage lost it (or the tag moved): the archive is the same image
             buildah.restore(archive, reference)
             outcome = "restored"
-        result = Result(
-            name, reference, outcome, clock.seconds(), entry.image_bytes, entry.archive_bytes
-        )
+        result = Result(name, reference, outcome, clock.seconds(), entry.archive_bytes)
         say(f"{name}: {outcome} ({result.seconds:.1f} s, key {key[:12]}) {reference}")
         return result
     try:
@@ -156,7 +153,6 @@ def _build(recipe: Recipe, key: str, store: Store, clock: Stopwatch) -> Result:
         reference=reference,
         image_id=image_id,
         archive=str(archive),
-        image_bytes=buildah.image_bytes(reference),
         archive_bytes=archive.stat().st_size,
         build_seconds=round(seconds, 1),
         built_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
@@ -166,10 +162,9 @@ def _build(recipe: Recipe, key: str, store: Store, clock: Stopwatch) -> Result:
         shutil.rmtree(context, ignore_errors=True)  # staged copies; the archive is kept
     say(
         f"{name}: built in {seconds:.1f} s (stage {staged:.1f}, bud {built - staged:.1f}, "
-        f"archive {seconds - built:.1f}); image {_mb(entry.image_bytes)}, "
-        f"archive {_mb(entry.archive_bytes)}"
+        f"archive {seconds - built:.1f}); {_mb(entry.archive_bytes)} uncompressed"
     )
-    return Result(name, reference, "built", seconds, entry.image_bytes, entry.archive_bytes)
+    return Result(name, reference, "built", seconds, entry.archive_bytes)
 
 
 def _mb(size: int) -> str:

@@ -24,13 +24,6 @@ def image_id(reference: str) -> str | None:
     return out.strip() or None
 
 
-def image_bytes(reference: str) -> int:
-    """Uncompressed size of the image's layers."""
-    out = run(["buildah", "images", "--json", reference], capture=True)
-    images = json.loads(out)
-    return int(images[0]["size"]) if images else 0
-
-
 def config(reference: str) -> dict[str, object]:
     """The OCI image config (User, Entrypoint, Cmd, Env, WorkingDir)."""
     out = run(["buildah", "inspect", "--type", "image", reference], capture=True)

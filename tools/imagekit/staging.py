@@ -37,6 +37,9 @@ class DebianRootfs:
     """rootfs.tar by mmdebstrap: a minimal Debian with apt sources for later builds."""
 
     suite: str = "bookworm"
+    # In the base rather than installed by later builds: its postinst rewrites
+    # /etc/ssl/certs/ca-certificates.crt, where builds mount the host's bundle read-only.
+    include: tuple[str, ...] = ("ca-certificates",)
     dpkg_excludes: tuple[str, ...] = (
         # as Docker's slim images: no docs, man pages or translations
         "/usr/share/doc/*",
@@ -57,7 +60,7 @@ class DebianRootfs:
         options.append("--dpkgopt=path-include=/usr/share/doc/*/copyright")
         return [
             "mmdebstrap", "--variant=minbase", "--mode=root", "--format=tar",
-            *options, self.suite, str(target), *sources,
+            f"--include={','.join(self.include)}", *options, self.suite, str(target), *sources,
         ]  # fmt: skip
 
     def fingerprint(self, fp: Fingerprint) -> None:

@@ -32,7 +32,7 @@ class Entry:
     reference: str
     image_id: str
     archive: str
-    image_bytes: int
+    # the docker-archive's size: the image's layers uncompressed
     archive_bytes: int
     build_seconds: float  # the last build that ran (not a cache hit)
     built_at: str
