@@ -33,7 +33,7 @@ if str(REPO_ROOT) not in sys.path:  # `tools.imagekit` and `infra.config` by the
     sys.path.insert(0, str(REPO_ROOT))
 
 from tools.imagekit import build as _build  # noqa: E402
-from tools.imagekit.build import Imported, Result  # noqa: E402
+from tools.imagekit.build import READY, Imported, Result  # noqa: E402
 from tools.imagekit.recipes import (  # noqa: E402
     PROJECT_IMAGES,
     Options,
@@ -46,6 +46,7 @@ from tools.imagekit.run import Stopwatch, say  # noqa: E402
 from tools.imagekit.store import Store  # noqa: E402
 
 __all__ = [
+    "READY",
     "RUNTIME_IMAGES",
     "Imported",
     "Options",
