@@ -2,7 +2,7 @@
 """Every image the stack runs, built here without pulling anything, and loaded into
 containerd (docs/images.md).
 
-    tools/images.py build [NAME...] [--registry R] [--tag NAME=TAG]... [--force NAME]...
+    tools/images.py build [NAME...] [--registry R] [--tag NAME=TAG]... [--force NAME]... [--cold]
     tools/images.py import --address SOCKET [--namespace k8s.io] [NAME...]
     tools/images.py list [--json]
 
@@ -76,9 +76,11 @@ def build(
     names: Iterable[str] = (),
     force: Iterable[str] = (),
     store: Store | None = None,
+    cold: bool = False,
 ) -> list[Result]:
-    """Build `names` (all when empty) and their bases; unchanged images take seconds."""
-    return _build.build(recipes, list(names) or list(recipes), store or Store(), force)
+    """Build `names` (all when empty) and their bases; unchanged images take seconds.
+    `cold`: rebuild all of them from nothing (no key or layer cache), to measure."""
+    return _build.build(recipes, list(names) or list(recipes), store or Store(), force, cold)
 
 
 def import_into(
@@ -151,6 +153,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     build_cmd.add_argument(
         "--force", action="append", default=[], metavar="NAME", help="rebuild even if unchanged"
     )
+    build_cmd.add_argument(
+        "--cold", action="store_true", help="rebuild all from nothing (no layer cache): timings"
+    )
     import_cmd = commands.add_parser("import", help="load built images into containerd")
     import_cmd.add_argument("--address", required=True, help="containerd's socket")
     import_cmd.add_argument("--namespace", default="k8s.io")
@@ -165,7 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         _list(recipes, args.json)
         return 0
     if args.command == "build":
-        results = build(recipes, args.names, args.force)
+        results = build(recipes, args.names, args.force, cold=args.cold)
         bad = [r for r in results if r.outcome in ("failed", "unavailable", "skipped")]
         say(
             f"build: {len(results) - len(bad)} ready, {len(bad)} not "

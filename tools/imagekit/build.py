@@ -58,15 +58,19 @@ def build(
     names: Iterable[str],
     store: Store,
     force: Iterable[str] = (),
+    cold: bool = False,
 ) -> list[Result]:
-    """Build what changed; `force` names images to rebuild even when their key matches."""
+    """Build what changed; `force` names images to rebuild even when their key matches;
+    `cold` rebuilds everything without buildah's layer cache (to measure cold builds)."""
     forced = set(force)
     results: dict[str, Result] = {}
     with store.locked():
         hashes = FileHashes(store.file_hashes)
         for recipe in closure(recipes, names):
-            forced_here = recipe.name in forced
-            results[recipe.name] = _one(recipe, recipes, results, store, hashes, forced_here)
+            forced_here = cold or recipe.name in forced
+            results[recipe.name] = _one(
+                recipe, recipes, results, store, hashes, forced_here, no_cache=cold
+            )
             hashes.save()
     return list(results.values())
 
@@ -78,6 +82,7 @@ def _one(
     store: Store,
     hashes: FileHashes,
     force: bool,
+    no_cache: bool = False,
 ) -> Result:
     clock = Stopwatch()
     name, reference = recipe.name, recipe.reference
@@ -115,13 +120,15 @@ def _one(
         say(f"{name}: {outcome} ({result.seconds:.1f} s, key {key[:12]}) {reference}")
         return result
     try:
-        return _build(recipe, key, store, clock)
+        return _build(recipe, key, store, clock, no_cache)
     except (CommandFailed, OSError) as why:
         say(f"{name}: FAILED: {why}")
         return Result(name, reference, "failed", clock.seconds(), detail=str(why))
 
 
-def _build(recipe: Recipe, key: str, store: Store, clock: Stopwatch) -> Result:
+def _build(
+    recipe: Recipe, key: str, store: Store, clock: Stopwatch, no_cache: bool = False
+) -> Result:
     name, reference = recipe.name, recipe.reference
     say(f"{name}: building {reference}")
     containerfile, context = recipe.containerfile, recipe.context
@@ -140,6 +147,7 @@ def _build(recipe: Recipe, key: str, store: Store, clock: Stopwatch) -> Result:
         reference=reference,
         build_args=recipe.build_args,
         ignorefile=recipe.ignorefile,
+        no_cache=no_cache,
     )
     built = clock.seconds()
     image_id = buildah.image_id(reference)

@@ -39,14 +39,18 @@ def bud(
     reference: str,
     build_args: Mapping[str, str],
     ignorefile: Path | None,
+    no_cache: bool = False,
 ) -> None:
     """`buildah bud` that never pulls, with the host's network and CA bundle, caching
-    layers so that a change near the end of a Dockerfile reuses the pip layers."""
+    layers so that a change near the end of a Dockerfile reuses the pip layers
+    (`no_cache`: none reused, for measuring cold builds)."""
     command: list[str | Path] = [
         "buildah", "bud", "--pull=never", "--network=host", "--layers",
         "-v", f"{HOST_CA_BUNDLE}:{HOST_CA_BUNDLE}:ro",
         "-f", containerfile, "-t", reference,
     ]  # fmt: skip
+    if no_cache:
+        command.append("--no-cache")
     if ignorefile is not None:
         # What BuildKit reads for <Dockerfile>.dockerignore, said explicitly to buildah.
         command += ["--ignorefile", ignorefile]

@@ -195,7 +195,7 @@ def _runtime_standins(options: Options) -> list[Recipe]:
     ]  # fmt: skip
     minio = toolbins.find("minio", ("minio", "mc"), options.minio_bin_dir)
     upstream_minio = ImagesConfig().minio.rpartition(":")[0]
-    minio_files = (staging.Binaries(minio.directory, ("minio", "mc")),) if minio.directory else ()
+    minio_files = () if minio.missing else (staging.Binaries(tuple(minio.paths.values())),)
     recipes.append(
         _standin(
             "minio",
@@ -203,7 +203,7 @@ def _runtime_standins(options: Options) -> list[Recipe]:
             "standin",
             f"{upstream_minio}:{minio.version or '<version>'}",
             stagers=minio_files,
-            unavailable="" if minio.directory else minio.missing_reason(),
+            unavailable=minio.missing_reason() if minio.missing else "",
         )
     )
     recipes += _volcano(options)
@@ -224,13 +224,13 @@ def _volcano(options: Options) -> list[Recipe]:
         # the chart's defaults when it cannot be read (the recipe is unavailable then)
         image = images.get(name) or volcano.ChartImage(f"volcanosh/{name}", tag, "docker.io")
         stagers: list[Stager] = []
-        if bins.directory is not None:
-            stagers.append(staging.Binaries(bins.directory, (name,)))
+        if name in bins.paths:
+            stagers.append(staging.Binaries((bins.paths[name],)))
         if name == "vc-webhook-manager" and script is not None:
             stagers.append(staging.File(script, "gen-admission-secret.sh"))
-        problem = chart_problem or ("" if bins.directory else bins.missing_reason())
+        problem = chart_problem or (bins.missing_reason() if name in bins.missing else "")
         if not problem and bins.version not in (None, volcano.VERSION):
-            problem = f"{bins.directory} holds Volcano {bins.version}, the chart {volcano.VERSION}"
+            problem = f"the binaries are Volcano {bins.version}, the chart {volcano.VERSION}"
         recipes.append(
             _standin(
                 name, f"{STANDIN_PREFIX}/{image.name}:{image.tag}", "standin", image.upstream,

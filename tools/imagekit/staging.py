@@ -111,16 +111,15 @@ class RustToolchain:
 class Binaries:
     """Prebuilt binaries (tools/build-tools.sh) into bin/."""
 
-    directory: Path
-    names: tuple[str, ...]
+    paths: tuple[Path, ...]
 
     def fingerprint(self, fp: Fingerprint) -> None:
-        for name in self.names:
-            fp.file(f"bin/{name}", self.directory / name)
+        for path in self.paths:
+            fp.file(f"bin/{path.name}", path)
 
     def fill(self, context: Path) -> None:
-        for name in self.names:
-            link_or_copy(self.directory / name, context / "bin" / name)
+        for path in self.paths:
+            link_or_copy(path, context / "bin" / path.name)
 
 
 @dataclass(frozen=True)

@@ -1,9 +1,9 @@
-"""Binaries the runtime stand-ins carry, built from Go modules by tools/build-tools.sh
-(`minio` with `mc`, `volcano` with vc-scheduler, vc-controller-manager,
+"""Binaries the runtime stand-ins carry, built from Go modules by tools/build-tools.sh:
+`minio` and `mc` (two tools), `volcano` (vc-scheduler, vc-controller-manager,
 vc-webhook-manager), each tool in `<tools>/<tool>-<version>/bin`.
 
-Where a tool's bin directory is looked for, first hit wins: the explicit argument, the
-environment variable ELASTICCTR_<TOOL>_BIN_DIR, then the directories that
+Where each binary is looked for, first hit wins: the explicit directory (--<tool>-bin-dir),
+the environment variable ELASTICCTR_<TOOL>_BIN_DIR, then the directories
 `tools/build-tools.sh --print-path` prints.
 """
 
@@ -22,22 +22,25 @@ from .paths import REPO_ROOT
 @dataclass(frozen=True)
 class ToolBins:
     tool: str
-    directory: Path | None  # None: not found
+    paths: dict[str, Path]  # binary -> where it is (only those found)
+    missing: tuple[str, ...]
     searched: tuple[str, ...]  # where it looked, for the error message
 
     @property
     def version(self) -> str | None:
-        """From the directory's name (`<tool>-<version>/bin`), the build-tools layout."""
-        if self.directory is None:
+        """From the name of the directory holding the binary named after the tool (or the
+        first one): `<tool>-<version>/bin`, the build-tools layout."""
+        path = self.paths.get(self.tool) or next(iter(self.paths.values()), None)
+        if path is None:
             return None
-        parent = self.directory.parent.name
+        parent = path.parent.parent.name
         prefix = f"{self.tool}-"
         return parent[len(prefix) :] if parent.startswith(prefix) else None
 
     def missing_reason(self) -> str:
         return (
-            f"the {self.tool} binaries were not found (looked in: {', '.join(self.searched)}); "
-            f"build them with tools/build-tools.sh {self.tool}, or pass --{self.tool}-bin-dir "
+            f"{', '.join(self.missing)} not found (looked in: {', '.join(self.searched)}); "
+            f"build with tools/build-tools.sh, or pass --{self.tool}-bin-dir "
             f"or set ELASTICCTR_{self.tool.upper()}_BIN_DIR"
         )
 
@@ -62,8 +65,12 @@ def find(tool: str, binaries: Sequence[str], explicit: Path | None = None) -> To
     if os.environ.get(variable):
         candidates.append((variable, Path(os.environ[variable])))
     candidates += [("tools/build-tools.sh --print-path", d) for d in _build_tools_dirs()]
-    for _, directory in candidates:
-        if all((directory / binary).is_file() for binary in binaries):
-            return ToolBins(tool, directory, ())
+    paths: dict[str, Path] = {}
+    for binary in binaries:
+        for _, directory in candidates:
+            if (directory / binary).is_file():
+                paths[binary] = directory / binary
+                break
+    missing = tuple(binary for binary in binaries if binary not in paths)
     searched = tuple(dict.fromkeys(source for source, _ in candidates)) or ("nowhere",)
-    return ToolBins(tool, None, searched)
+    return ToolBins(tool, paths, missing, searched)
