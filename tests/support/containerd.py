@@ -5,7 +5,7 @@ run with `ctr`.
 
     with PrivateContainerd(tmp_path) as containerd:
         containerd.ctr("images", "import", archive)
-        containerd.start("nn", image, ["hdfs", "namenode"], user="1000:1000", ...)
+        containerd.start("nn", image, ["hdfs", "namenode"], env=..., mounts=...)
 """
 
 from __future__ import annotations
@@ -98,13 +98,10 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         return result
 
     def _run_args(
-        self,
-        user: str,
-        env: Mapping[str, str],
-        mounts: Mapping[str, tuple[Path, bool]],
-        read_only: bool,
+        self, env: Mapping[str, str], mounts: Mapping[str, tuple[Path, bool]], read_only: bool
     ) -> list[str]:
-        args = ["--net-host", "--user", user]
+        # ctr 1.6 has no --user: containers run as the image's USER.
+        args = ["--net-host"]
         if read_only:
             args.append("--read-only")
         for name, value in env.items():
@@ -120,14 +117,13 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         image: str,
         command: Sequence[str],
         *,
-        user: str = "1000:1000",
         env: Mapping[str, str] | None = None,
         mounts: Mapping[str, tuple[Path, bool]] | None = None,
         read_only: bool = True,
         timeout: float = 300,
     ) -> subprocess.CompletedProcess[str]:
         """Run to completion; stdout and stderr as the command wrote them."""
-        args = self._run_args(user, env or {}, mounts or {}, read_only)
+        args = self._run_args(env or {}, mounts or {}, read_only)
         return self.ctr("run", "--rm", *args, image, name, *command, check=False, timeout=timeout)
 
     def start(
@@ -136,14 +132,13 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         image: str,
         command: Sequence[str],
         *,
-        user: str = "1000:1000",
         env: Mapping[str, str] | None = None,
         mounts: Mapping[str, tuple[Path, bool]] | None = None,
         read_only: bool = True,
     ) -> Path:
         """Start in the background; returns the file its output goes to."""
         log = self.base / f"{name}.log"
-        args = self._run_args(user, env or {}, mounts or {}, read_only)
+        args = self._run_args(env or {}, mounts or {}, read_only)
         self.ctr("run", "-d", f"--log-uri=file://{log}", *args, image, name, *command)
         self._running.append(name)
         return log

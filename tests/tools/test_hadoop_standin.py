@@ -84,13 +84,18 @@ class Hdfs:
         self.started.append(name)
         return self.containerd.start(name, self.image, command, env=ENV, mounts=self.mounts(role))
 
-    def hdfs(self, *args: str) -> str:
+    def try_hdfs(self, *args: str) -> tuple[int, str]:
+        """`hdfs ARGS` in a client container: exit status, and stdout (or stderr's tail)."""
         result = self.containerd.run(
             f"client-{time.monotonic_ns()}", self.image, ["hdfs", *args],
             env=ENV, mounts=self.mounts("client"), timeout=120,
         )  # fmt: skip
-        assert result.returncode == 0, result.stdout + result.stderr[-3000:]
-        return result.stdout
+        return result.returncode, result.stdout if result.returncode == 0 else result.stderr[-3000:]
+
+    def hdfs(self, *args: str) -> str:
+        status, out = self.try_hdfs(*args)
+        assert status == 0, out
+        return out
 
     def wait_http(self, log: Path, timeout: float = 120) -> int:
         deadline = time.monotonic() + timeout
@@ -108,8 +113,9 @@ class Hdfs:
         deadline = time.monotonic() + timeout
         report = ""
         while time.monotonic() < deadline:
-            report = self.hdfs("dfsadmin", "-report")
-            if f"Live datanodes ({count})" in report:
+            # the namenode's HTTP server starts before its RPC server: refused at first
+            status, report = self.try_hdfs("dfsadmin", "-report")
+            if status == 0 and f"Live datanodes ({count})" in report:
                 return report
             time.sleep(2)
         raise AssertionError(f"no {count} live datanodes:\n{report}")
@@ -138,7 +144,8 @@ def hdfs(
 def test_namenode_and_datanode_from_the_stand_in(hdfs: Hdfs) -> None:
     namenode_log = hdfs.start("namenode", NAMENODE_COMMAND)
     assert hdfs.wait_http(namenode_log) == 200  # the component's readiness probe: GET /
-    assert (hdfs.dirs["namenode"] / "namenode" / "current" / "VERSION").is_file()
+    formatted = hdfs.dirs["namenode"] / "namenode" / "current" / "VERSION"
+    assert formatted.is_file(), namenode_log.read_text()[-5000:]
     datanode_log = hdfs.start("datanode", DATANODE_COMMAND)
     report = hdfs.wait_live_datanodes(1)
     assert "127.0.0.1" in report

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -141,7 +142,10 @@ class File:
 class HadoopJars:
     """Hadoop's jars (hdfs, hdfs-client, common and their runtime dependencies) from Maven
     Central into lib/, resolved once per version into the cache (as the project's
-    tools/hadoop-minicluster.sh does for the test minicluster)."""
+    tools/hadoop-minicluster.sh does for the test minicluster), and the web UIs' files
+    into webapps/: the namenode and datanode refuse to start without them, and Maven has
+    them only in hadoop-hdfs's tests jar (the distribution ships them in
+    share/hadoop/hdfs/webapps)."""
 
     version: str
     cache: Path
@@ -153,12 +157,27 @@ class HadoopJars:
             f"<artifactId>{artifact}</artifactId><version>{self.version}</version></dependency>"
             for artifact in self.artifacts
         )
+        # Hadoop's logging binding: hadoop-project's management leaves it out of the
+        # runtime closure, and without it slf4j drops every log line.
+        dependencies += (
+            "\n    <dependency><groupId>org.slf4j</groupId>"
+            "<artifactId>slf4j-reload4j</artifactId></dependency>"
+        )
         return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>elasticctr.images</groupId>
   <artifactId>hadoop-standin-jars</artifactId>
   <version>1</version>
   <packaging>pom</packaging>
+  <!-- Hadoop's own dependency versions (hadoop-project's dependencyManagement), as its
+       distribution ships them: Maven's nearest-wins alone picks an older jackson-core
+       that the namenode cannot start with. -->
+  <dependencyManagement>
+    <dependencies>
+      <dependency><groupId>org.apache.hadoop</groupId><artifactId>hadoop-project</artifactId>
+        <version>{self.version}</version><type>pom</type><scope>import</scope></dependency>
+    </dependencies>
+  </dependencyManagement>
   <dependencies>
 {dependencies}
   </dependencies>
@@ -167,13 +186,15 @@ class HadoopJars:
 
     def fingerprint(self, fp: Fingerprint) -> None:
         fp.text("hadoop-pom", self.pom())
+        fp.text("hadoop-webapps", f"org.apache.hadoop:hadoop-hdfs:{self.version}:jar:tests")
 
     def _resolved(self) -> Path:
-        """Directory of the jars, downloaded on first use (a `done` file marks it whole)."""
+        """Directory with lib/ (the jars) and webapps/, downloaded on first use (a `done`
+        file marks it whole)."""
         home = self.cache / f"hadoop-{self.version}"
         jars = home / "lib"
         if (home / "done").is_file():
-            return jars
+            return home
         shutil.rmtree(home, ignore_errors=True)
         home.mkdir(parents=True)
         (home / "pom.xml").write_text(self.pom())
@@ -187,9 +208,23 @@ class HadoopJars:
             ],
             nice=True,
         )  # fmt: skip
+        tests_jar = f"org.apache.hadoop:hadoop-hdfs:{self.version}:jar:tests"
+        run(
+            [
+                "mvn", "-B", "-q", "-f", home / "pom.xml",
+                f"-Dmaven.repo.local={home / 'repository'}",
+                "dependency:copy", f"-Dartifact={tests_jar}", f"-DoutputDirectory={home}",
+                "-Dstyle.color=never",
+            ],
+            nice=True,
+        )  # fmt: skip
+        with zipfile.ZipFile(home / f"hadoop-hdfs-{self.version}-tests.jar") as archive:
+            archive.extractall(home, [m for m in archive.namelist() if m.startswith("webapps/")])
         (home / "done").write_text(self.version)
-        return jars
+        return home
 
     def fill(self, context: Path) -> None:
-        for jar in sorted(self._resolved().glob("*.jar")):
+        home = self._resolved()
+        for jar in sorted((home / "lib").glob("*.jar")):
             link_or_copy(jar, context / "lib" / jar.name)
+        shutil.copytree(home / "webapps", context / "webapps")
