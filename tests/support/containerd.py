@@ -159,8 +159,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
         self, name: str, reference: str, argv: Sequence[str], timeout: float = 300
     ) -> subprocess.CompletedProcess[str]:
         """Run `argv` instead of the image's entrypoint (like `docker run --entrypoint`),
-        with the image's env, user and working directory, on a read-only root. ctr 1.6 has
-        no --entrypoint: an OCI spec file says it."""
+        with the image's env, user and working directory, on a read-only root and a tmpfs
+        /tmp. ctr 1.6 has no --entrypoint: an OCI spec file says it."""
         config = self.image_config(reference)
         spec = json.loads(self.ctr("oci", "spec").stdout)
         user = str(config.get("User") or "0")
@@ -177,11 +177,21 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
              "options": ["nosuid", "nodev", "mode=1777"]}
         )  # fmt: skip
         spec["linux"].pop("cgroupsPath", None)
-        spec_file = self.base / f"{name}.spec.json"
-        spec_file.write_text(json.dumps(spec))
-        return self.ctr(
-            "run", "--rm", "--config", spec_file, reference, name, check=False, timeout=timeout
-        )
+        # With a spec file ctr takes no image: the image's rootfs is mounted for it, on a
+        # writable snapshot (runc makes /proc and /dev there; the spec's root stays
+        # read-only for the process), dropped after.
+        rootfs = self.base / f"{name}.rootfs"
+        rootfs.mkdir()
+        self.ctr("images", "mount", "--rw", reference, rootfs)
+        try:
+            spec["root"]["path"] = str(rootfs)
+            spec_file = self.base / f"{name}.spec.json"
+            spec_file.write_text(json.dumps(spec))
+            return self.ctr(
+                "run", "--rm", "--config", spec_file, name, check=False, timeout=timeout
+            )
+        finally:
+            self.ctr("images", "unmount", "--rm", rootfs, check=False)
 
     def stop(self, name: str) -> None:
         self.ctr("task", "kill", "--signal", "SIGKILL", name, check=False)

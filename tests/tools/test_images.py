@@ -216,6 +216,27 @@ def test_key_follows_what_the_image_is_built_from_and_nothing_else(tmp_path: Pat
     )
 
 
+def test_a_stand_ins_key_ignores_its_readme(tmp_path: Path) -> None:
+    folder = tmp_path / "standin"
+    folder.mkdir()
+    (folder / "Containerfile").write_text("FROM scratch\nCOPY launcher bin/tool /usr/bin/\n")
+    (folder / "launcher").write_text("#!/bin/sh\n")
+    (folder / "README.md").write_text("how it differs")
+    recipe = Recipe(
+        name="standin",
+        reference="localhost/test/standin:1",
+        kind="standin",
+        containerfile=folder / "Containerfile",
+        context=None,
+        recipe_dir=folder,
+    )
+    first = key_of(recipe, tmp_path)
+    (folder / "README.md").write_text("how it differs, said better")
+    assert key_of(recipe, tmp_path) == first
+    (folder / "launcher").write_text("#!/bin/sh\nexec tool\n")
+    assert key_of(recipe, tmp_path) != first
+
+
 def test_file_hashes_are_remembered_by_stat(tmp_path: Path) -> None:
     data = tmp_path / "big.bin"
     data.write_bytes(b"a" * 1000)

@@ -37,7 +37,14 @@ def key(recipe: Recipe, base_ids: Mapping[str, str], fp: Fingerprint) -> str:
         fp.text(f"base:{reference}", image_id)
     fp.file("Containerfile", recipe.containerfile)
     if recipe.recipe_dir is not None:
-        fp.tree("recipe", recipe.recipe_dir)
+        # The recipe folder's files the build reads (not its README); the other sources
+        # are what the stagers bring.
+        for source in copy_sources(recipe.containerfile):
+            path = recipe.recipe_dir / source
+            if path.is_dir():
+                fp.tree(f"recipe/{source}", path)
+            elif path.is_file():
+                fp.file(f"recipe/{source}", path)
         for stager in recipe.stagers:
             stager.fingerprint(fp)
     else:

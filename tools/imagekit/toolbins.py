@@ -3,8 +3,8 @@
 vc-webhook-manager), each tool in `<tools>/<tool>-<version>/bin`.
 
 Where each binary is looked for, first hit wins: the explicit directory (--<tool>-bin-dir),
-the environment variable ELASTICCTR_<TOOL>_BIN_DIR, then the directories
-`tools/build-tools.sh --print-path` prints.
+the directories of the environment variable ELASTICCTR_<TOOL>_BIN_DIR (colon-separated,
+as PATH: minio and mc live in two), then those `tools/build-tools.sh --print-path` prints.
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def find(tool: str, binaries: Sequence[str], explicit: Path | None = None) -> To
     if explicit is not None:
         candidates.append((f"--{tool}-bin-dir", explicit))
     variable = f"ELASTICCTR_{tool.upper()}_BIN_DIR"
-    if os.environ.get(variable):
-        candidates.append((variable, Path(os.environ[variable])))
+    for part in os.environ.get(variable, "").split(":"):
+        if part:
+            candidates.append((variable, Path(part)))
     candidates += [("tools/build-tools.sh --print-path", d) for d in _build_tools_dirs()]
     paths: dict[str, Path] = {}
     for binary in binaries:
