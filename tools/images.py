@@ -4,7 +4,7 @@ containerd (docs/images.md).
 
     tools/images.py build [NAME...] [--registry R] [--tag NAME=TAG]... [--force NAME]... [--cold]
     tools/images.py import --address SOCKET [--namespace k8s.io] [NAME...]
-    tools/images.py list [--json]
+    tools/images.py list [--registry R] [--tag NAME=TAG]... [--json]
 
 NAME: a base stand-in (debian, python, rust, mlflow-base), a project image (trainer, cube,
 serving, client, mlflow) or a runtime stand-in (pause, minio, hadoop, vc-scheduler,
@@ -140,15 +140,17 @@ def _list(recipes: dict[str, Recipe], as_json: bool) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # What names the images: given to `build` and `list` (import reads the build index).
+    naming = argparse.ArgumentParser(add_help=False)
     defaults = Options()
-    parser.add_argument("--registry", default=defaults.registry, help="project images' registry")
-    parser.add_argument(
+    naming.add_argument("--registry", default=defaults.registry, help="project images' registry")
+    naming.add_argument(
         "--tag", action="append", default=[], metavar="NAME=TAG", help="a project image's tag"
     )
-    parser.add_argument("--minio-bin-dir", type=Path, help="dir with minio and mc")
-    parser.add_argument("--volcano-bin-dir", type=Path, help="dir with the vc-* binaries")
+    naming.add_argument("--minio-bin-dir", type=Path, help="dir with minio and mc")
+    naming.add_argument("--volcano-bin-dir", type=Path, help="dir with the vc-* binaries")
     commands = parser.add_subparsers(dest="command", required=True)
-    build_cmd = commands.add_parser("build", help="build images (all by default)")
+    build_cmd = commands.add_parser("build", parents=[naming], help="build (all by default)")
     build_cmd.add_argument("names", nargs="*", metavar="NAME")
     build_cmd.add_argument(
         "--force", action="append", default=[], metavar="NAME", help="rebuild even if unchanged"
@@ -160,17 +162,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     import_cmd.add_argument("--address", required=True, help="containerd's socket")
     import_cmd.add_argument("--namespace", default="k8s.io")
     import_cmd.add_argument("names", nargs="*", metavar="NAME")
-    list_cmd = commands.add_parser("list", help="the images, their references and sizes")
+    list_cmd = commands.add_parser("list", parents=[naming], help="images, references, sizes")
     list_cmd.add_argument("--json", action="store_true")
     args = parser.parse_args(argv)
 
     clock = Stopwatch()
-    recipes = catalog(_options(args))
     if args.command == "list":
-        _list(recipes, args.json)
+        _list(catalog(_options(args)), args.json)
         return 0
     if args.command == "build":
-        results = build(recipes, args.names, args.force, cold=args.cold)
+        results = build(catalog(_options(args)), args.names, args.force, cold=args.cold)
         bad = [r for r in results if r.outcome in ("failed", "unavailable", "skipped")]
         say(
             f"build: {len(results) - len(bad)} ready, {len(bad)} not "

@@ -349,11 +349,12 @@ def test_import_skips_what_containerd_has_at_the_same_digest(
 
 def test_cli_list_prints_every_image(capsys: pytest.CaptureFixture[str]) -> None:
     cli = load_cli()
-    assert cli.main(["--registry", "localhost/elasticctr", "list"]) == 0
+    assert cli.main(["list", "--registry", "localhost/elasticctr", "--tag", "cube=c1"]) == 0
     out = capsys.readouterr().out
     for name in cli.RUNTIME_IMAGES:
         assert name in out
     assert "localhost/elasticctr/trainer:0.1.0" in out
+    assert "localhost/elasticctr/cube:c1" in out
     assert "docker.io/library/python:3.11.14-slim-bookworm" in out
 
 
