@@ -18,6 +18,7 @@ Library (for the cluster tooling and the tests; run with the project's venv):
     recipes = images.catalog(images.Options(registry="localhost/elasticctr"))
     images.build(recipes)                       # -> [Result], each built/cached/...
     images.import_into("/run/containerd/containerd.sock", images.RUNTIME_IMAGES)
+    images.recipe_for(recipes, "apache/hadoop:3.4.1")  # what builds an image a stack names
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from tools.imagekit.recipes import (  # noqa: E402
     Recipe,
     catalog,
     default_tags,
+    recipe_for,
     volcano_chart_values,
 )
 from tools.imagekit.run import Stopwatch, say  # noqa: E402
@@ -56,6 +58,7 @@ __all__ = [
     "catalog",
     "default_tags",
     "import_into",
+    "recipe_for",
     "volcano_chart_values",
 ]
 

@@ -82,18 +82,33 @@ def test_every_image_a_stack_names_has_a_recipe(section: dict[str, Any]) -> None
     included): each image is built here under that name, or has a stand-in for it."""
     config = ImagesConfig(**section)
     everything = catalog(Options(registry=config.registry))
-    built = {r.reference for r in everything.values()}
-    stands_in = {r.stands_in_for.rpartition(":")[0] for r in everything.values()}
     for name in STACK_PROJECT_IMAGES:
-        assert f"{config.registry}/{name}:{getattr(config.tags, name)}" in built
+        reference = f"{config.registry}/{name}:{getattr(config.tags, name)}"
+        recipe = recipes.recipe_for(everything, reference)
+        assert recipe is not None and recipe.reference == reference
     for third_party in (config.minio, config.hadoop):
-        repository = normalise(third_party).rpartition(":")[0]
-        assert (
-            third_party in built
-            or normalise(third_party) in built
-            or repository in {normalise(s) for s in stands_in if s}
-        ), f"no recipe builds or stands in for {third_party}"
+        assert recipes.recipe_for(everything, third_party) is not None, third_party
     assert everything["pause"].reference == "registry.k8s.io/pause:3.10"
+
+
+def test_recipe_for_a_reference() -> None:
+    everything = catalog()
+    assert recipes.recipe_for(everything, "apache/hadoop:3.4.1") == everything["hadoop"]
+    assert (
+        recipes.recipe_for(everything, "localhost/elasticctr-standin/hadoop:3.4.1")
+        == (everything["hadoop"])
+    )
+    assert recipes.recipe_for(everything, "quay.io/minio/minio:RELEASE.x") == everything["minio"]
+    assert (
+        recipes.recipe_for(everything, "localhost/elasticctr-standin/minio:v9")
+        == (everything["minio"])
+    )
+    assert recipes.recipe_for(everything, "python:3.11.14-slim-bookworm") == everything["python"]
+    assert (
+        recipes.recipe_for(everything, "docker.io/volcanosh/vc-scheduler:v1.15.0")
+        == (everything["vc-scheduler"])
+    )
+    assert recipes.recipe_for(everything, "docker.io/library/redis:7") is None
 
 
 def test_each_stand_in_has_its_folder_with_a_containerfile_and_a_readme() -> None:

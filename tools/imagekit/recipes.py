@@ -240,6 +240,29 @@ def _volcano(options: Options) -> list[Recipe]:
     return recipes
 
 
+def _repository(reference: str) -> str:
+    """A reference without its tag or digest."""
+    name = normalise(reference).split("@")[0]
+    head, _, tail = name.rpartition(":")
+    return head if head and "/" not in tail else name
+
+
+def recipe_for(recipes: Mapping[str, Recipe], reference: str) -> Recipe | None:
+    """The recipe that builds `reference` (the same name), or else the one that builds
+    or stands in for its repository at another tag (e.g. a stack naming the real MinIO
+    image): what to build for an image a stack names."""
+    wanted = normalise(reference)
+    for recipe in recipes.values():
+        if recipe.reference == wanted:
+            return recipe
+    repository = _repository(reference)
+    for recipe in recipes.values():
+        upstream = _repository(recipe.stands_in_for) if recipe.stands_in_for else ""
+        if repository in (_repository(recipe.reference), upstream):
+            return recipe
+    return None
+
+
 def volcano_chart_values() -> dict[str, dict[str, str]]:
     """Helm values that make the Volcano chart run the stand-ins: its image names and tags
     are kept, only the registry and the pull policy change."""
