@@ -275,12 +275,14 @@ class FakeBuildah:
         self.builds: list[str] = []
         self.restores: list[str] = []
         self.images_archived: dict[str, str] = {}
+        self.removed: list[str] = []
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.setattr(buildah, "image_id", lambda ref: self.images.get(ref))
         monkeypatch.setattr(buildah, "bud", self.bud)
         monkeypatch.setattr(buildah, "archive", lambda ref, path: path.write_text(ref))
         monkeypatch.setattr(buildah, "restore", self.restore)
+        monkeypatch.setattr(buildah, "remove_quietly", self.removed.append)
 
     def bud(self, *, reference: str, **_: Any) -> None:
         self.builds.append(reference)
@@ -305,6 +307,7 @@ def test_second_build_with_nothing_changed_builds_nothing(
     assert second.outcome == "cached" and len(fake.builds) == 1
     (forced,) = build_module.build(everything, ["app"], store, force=["app"])
     assert forced.outcome == "built" and len(fake.builds) == 2
+    assert fake.removed == ["id-1"]  # the image the rebuild replaced
     # buildah's storage lost the image: restored from the archive, not rebuilt
     fake.images_archived = {recipe.reference: fake.images.pop(recipe.reference)}
     (restored,) = build_module.build(everything, ["app"], store)

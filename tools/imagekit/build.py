@@ -141,6 +141,7 @@ def _build(
         containerfile = context / "Containerfile"
     assert context is not None
     staged = clock.seconds()
+    replaced = buildah.image_id(reference)
     buildah.bud(
         containerfile=containerfile,
         context=context,
@@ -153,6 +154,8 @@ def _build(
     image_id = buildah.image_id(reference)
     if image_id is None:
         raise CommandFailed(f"buildah bud did not tag {reference}")
+    if replaced is not None and replaced != image_id:
+        buildah.remove_quietly(replaced)  # else every rebuild leaves a dangling image
     archive = store.archive_of(name)
     buildah.archive(reference, archive)
     seconds = clock.seconds()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -57,6 +58,12 @@ def bud(
     for name, value in sorted(build_args.items()):
         command += ["--build-arg", f"{name}={value}"]
     run([*command, context], nice=True)
+
+
+def remove_quietly(image_id: str) -> None:
+    """Remove an image a rebuild replaced; kept when something still uses it."""
+    with contextlib.suppress(CommandFailed):
+        run(["buildah", "rmi", image_id], capture=True)
 
 
 def archive(reference: str, path: Path) -> None:
