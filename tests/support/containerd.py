@@ -1,7 +1,8 @@
 """A private containerd for tests: its own root, state, socket and config under a temporary
 directory, never the machine's /var/lib/containerd or /run/containerd/containerd.sock
 (the cluster tooling's), with the CRI plugin off. Started and stopped by PID; containers
-run with `ctr`.
+run with `ctr` (whose `run IMAGE ID ARGS` replaces the entrypoint too: give whole
+commands).
 
     with PrivateContainerd(tmp_path) as containerd:
         containerd.ctr("images", "import", archive)
@@ -10,6 +11,7 @@ run with `ctr`.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -83,6 +85,8 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
                 self._process.kill()
                 self._process.wait()
         shutil.rmtree(self.base, ignore_errors=True)
+        with contextlib.suppress(OSError):  # only when empty: never another's state
+            (Path("/run/containerd/runc") / self.namespace).rmdir()
 
     def log_tail(self) -> str:
         log = self.base / "containerd.log"
@@ -97,11 +101,18 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
             raise RuntimeError(f"{' '.join(command)} exited {result.returncode}: {result.stderr}")
         return result
 
+    def _private_dirs(self) -> list[str]:
+        return [f"--runc-root={self.base / 'runc'}", f"--fifo-dir={self.base / 'fifo'}"]
+
     def _run_args(
         self, env: Mapping[str, str], mounts: Mapping[str, tuple[Path, bool]], read_only: bool
     ) -> list[str]:
-        # ctr 1.6 has no --user: containers run as the image's USER.
-        args = ["--net-host"]
+        # ctr 1.6 has no --user: containers run as the image's USER. runc's state and the
+        # I/O fifos in our directory too, not under /run/containerd (the machine's
+        # containerd's); the shims' sockets still go to /run/containerd/s (fixed in 1.6,
+        # named by a hash of our socket's path: no clash), and the shim's clean-up may
+        # leave an empty /run/containerd/runc/<our namespace>, removed on exit.
+        args = ["--net-host", *self._private_dirs()]
         if read_only:
             args.append("--read-only")
         for name, value in env.items():
