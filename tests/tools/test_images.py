@@ -150,22 +150,14 @@ def test_build_order_puts_bases_first() -> None:
 def test_copy_sources_are_what_the_dockerfile_reads_from_its_context() -> None:
     sources = inputs.copy_sources(ROOT / "images" / "serving" / "Dockerfile")
     assert sources == [
-        "common",
-        "serving/requirements.txt",
         "serving/parser/Cargo.toml",
         "serving/parser/Cargo.lock",
         "serving/parser/src",
-        "cube/elasticctr_cube",
-        "serving/elasticctr_serving",
-    ] or set(sources) == {
         "common",
         "serving/requirements.txt",
-        "serving/parser/Cargo.toml",
-        "serving/parser/Cargo.lock",
-        "serving/parser/src",
         "cube/elasticctr_cube",
         "serving/elasticctr_serving",
-    }
+    ]  # not the parser library: that comes --from the build stage
     assert inputs.copy_sources(ROOT / "images" / "mlflow" / "Dockerfile") == []
 
 

@@ -19,8 +19,6 @@ def run(
     *,
     capture: bool = False,
     nice: bool = False,
-    cwd: Path | None = None,
-    env: dict[str, str] | None = None,
 ) -> str:
     """Run `command`; return its stdout when `capture`, else stream it to stderr."""
     argv = [str(part) for part in command]
@@ -28,8 +26,6 @@ def run(
         argv = ["nice", "-n", "10", *argv]
     result = subprocess.run(
         argv,
-        cwd=cwd,
-        env=env,
         text=True,
         stdout=subprocess.PIPE if capture else sys.stderr,
         stderr=subprocess.PIPE if capture else None,
