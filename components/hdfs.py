@@ -1,11 +1,23 @@
-"""HDFS for the training data: a namenode and datanodes in the cluster (apache/hadoop), or an
-external namenode as the seeds' `-hd` option. Either way the component's `address` is the
-hdfs://host:port the trainers read from."""
+"""HDFS for the training data: a namenode and datanodes in the cluster, or an external
+namenode as the seeds' `-hd` option. Either way the component's `address` is the
+hdfs://host:port the trainers read from.
+
+In the cluster, the interface with the image is Hadoop's own, not one image's start-up
+script: the component renders core-site.xml, hdfs-site.xml and log4j.properties into a
+ConfigMap mounted read-only at HADOOP_CONF_DIR, and runs explicit commands (`hdfs
+namenode`, after `hdfs namenode -format -nonInteractive` when the name directory holds no
+`current/` yet; `hdfs datanode`). Logs go to stderr, scratch to /tmp, the root file system
+is read-only. apache/hadoop:3.4.1 serves this interface (the commands replace its
+entrypoint, so its env-to-XML starter does not run), and so does the Hadoop stand-in built
+from Maven jars (tools/standins/hadoop/).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal
+from xml.sax.saxutils import escape
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -17,11 +29,72 @@ from components.network import allow_ingress
 NAMENODE_RPC_PORT = 8020
 NAMENODE_HTTP_PORT = 9870
 DATANODE_PORTS = {"data": 9866, "http": 9864, "ipc": 9867}
-# The image's starter formats the namenode only while this directory does not exist, so it
-# is a subdirectory of the volume: the mount point itself always exists.
-NAMENODE_DIR = "/data/namenode"
-DATANODE_DIR = "/data/datanode"
+DATA_MOUNT = "/data"
+# Both on the role's volume; the namenode is formatted only while NAMENODE_DIR has no
+# current/ (what `-format` creates), so a restart never wipes the namespace.
+NAMENODE_DIR = f"{DATA_MOUNT}/namenode"
+DATANODE_DIR = f"{DATA_MOUNT}/datanode"
+CONF_DIR = "/etc/hadoop-conf"
+LOG_DIR = "/tmp/hadoop-logs"
+CONFIG_MAP = "hdfs-conf"
 SERVICE_ACCOUNT = "hdfs"
+
+NAMENODE_COMMAND = [
+    "/bin/sh",
+    "-c",
+    f'if [ ! -d "{NAMENODE_DIR}/current" ]; then hdfs namenode -format -nonInteractive; fi\n'
+    "exec hdfs namenode",
+]
+DATANODE_COMMAND = ["hdfs", "datanode"]
+
+LOG4J = """\
+# Everything to stderr, the container's log (HADOOP_ROOT_LOGGER may override).
+hadoop.root.logger=INFO,console
+log4j.rootLogger=${hadoop.root.logger}
+log4j.appender.console=org.apache.log4j.ConsoleAppender
+log4j.appender.console.target=System.err
+log4j.appender.console.layout=org.apache.log4j.PatternLayout
+log4j.appender.console.layout.ConversionPattern=%d{ISO8601} %p %c{2}: %m%n
+hadoop.security.logger=INFO,NullAppender
+log4j.appender.NullAppender=org.apache.log4j.varia.NullAppender
+"""
+
+
+def site_xml(properties: Mapping[str, str]) -> str:
+    """A Hadoop *-site.xml file holding `properties`."""
+    lines = ['<?xml version="1.0" encoding="UTF-8"?>', "<configuration>"]
+    for name, value in properties.items():
+        lines.append(
+            f"  <property><name>{escape(name)}</name><value>{escape(value)}</value></property>"
+        )
+    lines.append("</configuration>")
+    return "\n".join(lines) + "\n"
+
+
+def hadoop_conf(replication: int) -> dict[str, str]:
+    """The files of HADOOP_CONF_DIR, by name."""
+    core = {
+        "fs.defaultFS": f"hdfs://hdfs-namenode:{NAMENODE_RPC_PORT}",
+        # Hadoop's scratch (default /tmp/hadoop-${user.name}) on the /tmp volume.
+        "hadoop.tmp.dir": "/tmp/hadoop",
+    }
+    hdfs = {
+        "dfs.replication": str(replication),
+        "dfs.namenode.name.dir": f"file://{NAMENODE_DIR}",
+        "dfs.datanode.data.dir": f"file://{DATANODE_DIR}",
+        "dfs.namenode.rpc-bind-host": "0.0.0.0",
+        "dfs.namenode.http-bind-host": "0.0.0.0",
+        # Pod IPs do not reverse-resolve to the names datanodes register with.
+        "dfs.namenode.datanode.registration.ip-hostname-check": "false",
+        # Only pods of this namespace reach HDFS (NetworkPolicy); the seeds' UGI is a user
+        # name, not an identity HDFS could check without Kerberos.
+        "dfs.permissions.enabled": "false",
+    }
+    return {
+        "core-site.xml": site_xml(core),
+        "hdfs-site.xml": site_xml(hdfs),
+        "log4j.properties": LOG4J,
+    }
 
 
 @dataclass(frozen=True)
@@ -84,42 +157,34 @@ class Hdfs(pulumi.ComponentResource):
 
     def _in_cluster(self, name: str, args: HdfsArgs) -> None:
         target = args.target
-        site = kube.env(
-            {
-                # apache/hadoop turns FILE_property=value variables into its *-site.xml files.
-                "CORE-SITE.XML_fs.defaultFS": f"hdfs://hdfs-namenode:{NAMENODE_RPC_PORT}",
-                "HDFS-SITE.XML_dfs.replication": str(args.replication),
-                "HDFS-SITE.XML_dfs.namenode.name.dir": NAMENODE_DIR,
-                "HDFS-SITE.XML_dfs.datanode.data.dir": DATANODE_DIR,
-                "HDFS-SITE.XML_dfs.namenode.rpc-bind-host": "0.0.0.0",
-                # Pod IPs do not reverse-resolve to the names datanodes register with.
-                "HDFS-SITE.XML_dfs.namenode.datanode.registration.ip-hostname-check": "false",
-                # Only pods of this namespace reach HDFS (NetworkPolicy); the seeds' UGI is
-                # a user name, not an identity HDFS could check without Kerberos.
-                "HDFS-SITE.XML_dfs.permissions.enabled": "false",
-                "ENSURE_NAMENODE_DIR": NAMENODE_DIR,
-            }
+        conf = hadoop_conf(args.replication)
+        config_map = k8s.core.v1.ConfigMap(
+            f"{name}-conf",
+            metadata=target.metadata(CONFIG_MAP, "hdfs"),
+            data=conf,
+            opts=target.opts(self),
         )
         account = kube.service_account(target, SERVICE_ACCOUNT, "hdfs", self)
         namenode_ports = {"rpc": NAMENODE_RPC_PORT, "http": NAMENODE_HTTP_PORT}
-        namenode = self._node_set(
-            f"{name}-namenode",
-            args,
-            _Role("hdfs-namenode", ["hdfs", "namenode"], 1, namenode_ports, args.namenode_storage,
+        roles = (
+            _Role("hdfs-namenode", NAMENODE_COMMAND, 1, namenode_ports, args.namenode_storage,
                   kube.http_probe("/", NAMENODE_HTTP_PORT)),
-            site,
-            account.metadata["name"],
+            _Role("hdfs-datanode", DATANODE_COMMAND, args.datanodes, DATANODE_PORTS,
+                  args.datanode_storage,
+                  {"tcp_socket": {"port": DATANODE_PORTS["data"]}, "period_seconds": 10}),
         )  # fmt: skip
+        namenode = self._node_set(
+            f"{name}-namenode", args, roles[0], config_map, conf, account.metadata["name"]
+        )
         self._node_set(
             f"{name}-datanode",
             args,
-            _Role("hdfs-datanode", ["hdfs", "datanode"], args.datanodes, DATANODE_PORTS,
-                  args.datanode_storage,
-                  {"tcp_socket": {"port": DATANODE_PORTS["data"]}, "period_seconds": 10}),
-            site,
+            roles[1],
+            config_map,
+            conf,
             account.metadata["name"],
             depends_on=[namenode],
-        )  # fmt: skip
+        )
         # Trainers, the client's upload and the datanodes themselves talk to HDFS.
         allow_ingress(
             target,
@@ -143,7 +208,8 @@ class Hdfs(pulumi.ComponentResource):
         resource_name: str,
         args: HdfsArgs,
         role: _Role,
-        env: list[k8s.core.v1.EnvVarArgsDict],
+        config_map: k8s.core.v1.ConfigMap,
+        conf: Mapping[str, str],
         service_account: pulumi.Input[str],
         depends_on: list[pulumi.Resource] | None = None,
     ) -> k8s.apps.v1.StatefulSet:
@@ -157,15 +223,20 @@ class Hdfs(pulumi.ComponentResource):
             component.removeprefix("hdfs-"),
             args.image,
             role.command,
-            env=env,
+            env=kube.env({"HADOOP_CONF_DIR": CONF_DIR, "HADOOP_LOG_DIR": LOG_DIR}),
             ports=ports,
             cpu=args.cpu,
             mem=args.mem,
             readiness=role.readiness,
-            mounts=[{"name": "data", "mount_path": "/data"}],
-            # The image writes its *-site.xml files at start.
-            read_only_root=False,
+            mounts=[
+                {"name": "data", "mount_path": DATA_MOUNT},
+                {"name": "hadoop-conf", "mount_path": CONF_DIR, "read_only": True},
+            ],
         )
+        conf_volume: k8s.core.v1.VolumeArgsDict = {
+            "name": "hadoop-conf",
+            "config_map": {"name": config_map.metadata["name"]},
+        }
         return k8s.apps.v1.StatefulSet(
             resource_name,
             metadata=target.metadata(component, component),
@@ -174,8 +245,15 @@ class Hdfs(pulumi.ComponentResource):
                 "replicas": role.replicas,
                 "selector": {"match_labels": kube.labels(component)},
                 "persistent_volume_claim_retention_policy": kube.RETAIN_VOLUMES,
-                "template": kube.pod_template(component, [node], service_account=service_account),
+                "template": kube.pod_template(
+                    component,
+                    [node],
+                    [conf_volume],
+                    service_account=service_account,
+                    # a changed configuration restarts the pods that read it
+                    annotations={"elasticctr.io/config-sha256": kube.digest(conf)},
+                ),
                 "volume_claim_templates": [kube.volume_claim("data", role.storage)],
             },
-            opts=target.opts(self, depends_on=[service, *(depends_on or [])]),
+            opts=target.opts(self, depends_on=[service, config_map, *(depends_on or [])]),
         )

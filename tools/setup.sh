@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Set-up from nothing, safe to run again (each step only adds what is missing):
+#   0. Debian packages the image builds need (tools/images.py; installed as root);
 #   1. .venv: Python 3.11 with every pinned package of the program, the workload code and
 #      the tests (constraints.txt pins the whole dependency tree);
 #   2. Hadoop's minicluster jars from Maven Central (the HDFS tests start a real HDFS);
@@ -22,20 +23,24 @@ if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
   need go "install Go >= 1.26 (the offline tools are built from Go modules)"
 fi
 
-# The local cluster's node (docs/local-cluster.md): Debian packages, as root on Debian only;
-# elsewhere the cluster tests say what is missing. ELASTICCTR_SKIP_CLUSTER=1 skips this.
-cluster_packages=(containerd containernetworking-plugins iptables conntrack ipset nftables iproute2)
-if [ "${ELASTICCTR_SKIP_CLUSTER:-0}" != 1 ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+# Debian packages of the image builds (buildah, mmdebstrap) and of the local cluster's node
+# (docs/images.md, docs/local-cluster.md): installed as root on Debian; elsewhere the image
+# and cluster tests say what is missing. ELASTICCTR_SKIP_CLUSTER=1 skips this step.
+node_packages=(buildah mmdebstrap uidmap containerd containernetworking-plugins iptables conntrack
+               ipset nftables iproute2)
+if [ "${ELASTICCTR_SKIP_CLUSTER:-0}" != 1 ] && command -v dpkg-query >/dev/null; then
   missing=()
-  for package in "${cluster_packages[@]}"; do
+  for package in "${node_packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
       || missing+=("$package")
   done
-  if ((${#missing[@]})); then
+  if ((${#missing[@]})) && [ "$(id -u)" = 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    echo "set-up: installed ${missing[*]} (image builds, local cluster)"
+  elif ((${#missing[@]})); then
+    echo "set-up: not root: the image and cluster tests will skip without ${missing[*]}" >&2
   fi
-  echo "set-up: node packages present (${cluster_packages[*]})"
 fi
 
 python=${PYTHON:-python3.11}

@@ -65,7 +65,7 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
         "elasticctr:namespace:Namespace": 6,
         "elasticctr:volcano:Volcano": 1,
         "elasticctr:storage:ObjectStorage": 8,
-        "elasticctr:hdfs:Hdfs": 7,
+        "elasticctr:hdfs:Hdfs": 8,  # + the hdfs-conf ConfigMap
         "elasticctr:mlflow:Mlflow": 5,
         # per shard (2 in dev): a StatefulSet, a Service and a PodDisruptionBudget
         "elasticctr:cube:Cube": 15,
