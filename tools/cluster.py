@@ -27,7 +27,15 @@ from tools.localcluster.settings import DEFAULT_DIR, Layout  # noqa: E402
 def load_images(socket: Path) -> None:
     """Every image of the local stack, built (or taken from the cache) and imported."""
     subprocess.run(
-        [sys.executable, str(REPO / "tools" / "images.py"), "import", "--address", str(socket)],
+        [
+            sys.executable,
+            str(REPO / "tools" / "images.py"),
+            "import",
+            "--stack",
+            "local",
+            "--address",
+            str(socket),
+        ],
         check=True,
     )
 

@@ -3,8 +3,12 @@
 containerd (docs/images.md).
 
     tools/images.py build [NAME...] [--registry R] [--tag NAME=TAG]... [--force NAME]... [--cold]
-    tools/images.py import --address SOCKET [--namespace k8s.io] [NAME...]
+    tools/images.py import --address SOCKET [--namespace k8s.io] [--stack STACK] [NAME...]
     tools/images.py list [--registry R] [--tag NAME=TAG]... [--json]
+
+--stack STACK names the project images as stacks/Pulumi.<STACK>.yaml does (and checks that
+its MinIO, Hadoop and Volcano images are the stand-ins built here); `import --stack` builds
+what is missing first: `import --stack local` is all the local cluster needs.
 
 NAME: a base stand-in (debian, python, rust, mlflow-base), a project image (trainer, cube,
 serving, client, mlflow) or a runtime stand-in (pause, minio, hadoop, vc-scheduler,
@@ -45,6 +49,7 @@ from tools.imagekit.recipes import (  # noqa: E402
     volcano_chart_values,
 )
 from tools.imagekit.run import Stopwatch, say  # noqa: E402
+from tools.imagekit.stack import StackImagesError, stack_options  # noqa: E402
 from tools.imagekit.store import Store  # noqa: E402
 
 __all__ = [
@@ -107,12 +112,18 @@ def _tags(pairs: Sequence[str]) -> dict[str, str]:
 
 
 def _options(args: argparse.Namespace) -> Options:
-    return Options(
+    options = Options(
         registry=args.registry,
         tags=_tags(args.tag),
         minio_bin_dir=args.minio_bin_dir,
         volcano_bin_dir=args.volcano_bin_dir,
     )
+    if args.stack:
+        try:
+            return stack_options(args.stack, options)
+        except StackImagesError as why:
+            raise SystemExit(f"error: {why}") from None
+    return options
 
 
 def _list(recipes: dict[str, Recipe], as_json: bool) -> None:
@@ -152,6 +163,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     naming.add_argument("--minio-bin-dir", type=Path, help="dir with minio and mc")
     naming.add_argument("--volcano-bin-dir", type=Path, help="dir with the vc-* binaries")
+    naming.add_argument("--stack", help="name the images as stacks/Pulumi.<STACK>.yaml does")
     commands = parser.add_subparsers(dest="command", required=True)
     build_cmd = commands.add_parser("build", parents=[naming], help="build (all by default)")
     build_cmd.add_argument("names", nargs="*", metavar="NAME")
@@ -161,7 +173,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     build_cmd.add_argument(
         "--cold", action="store_true", help="rebuild all from nothing (no layer cache): timings"
     )
-    import_cmd = commands.add_parser("import", help="load built images into containerd")
+    import_cmd = commands.add_parser(
+        "import", parents=[naming], help="load built images into containerd"
+    )
     import_cmd.add_argument("--address", required=True, help="containerd's socket")
     import_cmd.add_argument("--namespace", default="k8s.io")
     import_cmd.add_argument("names", nargs="*", metavar="NAME")
@@ -181,7 +195,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"({', '.join(r.name for r in bad) or 'none'}) in {clock.seconds():.1f} s"
         )
         return 1 if bad else 0
-    imported = import_into(args.address, args.names or RUNTIME_IMAGES, args.namespace)
+    names = args.names or RUNTIME_IMAGES
+    if args.stack:  # a stack's naming: build (or find cached) what it names, then import
+        results = build(catalog(_options(args)), names)
+        unbuilt = [r.name for r in results if r.outcome in ("failed", "unavailable", "skipped")]
+        if unbuilt:
+            say(f"import: not built: {', '.join(unbuilt)}")
+            return 1
+    imported = import_into(args.address, names, args.namespace)
     missing = [r.name for r in imported if r.outcome == "missing"]
     say(f"import: {len(imported) - len(missing)} in containerd in {clock.seconds():.1f} s")
     return 1 if missing else 0
