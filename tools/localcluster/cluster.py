@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from tools import controlplane
-from tools.localcluster import addons, host, node
+from tools.localcluster import addons, host, node, provisioner
 from tools.localcluster.api import Api
 from tools.localcluster.settings import (
     CLUSTER_CIDR,
@@ -40,6 +40,7 @@ from tools.localcluster.settings import (
     node_name,
 )
 
+REPO = Path(__file__).resolve().parents[2]
 # Built by tools/build-tools.sh (found on PATH or in its bin dirs).
 BUILT = ("kubelet", "kube-proxy", "coredns", "kube-router")
 # From Debian packages (tools/setup.sh installs them).
@@ -189,7 +190,7 @@ class LocalCluster:
                 "kube-proxy": cert("/CN=system:kube-proxy"),
                 "coredns": cert(f"/CN={addons.COREDNS_USER}"),
                 "kube-router": cert(f"/CN={addons.KUBE_ROUTER_USER}"),
-                "provisioner": cert(f"/CN={addons.PROVISIONER_USER}"),
+                provisioner.CERT: cert(f"/CN={addons.PROVISIONER_USER}"),
             },
         )
         say(f"control plane on {node_ip}")
@@ -222,7 +223,7 @@ class LocalCluster:
         self._launch(state, node.kube_router(layout, bins["kube-router"], name), bins)
         self._wait("kube-router", timeout, state, lambda: _healthz(KUBE_ROUTER_HEALTH_PORT))
         assert self._lock is not None
-        provisioner = node.Daemon(
+        volumes = node.Daemon(
             "provisioner",
             [
                 sys.executable,
@@ -232,10 +233,15 @@ class LocalCluster:
                 f"--pki={layout.pki}",
                 f"--volumes={layout.volumes}",
             ],
+            env={"PYTHONPATH": str(REPO)},
         )
         # The provisioner lives as long as the cluster: it holds the one-cluster lock.
-        self._launch(state, provisioner, bins, pass_fds=(self._lock.fileno(),))
+        self._launch(state, volumes, bins, pass_fds=(self._lock.fileno(),))
+        self._wait("provisioner", timeout, state, self._provisioner_watching)
         return state
+
+    def _provisioner_watching(self) -> bool:
+        return "watching" in (self.layout.logs / "provisioner.log").read_text()
 
     def _launch(
         self,
@@ -257,7 +263,7 @@ class LocalCluster:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 cwd=self.layout.dir,
-                env={**os.environ, "PATH": path},
+                env={**os.environ, **daemon.env, "PATH": path},
                 start_new_session=True,
                 pass_fds=pass_fds,
             )

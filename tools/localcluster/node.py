@@ -9,7 +9,7 @@ v1, a VM without CAP_SYS_RESOURCE, images that cannot be pulled) are explained w
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tools.localcluster.settings import (
@@ -38,6 +38,7 @@ class Daemon:
 
     name: str
     argv: list[str]
+    env: dict[str, str] = field(default_factory=dict)  # added to the caller's environment
 
 
 def containerd(layout: Layout) -> Daemon:

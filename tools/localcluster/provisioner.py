@@ -16,10 +16,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tools.localcluster.addons import PROVISIONER, PROVISIONER_USER, STORAGE_CLASS
+from tools.localcluster.addons import PROVISIONER, STORAGE_CLASS
 from tools.localcluster.api import Api
 
 ANNOTATION = "pv.kubernetes.io/provisioned-by"
+CERT = "provisioner"  # its client certificate in the cluster's PKI (user PROVISIONER_USER)
 
 
 def provision(api: Api, volumes: Path, claim: dict[str, Any]) -> str | None:
@@ -86,6 +87,7 @@ def run(api: Api, volumes: Path, interval: float) -> None:
 
     signal.signal(signal.SIGTERM, on_term)
     signal.signal(signal.SIGINT, on_term)
+    print(f"watching claims of class {STORAGE_CLASS}; volumes in {volumes}", flush=True)
     while not stop:
         try:
             for claim in api.get("/api/v1/persistentvolumeclaims")["items"]:
@@ -108,7 +110,7 @@ def main() -> int:
     parser.add_argument("--interval", type=float, default=1.0)
     args = parser.parse_args()
     args.volumes.mkdir(parents=True, exist_ok=True)
-    run(Api(args.server, args.pki, PROVISIONER_USER), args.volumes.resolve(), args.interval)
+    run(Api(args.server, args.pki, CERT), args.volumes.resolve(), args.interval)
     return 0
 
 
