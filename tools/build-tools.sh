@@ -127,7 +127,8 @@ installed_version() {
     etcd) "$dir/etcd" --version 2>/dev/null | sed -n 's/^etcd Version: //p' ;;
     coredns) "$dir/coredns" -version 2>/dev/null | sed -n 's/^CoreDNS-//p' ;;
     volcano) "$dir/vc-scheduler" --version 2>/dev/null | sed -n 's/^Version: v//p' ;;
-    kube-router) "$dir/kube-router" --version 2>/dev/null | sed -n 's/.* version v\([^,]*\),.*/\1/p' ;;
+    # kube-router prints its version to stderr.
+    kube-router) "$dir/kube-router" --version 2>&1 | sed -n 's/.* version v\([^,]*\),.*/\1/p' ;;
     minio) "$dir/minio" --version 2>/dev/null | sed -n 's/^minio version \([^ ]*\).*/\1/p' ;;
     mc) "$dir/mc" --version 2>/dev/null | sed -n 's/^mc version \([^ ]*\).*/\1/p' ;;
     # These two have no --version flag: the build writes a stamp instead.
