@@ -418,9 +418,8 @@ main() {
   case "${1:-}" in
     --print-path) print_path; return ;;
     --print-volcano-chart)
-      volcano_chart_dir
       [[ -f "$(volcano_chart_dir)/Chart.yaml" ]] || { log "Volcano is not built yet: tools/build-tools.sh volcano"; return 1; }
-      return ;;
+      volcano_chart_dir; return ;;
     --check) for t in "${ALL_TOOLS[@]}"; do is_built "$t" || { echo "$t: not built" >&2; return 1; }; done; return ;;
     -h|--help) sed -n '2,/^set -euo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; return ;;
     -*) die "unknown option $1" ;;
