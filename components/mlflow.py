@@ -74,13 +74,20 @@ class Mlflow(pulumi.ComponentResource):
             args=[
                 "--host=0.0.0.0",
                 f"--port={PORT}",
-                "--workers=2",
+                # One worker: a tracking server of one training job; each worker process
+                # holds all of MLflow (two were OOM-killed at 1 GiB on the local cluster).
+                "--workers=1",
                 f"--backend-store-uri=sqlite:///{DB_DIR}/mlflow.db",
                 "--serve-artifacts",
                 f"--artifacts-destination={args.store.uri('mlflow')}",
                 pulumi.Output.concat("--allowed-hosts=", allowed_hosts),
             ],
-            env=[*args.store.env(), *kube.env({"HOME": "/tmp"})],
+            env=[
+                *args.store.env(),
+                # No server-side jobs (GenAI evaluation): MLflow 3 otherwise starts a job
+                # runner and Huey consumers, ~230 MB each, and was OOM-killed at 1 GiB.
+                *kube.env({"HOME": "/tmp", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}),
+            ],
             ports={"http": PORT},
             cpu=args.cpu,
             mem=args.mem,

@@ -20,6 +20,9 @@ CHART_REPO = "https://volcano-sh.github.io/helm-charts"
 CHART_VERSION = "1.15.0"
 NAMESPACE = "volcano-system"
 RELEASE = "volcano"
+# The chart's admission webhook: its Service, and the image of its Deployment (and hook Job).
+ADMISSION_SERVICE = f"{RELEASE}-admission-service"
+ADMISSION_IMAGE = f"volcanosh/vc-webhook-manager:v{CHART_VERSION}"
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,10 @@ class Volcano(pulumi.ComponentResource):
             opts=pulumi.ResourceOptions(parent=self, provider=args.provider),
         )
         self.release = release
+        # What waits for Volcano (the training Job) waits for this: its webhook answering.
+        self.ready: pulumi.Resource = (
+            self._admission_answers(name, args, release) if args.wait_for_ready else release
+        )
         self.release_name = release.name.apply(lambda given: given or RELEASE)
         self.namespace = pulumi.Output.from_input(NAMESPACE)
         self.version = pulumi.Output.from_input(CHART_VERSION)
@@ -75,4 +82,54 @@ class Volcano(pulumi.ComponentResource):
                 "namespace": self.namespace,
                 "version": self.version,
             }
+        )
+
+    def _admission_answers(
+        self, name: str, args: VolcanoArgs, release: k8s.helm.v3.Release
+    ) -> k8s.batch.v1.Job:
+        """A Job that ends once the admission webhook completes a TLS handshake.
+
+        The chart's webhook Deployment has no readiness probe: it counts as ready before it
+        listens, and a Volcano Job created then fails ("failed calling webhook ...
+        connection refused"). Pulumi waits for a Job to complete, so everything depending
+        on this waits for the webhook itself. It runs the webhook's own image (openssl is
+        in it for the chart's certificate hook)."""
+        host = f"{ADMISSION_SERVICE}.{NAMESPACE}.svc:443"
+        probe = (
+            f"until openssl s_client -connect {host} </dev/null >/dev/null 2>&1; do sleep 1; done"
+        )
+        limits = {"cpu": "50m", "memory": "64Mi"}
+        return k8s.batch.v1.Job(
+            f"{name}-admission-ready",
+            metadata={"name": f"{RELEASE}-admission-ready", "namespace": NAMESPACE},
+            spec={
+                "backoff_limit": 0,
+                "active_deadline_seconds": 600,
+                "template": {
+                    "spec": {
+                        "restart_policy": "Never",
+                        "automount_service_account_token": False,
+                        "security_context": {
+                            "run_as_non_root": True,
+                            "run_as_user": 1000,
+                            "seccomp_profile": {"type": "RuntimeDefault"},
+                        },
+                        "containers": [
+                            {
+                                "name": "probe",
+                                "image": f"{args.image_registry}/{ADMISSION_IMAGE}",
+                                "image_pull_policy": args.image_pull_policy,
+                                "command": ["/bin/sh", "-c", probe],
+                                "resources": {"requests": limits, "limits": limits},
+                                "security_context": {
+                                    "allow_privilege_escalation": False,
+                                    "read_only_root_filesystem": True,
+                                    "capabilities": {"drop": ["ALL"]},
+                                },
+                            }
+                        ],
+                    }
+                },
+            },
+            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[release]),
         )

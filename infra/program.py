@@ -90,7 +90,7 @@ def main() -> None:
                 image_pull_policy=config.images.pull_policy,
             ),
         )
-        scheduler = (volcano.release,)
+        scheduler = (volcano.ready,)
 
     storage = ObjectStorage("storage", _storage_args(config, cluster, target))
     store = storage.store
