@@ -102,7 +102,7 @@ def test_hdfs_is_formatted_and_its_datanode_registered(local_stack: LocalStack) 
 def test_containers_are_non_root_on_a_read_only_root(local_stack: LocalStack) -> None:
     """uid 1000; the root file system is read-only; and every other writable mount that is
     not a volume the program mounted refuses the container's user (the runtime's /dev, for
-    one), but /dev/shm, which every container has."""
+    one), but the IPC mounts every container has (/dev/shm, /dev/mqueue)."""
     api = local_stack.api()
     checked = 0
     for pod, container in iter_containers(api, NS):
@@ -125,7 +125,7 @@ def test_containers_are_non_root_on_a_read_only_root(local_stack: LocalStack) ->
         volumes = {m.mount_path for m in container.volume_mounts or [] if not m.read_only}
         for fields in mounts:
             point, options = fields[1], fields[3].split(",")
-            if "rw" not in options or point in volumes or point == "/dev/shm":
+            if "rw" not in options or point in volumes or point in ("/dev/shm", "/dev/mqueue"):
                 continue
             if point.startswith(("/proc", "/sys")):
                 continue
