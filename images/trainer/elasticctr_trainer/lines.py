@@ -3,14 +3,31 @@
 A feasign becomes the sparse key `feasign % sparse_dim`; a slot with no feasign in an
 example gets the padding key 0. Malformed lines raise `BadLine` with a short reason that
 the per-file report counts.
+
+Data files are UTF-8 text with `\\n` line ends (a `\\r\\n` end is accepted); a line is ASCII,
+its fields separated by spaces or tabs. `text_lines` splits a byte stream that way and
+raises `NotText` for a file that is not text at all (compressed, binary, not UTF-8): such a
+file is unusable as a whole, not a file with some bad lines.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 PADDING_KEY = 0
 MAX_FEASIGN = 2**64 - 1
+# show and click reach Paddle as float32: above 2**24 they are no longer exact integers.
+MAX_SHOW = 2**24
+
+# Leading bytes of compressed or archive formats (none can start a text line), named in
+# the error; other binary data fails on its first NUL byte or invalid UTF-8.
+COMPRESSED_MAGIC = {
+    b"\x1f\x8b": "gzip-compressed",
+    b"\xfd7zXZ\x00": "xz-compressed",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed",
+    b"PK\x03\x04": "a zip archive",
+}
 
 
 class BadLine(ValueError):
@@ -19,6 +36,10 @@ class BadLine(ValueError):
     def __init__(self, reason: str, detail: str = "") -> None:
         super().__init__(f"{reason}: {detail}" if detail else reason)
         self.reason = reason
+
+
+class NotText(ValueError):
+    """The input is not UTF-8 text (compressed, binary or another encoding)."""
 
 
 @dataclass(frozen=True)
@@ -32,6 +53,37 @@ class Example:
         return 1 if self.click > 0 else 0
 
 
+def text_lines(stream: Iterable[bytes]) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a binary stream iterated by `\\n` (a binary file object, or
+    `io.BytesIO`), without the line end. Only `\\n` ends a line: a lone `\\r` stays in the
+    line (and makes it bad). Raises `NotText` at the first sign that the input is not text."""
+    for number, raw in enumerate(stream, start=1):
+        if number == 1:
+            for magic, what in COMPRESSED_MAGIC.items():
+                if raw.startswith(magic):
+                    raise NotText(f"{what} data, not text")
+        if b"\x00" in raw:
+            raise NotText(f"binary data (a NUL byte) at line {number}")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            raise NotText(f"not UTF-8 text at line {number}") from None
+        if line.endswith("\n"):
+            line = line[:-2] if line.endswith("\r\n") else line[:-1]
+        yield number, line
+
+
+def is_blank(line: str) -> bool:
+    return not line.strip(" \t")
+
+
+def _integer(text: str) -> int | None:
+    """An ASCII decimal integer (the caller checked the line is ASCII), else None: no `+`,
+    `_` or spaces, which Python's int() would accept."""
+    digits = text[1:] if text.startswith("-") else text
+    return int(text) if digits.isdigit() else None
+
+
 class LineParser:
     """Parses lines for one slot.conf and sparse_dim."""
 
@@ -43,14 +95,21 @@ class LineParser:
         self.slot_index = {slot: i for i, slot in enumerate(slots)}
 
     def parse(self, line: str) -> Example:
+        if not line.isascii():
+            raise BadLine("non-ASCII character", line[:80])
+        if not line.replace("\t", " ").isprintable():  # \r, \v, \f, other control bytes
+            raise BadLine("control character", repr(line[:80]))
         fields = line.split()
         if len(fields) < 2:
             raise BadLine("missing show/click", line[:80])
-        try:
-            show, click = int(fields[0]), int(fields[1])
-        except ValueError:
-            raise BadLine("non-integer show/click", " ".join(fields[:2])) from None
-        if show < 0 or click < 0 or click > show:
+        show, click = _integer(fields[0]), _integer(fields[1])
+        if show is None or click is None:
+            raise BadLine("non-integer show/click", " ".join(fields[:2]))
+        if show == 0:
+            # The CTR accessor divides each update by the key's show count: a key seen only
+            # in such lines is driven to the sparse rule's bound.
+            raise BadLine("zero show", " ".join(fields[:2]))
+        if show < 0 or click < 0 or click > show or show > MAX_SHOW:
             raise BadLine("show/click out of range", f"show={show} click={click}")
         if len(fields) == 2:
             raise BadLine("no feasigns")
@@ -59,10 +118,9 @@ class LineParser:
             feasign_text, sep, slot_text = token.partition(":")
             if not sep:
                 raise BadLine("feasign without slot", token)
-            try:
-                feasign, slot = int(feasign_text), int(slot_text)
-            except ValueError:
-                raise BadLine("non-integer feasign or slot", token) from None
+            feasign, slot = _integer(feasign_text), _integer(slot_text)
+            if feasign is None or slot is None:
+                raise BadLine("non-integer feasign or slot", token)
             if not 0 <= feasign <= MAX_FEASIGN:
                 raise BadLine("feasign out of uint64 range", token)
             index = self.slot_index.get(slot)
