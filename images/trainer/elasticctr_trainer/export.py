@@ -12,6 +12,10 @@ the zero vector, which is exactly what the trainer computes with for that key.
 
 Each pulled row is `[show, click, embed_w, embedx...]`; the exported value is the part
 after show/click, `embedding_dim` floats, which the `cvm` op feeds to sum pooling.
+
+Two steps, so that the model check (modelcheck.py) reads exactly what would be published
+before anything is: `prepare_version` writes the dense model locally and dumps the table,
+`publish_version` uploads it all and appends the donefile line last.
 """
 
 from __future__ import annotations

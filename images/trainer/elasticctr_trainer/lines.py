@@ -12,6 +12,7 @@ file is unusable as a whole, not a file with some bad lines.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
@@ -28,6 +29,10 @@ COMPRESSED_MAGIC = {
     b"\x28\xb5\x2f\xfd": "zstd-compressed",
     b"PK\x03\x04": "a zip archive",
 }
+
+
+# ASCII control characters other than tab (a lone CR, vertical tab, form feed, NUL, DEL...).
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class BadLine(ValueError):
@@ -97,7 +102,7 @@ class LineParser:
     def parse(self, line: str) -> Example:
         if not line.isascii():
             raise BadLine("non-ASCII character", line[:80])
-        if not line.replace("\t", " ").isprintable():  # \r, \v, \f, other control bytes
+        if _CONTROL.search(line):
             raise BadLine("control character", repr(line[:80]))
         fields = line.split()
         if len(fields) < 2:
@@ -118,9 +123,13 @@ class LineParser:
             feasign_text, sep, slot_text = token.partition(":")
             if not sep:
                 raise BadLine("feasign without slot", token)
-            feasign, slot = _integer(feasign_text), _integer(slot_text)
-            if feasign is None or slot is None:
-                raise BadLine("non-integer feasign or slot", token)
+            if feasign_text.isdigit() and slot_text.isdigit():  # the common case, inline
+                feasign, slot = int(feasign_text), int(slot_text)
+            else:
+                parsed_feasign, parsed_slot = _integer(feasign_text), _integer(slot_text)
+                if parsed_feasign is None or parsed_slot is None:
+                    raise BadLine("non-integer feasign or slot", token)
+                feasign, slot = parsed_feasign, parsed_slot
             if not 0 <= feasign <= MAX_FEASIGN:
                 raise BadLine("feasign out of uint64 range", token)
             index = self.slot_index.get(slot)
