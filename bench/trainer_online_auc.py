@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -31,7 +32,7 @@ REPO = Path(__file__).resolve().parents[1]
 HOURS = ["20191221/00", "20191221/01", "20191221/02"]
 
 
-def hog(count: int) -> list[subprocess.Popen]:
+def hog(count: int) -> list[subprocess.Popen[bytes]]:
     code = "while True: pass"
     return [subprocess.Popen([sys.executable, "-c", code]) for _ in range(count)]
 
@@ -64,7 +65,7 @@ def stall(pid_file: Path, seconds: float) -> None:
 
 def one_run(
     data: Path, work: Path, bayes: float, heldout: list[str], stall_seconds: float = 0.0
-) -> list[dict]:
+) -> list[dict[str, float]]:
     from elasticctr_trainer.metrics import auc
 
     runner = {
@@ -79,7 +80,7 @@ def one_run(
         "work_dir": str(work / "scratch"),
         "online_poll_seconds": 0.5,
     }
-    hyper = {"sparse_dim": 100003, "learning_rate": 0.003, "batch_size": 64}
+    hyper: dict[str, Any] = {"sparse_dim": 100003, "learning_rate": 0.003, "batch_size": 64}
     subprocess.run(["cp", "-r", str(data / "train"), str(work / "train")], check=True)
     (work / "train" / HOURS[2] / "donefile").unlink()
     config = work / "trainer.json"
