@@ -100,6 +100,9 @@ class LineParser:
         self.slot_index = {slot: i for i, slot in enumerate(slots)}
 
     def parse(self, line: str) -> Example:
+        """One line, with or without its line end (`\n` or `\r\n`)."""
+        if line.endswith("\n"):
+            line = line[:-2] if line.endswith("\r\n") else line[:-1]
         if not line.isascii():
             raise BadLine("non-ASCII character", line[:80])
         if _CONTROL.search(line):

@@ -31,6 +31,13 @@ def test_feasigns_map_into_sparse_dim_and_empty_slots_get_padding():
     assert example.keys == [[5, 7], [0], [18446744073709551615 % 1000]]
 
 
+def test_a_line_may_come_with_its_line_end():
+    for end in ("\n", "\r\n"):
+        assert parser().parse(f"3 1 1005:101{end}").keys == [[5], [0], [0]]
+    with pytest.raises(BadLine, match="control character"):
+        parser().parse("3 1 1005:101\r")
+
+
 def test_multislot_line_is_label_show_click_then_slots():
     example = parser().parse("2 0 1005:101 7:102 8:103")
     assert multislot_line(example) == "1 0 1 2 1 0 1 5 1 7 1 8"
