@@ -26,7 +26,8 @@ PSERVER_PORT = 30240
 CONFIG_MAP = "training-config"
 UGI_SECRET = "hdfs-ugi"
 SERVICE_ACCOUNT = "training"
-# A trainer's exit code for a pass failed on bad data (elasticctr_trainer.BAD_DATA_EXIT_CODE).
+# A trainer's exit code for a pass that failed its checks: bad data, or a model version refused
+# before publishing (elasticctr_trainer.BAD_DATA_EXIT_CODE).
 BAD_DATA_EXIT_CODE = 3
 
 
@@ -201,7 +202,8 @@ class Training(pulumi.ComponentResource):
                         "trainer",
                         args.trainers,
                         [
-                            # Bad data fails every run alike: end the job, do not retry.
+                            # Bad data (or a refused model) fails every run alike: end the
+                            # job, do not retry.
                             # Task policies come before the job's PodFailed -> RestartJob.
                             {"exitCode": BAD_DATA_EXIT_CODE, "action": "TerminateJob"},
                             {"event": "TaskCompleted", "action": "CompleteJob"},

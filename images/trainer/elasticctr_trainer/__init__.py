@@ -11,7 +11,8 @@ train (`trainer.py`, `pserver.py`, `model.py`, `export.py`).
 # package does so before any of its modules can import Paddle.
 import zlib  # noqa: F401
 
-# The exit code of a trainer whose pass failed on bad data (over
-# `runner.max_bad_line_fraction`): the Volcano Job ends on it instead of restarting on the
-# same data (components/training.py keeps the same number).
+# The exit code of a trainer whose pass failed its checks (an unusable data file, over
+# `runner.max_bad_line_fraction` bad lines, or a model version refused before publishing):
+# the Volcano Job ends on it instead of restarting on the same data
+# (components/training.py keeps the same number).
 BAD_DATA_EXIT_CODE = 3

@@ -41,6 +41,8 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    # Importing Paddle sets the root logger to WARNING: our own INFO lines would be dropped.
+    logging.getLogger("elasticctr_trainer").setLevel(logging.INFO)
     if args.command == "run":
         from .config import load_config
         from .roles import role_from_env
@@ -56,11 +58,11 @@ def main(argv: list[str] | None = None) -> int:
             run_pserver(config, role)
         else:
             from . import BAD_DATA_EXIT_CODE
-            from .trainer import BadDataError, run_trainer
+            from .trainer import PassFailed, run_trainer
 
             try:
                 run_trainer(config, role)
-            except BadDataError:  # logged by the trainer already; a code of its own for Volcano
+            except PassFailed:  # logged by the trainer already; a code of its own for Volcano
                 return BAD_DATA_EXIT_CODE
         return 0
     if args.command == "local":

@@ -28,6 +28,8 @@ class Runner:
     end_date_hr: str | None = None  # required offline; online stops after it when set
     passes: int = 1
     max_bad_line_fraction: float = 0.01
+    # A version is refused when a dense weight or embedding value reaches this (modelcheck.py)
+    max_abs_weight: float = 10.0
     mlflow_experiment: str = "elasticctr"
     eval_data_uri: str | None = None  # trainer 0 evaluates and saves predictions per version
     work_dir: str = "/var/lib/elasticctr"  # local scratch: staged data, checkpoint shards
@@ -100,6 +102,8 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         raise ConfigError("runner.passes: online mode trains each hour once (one pass per hour)")
     if not 0 <= runner.max_bad_line_fraction <= 1:
         raise ConfigError("runner.max_bad_line_fraction: must be within [0, 1]")
+    if not runner.max_abs_weight > 0:
+        raise ConfigError("runner.max_abs_weight: must be > 0")
     if runner.thread_num < 1:
         raise ConfigError("runner.thread_num: must be >= 1")
     if hyper.sparse_dim < 2:

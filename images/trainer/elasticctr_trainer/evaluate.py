@@ -1,36 +1,46 @@
 """Trainer 0's evaluation of each version on `runner.eval_data_uri`: AUC and one
 predicted click probability per valid example (files sorted by name, lines in order),
-computed with the same pulled embeddings and dense parameters as the export."""
+computed with the same pulled embeddings and dense parameters as the export.
+
+Lines are split and parsed as the training pipe does (`lines.text_lines`); an eval file
+that is not text is an error, not a file of bad lines."""
 
 from __future__ import annotations
 
+import io
+from typing import Any
+
 import numpy as np
 from elasticctr_common.storage import Store
+from numpy.typing import NDArray
 
 from .feed import feed_dict
-from .lines import BadLine, LineParser
+from .lines import BadLine, Example, LineParser, NotText, is_blank, text_lines
 from .metrics import auc
 from .model import CtrDnn
 
 BATCH = 1000
 
 
-def read_examples(data: Store, parser: LineParser) -> list:
-    examples = []
+def read_examples(data: Store, parser: LineParser) -> list[Example]:
+    examples: list[Example] = []
     for name in data.list():
         if name.startswith(("_", ".")) or name == "donefile":
             continue
-        for line in data.read_text(name).splitlines():
-            if not line.strip():
-                continue
-            try:
-                examples.append(parser.parse(line))
-            except BadLine:
-                continue
+        try:
+            for _, line in text_lines(io.BytesIO(data.read_bytes(name))):
+                if is_blank(line):
+                    continue
+                try:
+                    examples.append(parser.parse(line))
+                except BadLine:
+                    continue
+        except NotText as err:
+            raise NotText(f"eval data {data.uri(name)}: {err}") from None
     return examples
 
 
-def predict(exe, test_program, net: CtrDnn, examples: list) -> np.ndarray:
+def predict(exe: Any, test_program: Any, net: CtrDnn, examples: list[Example]) -> NDArray[Any]:
     names = [v.name for v in net.feed_order]
     out = []
     for start in range(0, len(examples), BATCH):
@@ -40,7 +50,9 @@ def predict(exe, test_program, net: CtrDnn, examples: list) -> np.ndarray:
     return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
 
-def evaluate(exe, test_program, net: CtrDnn, data: Store, parser: LineParser) -> dict:
+def evaluate(
+    exe: Any, test_program: Any, net: CtrDnn, data: Store, parser: LineParser
+) -> dict[str, Any]:
     examples = read_examples(data, parser)
     predictions = predict(exe, test_program, net, examples)
     labels = np.array([e.label for e in examples])
@@ -51,5 +63,5 @@ def evaluate(exe, test_program, net: CtrDnn, data: Store, parser: LineParser) ->
     }
 
 
-def predictions_text(predictions: np.ndarray) -> bytes:
+def predictions_text(predictions: NDArray[Any]) -> bytes:
     return "".join(f"{p:.9g}\n" for p in predictions.astype(np.float32)).encode()

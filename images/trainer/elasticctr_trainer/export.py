@@ -12,20 +12,26 @@ the zero vector, which is exactly what the trainer computes with for that key.
 
 Each pulled row is `[show, click, embed_w, embedx...]`; the exported value is the part
 after show/click, `embedding_dim` floats, which the `cvm` op feeds to sum pooling.
+
+Two steps, so that the model check (modelcheck.py) reads exactly what would be published
+before anything is: `prepare_version` writes the dense model locally and dumps the table,
+`publish_version` uploads it all and appends the donefile line last.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import tempfile
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import paddle
 from elasticctr_common.seqfile import SequenceFileWriter
 from elasticctr_common.storage import Store
 from elasticctr_common.versions import Version, append_version, read_versions
+from numpy.typing import NDArray
 
 from .feed import lod_tensor
 from .model import SHOW_CLICK_COLUMNS, CtrDnn
@@ -36,7 +42,7 @@ RECORDS_PER_PART = 1_000_000
 MODEL_FILE, PARAMS_FILE = "model.pdmodel", "model.pdiparams"
 
 
-def pull_rows(exe, dump_program, net: CtrDnn, keys: np.ndarray) -> np.ndarray:
+def pull_rows(exe: Any, dump_program: Any, net: CtrDnn, keys: NDArray[Any]) -> NDArray[Any]:
     """Rows `[show, click, embed_w, embedx...]` of `keys`, pulled from the pservers."""
     feed = {v.name: lod_tensor([[0]]) for v in net.slot_ids[1:]}
     feed[net.slot_ids[0].name] = lod_tensor([keys.tolist()])
@@ -45,8 +51,8 @@ def pull_rows(exe, dump_program, net: CtrDnn, keys: np.ndarray) -> np.ndarray:
 
 
 def dump_sparse(
-    exe, dump_program, net: CtrDnn, sparse_dim: int
-) -> tuple[np.ndarray, np.ndarray, float]:
+    exe: Any, dump_program: Any, net: CtrDnn, sparse_dim: int
+) -> tuple[NDArray[Any], NDArray[Any], float]:
     """(keys, embeddings) of every trained key, and the sum of their show counts."""
     keys_out, values_out, shows = [], [], 0.0
     for start in range(1, sparse_dim, PULL_CHUNK):
@@ -64,7 +70,7 @@ def next_version(models: Store) -> int:
     return versions[-1].id + 1 if versions else 1
 
 
-def save_dense(exe, test_program, net: CtrDnn, directory: Path) -> dict[str, object]:
+def save_dense(exe: Any, test_program: Any, net: CtrDnn, directory: Path) -> dict[str, object]:
     """The inference model whose inputs are the pooled slot embeddings."""
     prefix = str(directory / Path(MODEL_FILE).stem)
     paddle.static.save_inference_model(
@@ -78,44 +84,61 @@ def save_dense(exe, test_program, net: CtrDnn, directory: Path) -> dict[str, obj
     }
 
 
-def export_version(
-    exe,
-    test_program,
-    dump_program,
-    net: CtrDnn,
+@dataclass
+class PreparedVersion:
+    """A version written locally (`<directory>/dense/`) and dumped, not yet published: the
+    model check reads it before anything is uploaded."""
+
+    directory: Path
+    dense_meta: dict[str, object]
+    keys: NDArray[Any]  # uint64 sparse keys
+    values: NDArray[Any]  # float32 embeddings, one row per key
+    table_shows: float
+
+
+def prepare_version(
+    exe: Any, test_program: Any, dump_program: Any, net: CtrDnn, sparse_dim: int, directory: Path
+) -> PreparedVersion:
+    """The dense inference model into `directory/dense/` and the sparse table's trained rows."""
+    dense_meta = save_dense(exe, test_program, net, directory / "dense")
+    keys, values, shows = dump_sparse(exe, dump_program, net, sparse_dim)
+    return PreparedVersion(directory, dense_meta, keys, values, shows)
+
+
+def publish_version(
     models: Store,
+    prepared: PreparedVersion,
     slots: list[int],
     sparse_dim: int,
     embedding_dim: int,
     extra_meta: dict[str, object],
     extra_files: dict[str, bytes] | None = None,
 ) -> Version:
-    """Write `<V>/dense/`, `<V>/sparse/part-*` and any extra files, then the donefile line."""
+    """Upload `<V>/dense/`, `<V>/sparse/part-*` and any extra files, then the donefile line."""
     version = next_version(models)
-    with tempfile.TemporaryDirectory(prefix="elasticctr-export-") as tmp:
-        dense_dir = Path(tmp) / "dense"
-        meta = {
-            "version": version,
-            "slots": slots,
-            "embedding_dim": embedding_dim,
-            "sparse_dim": sparse_dim,
-            **save_dense(exe, test_program, net, dense_dir),
-            **extra_meta,
-        }
-        keys, values, shows = dump_sparse(exe, dump_program, net, sparse_dim)
-        meta["sparse_keys"] = len(keys)
-        meta["table_shows"] = shows  # impressions the table has counted, all passes
-        for name in (MODEL_FILE, PARAMS_FILE):
-            models.upload(dense_dir / name, f"{version}/dense/{name}")
-        models.write_text(f"{version}/dense/meta.json", json.dumps(meta, indent=1))
-        for part, start in enumerate(range(0, max(len(keys), 1), RECORDS_PER_PART)):
-            local = Path(tmp) / f"part-{part:05d}"
-            with open(local, "wb") as out:
-                end = start + RECORDS_PER_PART
-                SequenceFileWriter(out).write_arrays(keys[start:end], values[start:end])
-            models.upload(local, f"{version}/sparse/part-{part:05d}")
-        for name, data in (extra_files or {}).items():
-            models.write_bytes(f"{version}/{name}", data)
+    meta = {
+        "version": version,
+        "slots": slots,
+        "embedding_dim": embedding_dim,
+        "sparse_dim": sparse_dim,
+        **prepared.dense_meta,
+        **extra_meta,
+        "sparse_keys": len(prepared.keys),
+        "table_shows": prepared.table_shows,  # impressions the table has counted, all passes
+    }
+    dense_dir = prepared.directory / "dense"
+    for name in (MODEL_FILE, PARAMS_FILE):
+        models.upload(dense_dir / name, f"{version}/dense/{name}")
+    models.write_text(f"{version}/dense/meta.json", json.dumps(meta, indent=1))
+    keys, values = prepared.keys, prepared.values
+    for part, start in enumerate(range(0, max(len(keys), 1), RECORDS_PER_PART)):
+        local = prepared.directory / f"part-{part:05d}"
+        with open(local, "wb") as out:
+            end = start + RECORDS_PER_PART
+            SequenceFileWriter(out).write_arrays(keys[start:end], values[start:end])
+        models.upload(local, f"{version}/sparse/part-{part:05d}")
+    for name, data in (extra_files or {}).items():
+        models.write_bytes(f"{version}/{name}", data)
     line = Version(id=version, key=version, input=models.uri(f"{version}/sparse"))
     append_version(models, line)
     log.info(

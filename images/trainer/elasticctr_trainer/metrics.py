@@ -9,11 +9,12 @@ import sys
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 log = logging.getLogger(__name__)
 
 
-def auc_from_histograms(positive: np.ndarray, negative: np.ndarray) -> float:
+def auc_from_histograms(positive: NDArray[Any], negative: NDArray[Any]) -> float:
     """ROC AUC from the per-threshold counts that `paddle.static.auc` accumulates."""
     pos = np.asarray(positive, dtype=np.float64).ravel()[::-1]
     neg = np.asarray(negative, dtype=np.float64).ravel()[::-1]
@@ -25,7 +26,7 @@ def auc_from_histograms(positive: np.ndarray, negative: np.ndarray) -> float:
     return float(area / (tp[-1] * fp[-1]))
 
 
-def auc(labels: np.ndarray, scores: np.ndarray) -> float:
+def auc(labels: NDArray[Any], scores: NDArray[Any]) -> float:
     """Exact ROC AUC (ties share their average rank)."""
     labels = np.asarray(labels).astype(bool)
     scores = np.asarray(scores, dtype=np.float64)
@@ -46,19 +47,19 @@ def auc(labels: np.ndarray, scores: np.ndarray) -> float:
     return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
-def _experiment_id(mlflow, name: str) -> str:
+def _experiment_id(mlflow: Any, name: str) -> str:
     """The experiment's id, creating it if needed: every trainer starts at once, so
     creation races, and the loser must not end up in the Default experiment."""
     found = mlflow.get_experiment_by_name(name)
     if found is not None:
-        return found.experiment_id
+        return str(found.experiment_id)
     try:
-        return mlflow.create_experiment(name)
+        return str(mlflow.create_experiment(name))
     except mlflow.exceptions.MlflowException:
         found = mlflow.get_experiment_by_name(name)
         if found is None:
             raise
-        return found.experiment_id
+        return str(found.experiment_id)
 
 
 class MetricsLogger:
@@ -84,6 +85,13 @@ class MetricsLogger:
         print(json.dumps({"event": name, **payload}), file=sys.stdout, flush=True)
         if self.mlflow is not None:
             self.mlflow.log_dict(payload, f"{name}.json")
+
+    def tags(self, values: dict[str, str]) -> None:
+        """Tags on this trainer's MLflow run (and a `tags` event on stdout)."""
+        print(json.dumps({"event": "tags", **values}), file=sys.stdout, flush=True)
+        if self.mlflow is not None:
+            # MLflow caps a tag value at 5000 characters (8000 in newer servers).
+            self.mlflow.set_tags({k: v[:5000] for k, v in values.items()})
 
     def close(self, failed: bool = False) -> None:
         if self.mlflow is not None:

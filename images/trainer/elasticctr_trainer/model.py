@@ -16,12 +16,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import paddle
 
 SPARSE_TABLE = "embedding"
 SHOW_CLICK_COLUMNS = 2
 AUC_THRESHOLDS = 2**12
+# The sparse SGD rule clamps every embedding value into [-bound, bound] (Paddle's default,
+# set explicitly): modelcheck refuses a version with a value at the clamp.
+SPARSE_WEIGHT_BOUND = 10.0
 
 
 @dataclass
@@ -108,7 +112,7 @@ def build_ctr_dnn(
 
 def async_strategy(
     embedding_dim: int, sparse_learning_rate: float, sparse_initial_range: float, shard_num: int
-):
+) -> Any:
     """Async parameter-server strategy with the CTR accessor on the sparse table."""
     from paddle.distributed import fleet
 
@@ -125,6 +129,9 @@ def async_strategy(
         table[f"accessor.{part}_sgd_param.adagrad.learning_rate"] = sparse_learning_rate
         table[f"accessor.{part}_sgd_param.adagrad.initial_range"] = initial_range
         table[f"accessor.{part}_sgd_param.adagrad.initial_g2sum"] = 3.0
+        table[f"accessor.{part}_sgd_param.adagrad.weight_bounds"] = [
+            -SPARSE_WEIGHT_BOUND, SPARSE_WEIGHT_BOUND,
+        ]  # fmt: skip
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     strategy.sparse_table_configs = {SPARSE_TABLE: {prefix + k: v for k, v in table.items()}}

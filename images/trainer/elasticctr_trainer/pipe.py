@@ -4,6 +4,12 @@ Paddle runs it once per data file as `(<command>) < "<file>"`, so stdin is the f
 itself and `/proc/self/fd/0` names it. Bad lines are skipped; at the end a JSON report
 for that file goes into `--report-dir` for the trainer to aggregate.
 
+A file that is not text (compressed, binary, not UTF-8) is *failed*: the pipe stops
+converting at the first sign of it and says so in the report (`failed`), and the trainer
+fails the pass. So does any error of the pipe itself (the report is written, then the
+error raised). A pipe that is killed writes no report: the trainer fails a file that has
+none.
+
     python -m elasticctr_trainer.pipe --slot-conf slot.conf --sparse-dim N --report-dir DIR
 """
 
@@ -15,10 +21,12 @@ import os
 import sys
 import uuid
 from collections import Counter
+from collections.abc import Iterable
+from typing import IO, Any
 
 from elasticctr_common.slotconf import read_slot_conf
 
-from .lines import BadLine, LineParser, multislot_line
+from .lines import BadLine, LineParser, NotText, is_blank, multislot_line, text_lines
 
 FIRST_BAD_KEPT = 5
 
@@ -30,50 +38,65 @@ def stdin_name() -> str:
         return "<stdin>"
 
 
-def convert(lines, parser: LineParser, out) -> dict:
-    """Write converted lines to `out`; return the report counts for this input."""
+def convert(stream: Iterable[bytes], parser: LineParser, out: IO[str]) -> dict[str, Any]:
+    """Write converted lines to `out`; return the report counts for this input. `failed`
+    is None, or why the whole input is unusable (it is not text)."""
     total = 0
     reasons: Counter[str] = Counter()
-    first_bad: list[list] = []
-    for number, line in enumerate(lines, start=1):
-        if not line.strip():
-            continue
-        total += 1
-        try:
-            example = parser.parse(line)
-        except BadLine as bad:
-            reasons[bad.reason] += 1
-            if len(first_bad) < FIRST_BAD_KEPT:
-                first_bad.append([number, str(bad)])
-            continue
-        out.write(multislot_line(example))
-        out.write("\n")
+    first_bad: list[list[Any]] = []
+    failed = None
+    try:
+        for number, line in text_lines(stream):
+            if is_blank(line):
+                continue
+            total += 1
+            try:
+                example = parser.parse(line)
+            except BadLine as bad:
+                reasons[bad.reason] += 1
+                if len(first_bad) < FIRST_BAD_KEPT:
+                    first_bad.append([number, str(bad)])
+                continue
+            out.write(multislot_line(example))
+            out.write("\n")
+    except NotText as err:
+        failed = str(err)
     return {
         "lines": total,
         "bad": sum(reasons.values()),
         "reasons": dict(reasons),
         "first_bad": first_bad,
+        "failed": failed,
     }
 
 
+def write_report(report_dir: str, report: dict[str, Any]) -> None:
+    os.makedirs(report_dir, exist_ok=True)
+    tmp = os.path.join(report_dir, f".{uuid.uuid4().hex}.tmp")
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(report, f)
+    os.replace(tmp, os.path.join(report_dir, f"{uuid.uuid4().hex}.json"))
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    args = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     args.add_argument("--slot-conf", required=True)
     args.add_argument("--sparse-dim", type=int, required=True)
     args.add_argument("--report-dir", required=True)
     opts = args.parse_args(argv)
-    parser = LineParser(read_slot_conf(opts.slot_conf), opts.sparse_dim)
-    report = {"path": stdin_name()}
-    with (
-        open(sys.stdin.fileno(), encoding="utf-8", errors="replace", closefd=False) as stdin,
-        open(sys.stdout.fileno(), "w", encoding="utf-8", buffering=1 << 20, closefd=False) as out,
-    ):
-        report.update(convert(stdin, parser, out))
-    os.makedirs(opts.report_dir, exist_ok=True)
-    tmp = os.path.join(opts.report_dir, f".{uuid.uuid4().hex}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(report, f)
-    os.replace(tmp, os.path.join(opts.report_dir, f"{uuid.uuid4().hex}.json"))
+    report: dict[str, Any] = {"path": stdin_name()}
+    try:
+        parser = LineParser(read_slot_conf(opts.slot_conf), opts.sparse_dim)
+        stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115
+        out = open(sys.stdout.fileno(), "w", encoding="utf-8", buffering=1 << 20, closefd=False)  # noqa: SIM115
+        with stdin, out:
+            report.update(convert(stdin, parser, out))
+    except BaseException as err:
+        report.update(lines=0, bad=0, reasons={}, first_bad=[])
+        report["failed"] = f"the pipe command failed: {type(err).__name__}: {err}"
+        write_report(opts.report_dir, report)
+        raise
+    write_report(opts.report_dir, report)
 
 
 if __name__ == "__main__":

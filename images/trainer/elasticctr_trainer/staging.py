@@ -4,6 +4,14 @@ local for Paddle's dataset, and the pipe's per-file reports mapped back to their
 Paddle's dataset opens local paths only (its HDFS path shells out to a `hadoop` binary,
 which this image does not have), so files on s3:// or hdfs:// are downloaded to
 `<work_dir>/stage/`, only the ones this trainer reads; file:// paths are used in place.
+
+Paddle puts `zcat` in front of the pipe command for a path ending in `.gz`: the pipe would
+then read a pipe, not the file, and could not name it in its report. Such a file is
+staged under a name without that ending (a symbolic link for file://), so the pipe reads
+the file itself and refuses it as compressed data like any other compressed file.
+
+Every staged file must come back with one pipe report; a file without one (the pipe was
+killed, or the file vanished before it was read) is reported as failed.
 """
 
 from __future__ import annotations
@@ -13,6 +21,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlparse
 
 from elasticctr_common.storage import Store
@@ -33,31 +42,55 @@ def split_files(data: Store, hours: list[str], trainer: int, trainers: int) -> l
     return files[trainer::trainers]
 
 
+NO_REPORT = "the pipe command wrote no report for it (killed, or the file could not be read)"
+PADDLE_UNZIPS = ".gz"  # Paddle's fs_open_read pipes such paths through zcat
+
+
+def _local_name(number: int, name: str) -> str:
+    name = f"{number:05d}-{name}"
+    return name + ".data" if name.endswith(PADDLE_UNZIPS) else name
+
+
 def stage(data: Store, paths: list[str], stage_dir: str) -> StagedPass:
     staged = StagedPass()
+    shutil.rmtree(stage_dir, ignore_errors=True)
     if urlparse(data.uri()).scheme == "file":
         root = urlparse(data.uri()).path
-        for path in paths:
+        for number, path in enumerate(paths):
             local = os.path.join(root, path)
+            if local.endswith(PADDLE_UNZIPS):
+                link = os.path.join(stage_dir, _local_name(number, Path(path).name))
+                os.makedirs(stage_dir, exist_ok=True)
+                os.symlink(local, link)
+                local = link
             staged.local_paths.append(local)
             staged.uri_of[os.path.realpath(local)] = data.uri(path)
         return staged
-    shutil.rmtree(stage_dir, ignore_errors=True)
     for number, path in enumerate(paths):
-        local = os.path.join(stage_dir, f"{number:05d}-{Path(path).name}")
+        local = os.path.join(stage_dir, _local_name(number, Path(path).name))
         data.download(path, local)
         staged.local_paths.append(local)
         staged.uri_of[os.path.realpath(local)] = data.uri(path)
     return staged
 
 
-def collect_reports(report_dir: str, staged: StagedPass) -> list[dict]:
-    """The pipe's reports of this pass, with `file` set to the source URI."""
+def collect_reports(report_dir: str, staged: StagedPass) -> list[dict[str, Any]]:
+    """The pipe's reports of this pass, with `file` set to the source URI, plus a failed
+    report for each staged file that has none."""
     reports = []
     directory = Path(report_dir)
     for path in sorted(directory.glob("*.json")) if directory.is_dir() else []:
         report = json.loads(path.read_text(encoding="utf-8"))
         local = os.path.realpath(report.pop("path"))
         report["file"] = staged.uri_of.get(local, local)
+        report.setdefault("failed", None)
         reports.append(report)
+    reported = {r["file"] for r in reports}
+    for local in staged.local_paths:
+        uri = staged.uri_of[os.path.realpath(local)]
+        if uri not in reported:
+            reports.append(
+                {"file": uri, "lines": 0, "bad": 0, "reasons": {}, "first_bad": [],
+                 "failed": NO_REPORT}
+            )  # fmt: skip
     return reports

@@ -1,22 +1,39 @@
 """Coordination between trainers through the shared storage (no extra service or port).
 
-Fleet's own barriers need Gloo, which the cluster does not set up, so each trainer writes
-a small JSON marker under `<checkpoint_uri>/sync/` and the others poll for it. Markers
-carry the writer's wall-clock time; a reader ignores markers written before it started
-(less a small clock-skew margin), so markers left by an earlier attempt of the job never
-count.
+Fleet's own barriers need Gloo, which the cluster does not set up (without it
+`fleet.barrier_worker()` and the barriers inside `init_worker` and `fleet.save_*` return at
+once), so each trainer writes small JSON markers under `<checkpoint_uri>/sync/` and the
+others poll for them.
+
+**Joining.** A job attempt starts with a handshake that also orders the parameter
+initialisation. Each trainer i > 0 writes `join/trainer-<i>.json` with a random nonce and
+waits. Trainer 0 first initialises the pservers' dense parameters (`fleet.init_worker()`:
+its own initial values, or the restored checkpoint), then picks a random attempt id and
+answers in `join/welcome.json` with the attempt id and every nonce it has read, rewriting
+it while nonces change, until every trainer has acknowledged this attempt
+(`join/ack-<i>.json`). A trainer takes the attempt id from a welcome that carries its own
+nonce, so neither a welcome nor a nonce left by an earlier attempt of the job can be
+mistaken for this one, whatever the clocks say, and no trainer pulls the dense parameters
+(`init_worker`) before trainer 0 has written them.
+
+**Passes.** Every later marker carries the attempt id; a reader ignores markers of other
+attempts. Each trainer writes `pass-<N>/trainer-<i>.json` after its pass (and after its
+client has flushed its pushes), trainer 0 `pass-<N>/result.json`; after a failed result
+the others acknowledge it (`pass-<N>/ack-<i>.json`) once they have logged it, so the job
+is not torn down before every trainer has said why.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
 from elasticctr_common.storage import Store
 
-CLOCK_SKEW_SECONDS = 2.0
+WELCOME = "join/welcome.json"
 
 
 class SyncTimeout(TimeoutError):
@@ -27,37 +44,43 @@ class PassSync:
     def __init__(
         self,
         store: Store,
-        started_at: float,
         timeout: float,
         poll_seconds: float = 0.5,
         clock: Callable[[], float] = time.time,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self.store = store
-        self.not_before = started_at - CLOCK_SKEW_SECONDS
         self.timeout = timeout
         self.poll_seconds = poll_seconds
         self.clock = clock
         self.sleep = sleep
+        self.attempt: str | None = None
 
     def _write(self, path: str, payload: dict[str, Any]) -> None:
-        self.store.write_text(path, json.dumps({**payload, "written_at": self.clock()}))
+        record = {**payload, "attempt": self.attempt, "written_at": self.clock()}
+        self.store.write_text(path, json.dumps(record))
 
-    def _read_fresh(self, path: str) -> dict[str, Any] | None:
+    def _read(self, path: str) -> dict[str, Any] | None:
         if not self.store.exists(path):
             return None
         try:
             payload = json.loads(self.store.read_text(path))
-        except (FileNotFoundError, ValueError):
+        except (FileNotFoundError, ValueError):  # deleted or replaced while we looked
             return None
-        return payload if payload.get("written_at", 0) >= self.not_before else None
+        return payload if isinstance(payload, dict) else None
+
+    def _read_ours(self, path: str) -> dict[str, Any] | None:
+        payload = self._read(path)
+        if payload is None or self.attempt is None or payload.get("attempt") != self.attempt:
+            return None
+        return payload
 
     def _wait(self, paths: list[str], what: str) -> list[dict[str, Any]]:
         deadline = self.clock() + self.timeout
         found: dict[str, dict[str, Any]] = {}
         while True:
             for path in paths:
-                if path not in found and (payload := self._read_fresh(path)) is not None:
+                if path not in found and (payload := self._read_ours(path)) is not None:
                     found[path] = payload
             if len(found) == len(paths):
                 return [found[p] for p in paths]
@@ -65,6 +88,56 @@ class PassSync:
                 missing = [self.store.uri(p) for p in paths if p not in found]
                 raise SyncTimeout(f"{what}: nothing after {self.timeout:.0f}s from {missing}")
             self.sleep(self.poll_seconds)
+
+    # joining ------------------------------------------------------------------------
+
+    def join(self, trainer: int) -> str:
+        """Trainer i > 0: wait for trainer 0's welcome to this very process; the attempt id."""
+        nonce = uuid.uuid4().hex
+        self.store.write_text(f"join/trainer-{trainer}.json", json.dumps({"nonce": nonce}))
+        deadline = self.clock() + self.timeout
+        while True:
+            welcome = self._read(WELCOME)
+            if welcome and welcome.get("nonces", {}).get(str(trainer)) == nonce:
+                self.attempt = str(welcome["attempt"])
+                self._write(f"join/ack-{trainer}.json", {})
+                return self.attempt
+            if self.clock() > deadline:
+                raise SyncTimeout(
+                    f"joining: no welcome from trainer 0 after {self.timeout:.0f}s in "
+                    f"{self.store.uri(WELCOME)}"
+                )
+            self.sleep(self.poll_seconds)
+
+    def welcome(self, trainers: int) -> str:
+        """Trainer 0, once the pservers hold its dense parameters: admit every other trainer
+        of this attempt and wait until each has acknowledged; the attempt id."""
+        self.attempt = uuid.uuid4().hex
+        others = range(1, trainers)
+        deadline = self.clock() + self.timeout
+        answered: dict[str, str] | None = None
+        while True:
+            nonces = {}
+            for i in others:
+                joined = self._read(f"join/trainer-{i}.json")
+                if joined and "nonce" in joined:
+                    nonces[str(i)] = str(joined["nonce"])
+            if nonces != answered:
+                self.store.write_text(
+                    WELCOME, json.dumps({"attempt": self.attempt, "nonces": nonces})
+                )
+                answered = nonces
+            missing = [i for i in others if self._read_ours(f"join/ack-{i}.json") is None]
+            if not missing:
+                return self.attempt
+            if self.clock() > deadline:
+                raise SyncTimeout(
+                    f"joining: trainers {missing} did not join after {self.timeout:.0f}s "
+                    f"(their markers: {self.store.uri('join')})"
+                )
+            self.sleep(self.poll_seconds)
+
+    # passes -------------------------------------------------------------------------
 
     def trainer_done(self, pass_id: int, trainer: int, payload: dict[str, Any]) -> None:
         self._write(f"pass-{pass_id}/trainer-{trainer}.json", payload)
@@ -78,6 +151,21 @@ class PassSync:
 
     def wait_result(self, pass_id: int) -> dict[str, Any]:
         return self._wait([f"pass-{pass_id}/result.json"], f"pass {pass_id}: trainer 0's result")[0]
+
+    def acknowledge(self, pass_id: int, trainer: int) -> None:
+        self._write(f"pass-{pass_id}/ack-{trainer}.json", {})
+
+    def wait_acknowledged(self, pass_id: int, trainers: int, timeout: float) -> list[int]:
+        """Trainer 0 after a failed result: wait up to `timeout` for the others to have
+        logged it; the trainers that did not."""
+        deadline = self.clock() + timeout
+        missing = list(range(1, trainers))
+        while missing:
+            missing = [i for i in missing if not self._read_ours(f"pass-{pass_id}/ack-{i}.json")]
+            if not missing or self.clock() > deadline:
+                break
+            self.sleep(self.poll_seconds)
+        return missing
 
     def forget(self, pass_id: int) -> None:
         """Drop the markers of a pass every trainer is past."""

@@ -1,14 +1,20 @@
 """The trainer role: passes over hour directories through Paddle's C++ dataset, metrics
 per pass, and (trainer 0) export, evaluation and checkpoint after each pass.
 
-A pass, for every trainer: train its share of the files, write a report marker, wait
-for trainer 0's result. Trainer 0 in between: gathers every report, fails the pass if
-the bad-line fraction is over the threshold, else exports version V, evaluates it, and
-checkpoints; the others wait, so nothing moves the model while it is saved.
+Start: trainer 0 initialises the pservers' dense parameters (`init_worker`), then admits
+the others (sync.py); they call `init_worker`, which pulls those parameters, only then.
+
+A pass, for every trainer: train its share of the files, flush its client's pushes, write
+a report marker, wait for trainer 0's result. Trainer 0 in between: gathers every report,
+fails the pass on a failed file or over the bad-line threshold, else evaluates, checks
+and exports version V, and checkpoints; the others wait, so nothing moves the model while
+it is read. A version that fails its check (modelcheck.py) is not published and fails the
+pass like bad data does.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import shlex
@@ -18,20 +24,24 @@ import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import paddle
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import open_store
+from numpy.typing import NDArray
 from paddle.distributed import fleet
 
 from . import checkpoint as ckpt
 from .config import TrainerConfig
 from .evaluate import evaluate, predictions_text
-from .export import export_version
+from .export import prepare_version, publish_version
 from .hours import next_hour, ready_hours, wait_for_hours
-from .lines import LineParser
+from .lines import LineParser, NotText
 from .metrics import MetricsLogger, auc_from_histograms
+from .modelcheck import check_model
 from .program import build_training_program, dense_parameter_names, init_fleet
 from .roles import Role
 from .staging import collect_reports, split_files, stage
@@ -40,8 +50,14 @@ from .sync import PassSync
 log = logging.getLogger(__name__)
 
 
-class BadDataError(RuntimeError):
-    """A pass had more malformed lines than `runner.max_bad_line_fraction` allows."""
+# How long trainer 0 waits, after a failed pass, for the others to have logged why.
+FAILURE_ACK_SECONDS = 60.0
+
+
+class PassFailed(RuntimeError):
+    """A pass failed its checks: a data file unusable, more malformed lines than
+    `runner.max_bad_line_fraction` allows, or a version refused by the model check.
+    Rerunning on the same data would fail the same way."""
 
 
 @dataclass(frozen=True)
@@ -51,12 +67,13 @@ class PlannedPass:
 
 
 def plan_passes(
-    config: TrainerConfig, last: ckpt.Checkpoint | None, logger
+    config: TrainerConfig, last: ckpt.Checkpoint | None, logger: MetricsLogger
 ) -> Iterator[PlannedPass]:
     runner = config.runner
     data = open_store(runner.train_data_uri)
     done = last.pass_id if last else 0
     if runner.mode == "offline":
+        assert runner.end_date_hr is not None  # config.py requires it offline
         ready, skipped = ready_hours(data, runner.start_date_hr, runner.end_date_hr)
         if skipped:
             logger.event("skipped_hours", {"hours": skipped, "reason": "no donefile"})
@@ -95,10 +112,7 @@ class Trainer:
         self.models = open_store(config.runner.model_uri)
         self.checkpoints = open_store(config.runner.checkpoint_uri)
         self.data = open_store(config.runner.train_data_uri)
-        self.started_at = time.time()
-        self.sync = PassSync(
-            self.checkpoints.child("sync"), self.started_at, config.runner.sync_timeout_seconds
-        )
+        self.sync = PassSync(self.checkpoints.child("sync"), config.runner.sync_timeout_seconds)
         self.work_dir = os.path.join(config.runner.work_dir, role.name)
         self.logger = MetricsLogger(
             config.runner.mlflow_experiment,
@@ -126,14 +140,52 @@ class Trainer:
             self.scope.find_var(name).get_tensor().set(value, paddle.CPUPlace())
         log.info("restored %d dense parameters of pass %d", len(arrays), last.pass_id)
 
-    def pull_dense(self) -> dict[str, np.ndarray]:
-        """The pservers' current dense parameters, into the scope and returned."""
-        with tempfile.TemporaryDirectory() as tmp:
-            fleet.save_dense_params(self.exe, os.path.join(tmp, "dense"), self.scope, self.main)
+    def dense_in_scope(self) -> dict[str, NDArray[Any]]:
         return {
             name: np.array(self.scope.find_var(name).get_tensor())
             for name in dense_parameter_names(self.main)
         }
+
+    def pull_dense(self) -> dict[str, NDArray[Any]]:
+        """The pservers' current dense parameters, into the scope and returned."""
+        with tempfile.TemporaryDirectory() as tmp:
+            fleet.save_dense_params(self.exe, os.path.join(tmp, "dense"), self.scope, self.main)
+        return self.dense_in_scope()
+
+    def start_worker(self) -> None:
+        """`init_worker` in order: trainer 0 first (it pushes the dense parameters it holds
+        to the pservers), then the others (their `init_worker` pulls them). Paddle orders
+        this with Gloo barriers, which are no-ops here: unordered, a trainer could pull the
+        pservers' zero-initialised dense table and train on it until trainer 0's values
+        arrived."""
+        if self.role.index == 0:
+            fleet.init_worker()
+            attempt = self.sync.welcome(self.role.trainers)
+        else:
+            self.logger.event("joining", {"waiting_for": "trainer 0's dense parameters"})
+            attempt = self.sync.join(self.role.index)
+            fleet.init_worker()
+        dense = self.dense_in_scope()
+        digest = hashlib.sha256()
+        for name in sorted(dense):
+            digest.update(np.ascontiguousarray(dense[name]).tobytes())
+        self.logger.event(
+            "joined",
+            {
+                "attempt": attempt,
+                "dense_sha256": digest.hexdigest()[:16],
+                "dense_mean_abs": float(np.mean([np.abs(v).mean() for v in dense.values()])),
+            },
+        )
+
+    def flush_pushes(self) -> None:
+        """Flush this trainer's client once more before its pass marker. Paddle's client
+        holds up to 12 dense and sparse updates back to merge them and sends them at a
+        flush; its flush sleeps 100 ms, then waits only for requests already in flight, so
+        the flush at the end of `train_from_dataset` can return with updates still queued
+        when the send threads got no CPU in those 100 ms. This gives them that window
+        again; the tests check the result (each version's show counts are exact)."""
+        fleet.fleet._runtime_handle._worker.client_flush()
 
     def check_resume(self, last: ckpt.Checkpoint) -> None:
         pservers = len(self.role.pserver_endpoints)
@@ -145,7 +197,7 @@ class Trainer:
 
     # one pass -------------------------------------------------------------------------
 
-    def train_pass(self, planned: PlannedPass) -> dict:
+    def train_pass(self, planned: PlannedPass) -> dict[str, Any]:
         pass_dir = os.path.join(self.work_dir, f"pass-{planned.pass_id}")
         report_dir = os.path.join(pass_dir, "reports")
         mine = split_files(self.data, planned.hours, self.role.index, self.role.trainers)
@@ -173,10 +225,14 @@ class Trainer:
                 fetch_info=["loss"],
                 print_period=1000,
             )
+        self.flush_pushes()
         seconds = time.time() - started
         reports = collect_reports(report_dir, staged)
         shutil.rmtree(pass_dir, ignore_errors=True)  # staged copies and reports
-        value = lambda v: np.array(self.scope.find_var(v.name).get_tensor())  # noqa: E731
+
+        def value(var: Any) -> NDArray[Any]:
+            return np.array(self.scope.find_var(var.name).get_tensor())
+
         examples = float(value(self.net.example_count).sum())
         metrics = {
             "loss": float(value(self.net.loss_sum).sum()) / examples if examples else float("nan"),
@@ -188,16 +244,29 @@ class Trainer:
         }
         self.logger.metrics(planned.pass_id, metrics)
         for report in reports:
-            if report["bad"]:
+            if report["failed"]:
+                self.logger.event("failed_file", report)
+            elif report["bad"]:
                 self.logger.event("bad_lines", report)
         return {"metrics": metrics, "reports": reports}
 
-    def check_bad_lines(self, pass_id: int, payloads: list[dict]) -> str | None:
+    def check_data(self, pass_id: int, payloads: list[dict[str, Any]]) -> str | None:
+        """Why the pass's data fails it, or None."""
         reports = [r for p in payloads for r in p["reports"]]
+        failed = [r for r in reports if r.get("failed")]
         lines = sum(r["lines"] for r in reports)
         bad = sum(r["bad"] for r in reports)
         limit = self.config.runner.max_bad_line_fraction
-        self.logger.metrics(pass_id, {"bad_lines": float(bad), "lines": float(lines)})
+        self.logger.metrics(
+            pass_id,
+            {"bad_lines": float(bad), "lines": float(lines), "failed_files": float(len(failed))},
+        )
+        if failed:
+            return (
+                f"pass {pass_id}: {len(failed)} data file(s) unusable: "
+                + ", ".join(f"{r['file']} ({r['failed']})" for r in failed[:5])
+                + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+            )
         if lines and bad / lines > limit:
             worst = sorted(reports, key=lambda r: -r["bad"])[:5]
             return (
@@ -207,26 +276,50 @@ class Trainer:
             )
         return None
 
-    def finish_pass(self, planned: PlannedPass) -> dict:
-        """Trainer 0: export, evaluate, checkpoint."""
+    def finish_pass(self, planned: PlannedPass) -> dict[str, Any]:
+        """Trainer 0: evaluate, check, export, checkpoint; `ok` False (and nothing
+        published) when the version fails its check."""
         # A fresh executor: one whose cached programs saw train_from_dataset rebind the
         # feed variables crashes in the feed op (Paddle 2.6).
         exe = paddle.static.Executor(paddle.CPUPlace())
+        hyper = self.config.hyper_parameters
         dense = self.pull_dense()
-        extra_files, extra_meta = {}, {"pass": planned.pass_id, "hours": planned.hours}
+        extra_files: dict[str, bytes] = {}
+        extra_meta: dict[str, object] = {"pass": planned.pass_id, "hours": planned.hours}
+        predictions = None
         if self.config.runner.eval_data_uri:
-            result = evaluate(
-                exe, self.test_program, self.net,
-                open_store(self.config.runner.eval_data_uri), self.parser,
-            )  # fmt: skip
+            try:
+                result = evaluate(
+                    exe, self.test_program, self.net,
+                    open_store(self.config.runner.eval_data_uri), self.parser,
+                )  # fmt: skip
+            except NotText as err:
+                return {"ok": False, "error": f"pass {planned.pass_id}: {err}"}
             self.logger.metrics(planned.pass_id, {"eval_auc": result["auc"]})
-            extra_files["eval/predictions.txt"] = predictions_text(result["predictions"])
+            predictions = result["predictions"]
+            extra_files["eval/predictions.txt"] = predictions_text(predictions)
             extra_meta["eval_auc"] = result["auc"]
-        version = export_version(
-            exe, self.test_program, self.dump_program, self.net, self.models, self.slots,
-            self.config.hyper_parameters.sparse_dim, self.config.hyper_parameters.embedding_dim,
-            extra_meta, extra_files,
-        )  # fmt: skip
+        with tempfile.TemporaryDirectory(prefix="elasticctr-export-") as tmp:
+            prepared = prepare_version(
+                exe, self.test_program, self.dump_program, self.net, hyper.sparse_dim, Path(tmp)
+            )
+            problems = check_model(
+                dense, prepared.keys, prepared.values, prepared.table_shows, predictions,
+                self.config.runner.max_abs_weight,
+            )  # fmt: skip
+            if problems:
+                self.logger.event(
+                    "version_refused", {"pass": planned.pass_id, "problems": problems}
+                )
+                error = (
+                    f"pass {planned.pass_id}: model refused, nothing published (the last "
+                    f"published version stays current): {'; '.join(problems)}"
+                )
+                return {"ok": False, "error": error}
+            version = publish_version(
+                self.models, prepared, self.slots, hyper.sparse_dim, hyper.embedding_dim,
+                extra_meta, extra_files,
+            )  # fmt: skip
         local = ckpt.local_dir(self.config.runner.work_dir, planned.pass_id)
         fleet.save_persistables(self.exe, local, mode=0)
         ckpt.save_dense(self.checkpoints, planned.pass_id, dense)
@@ -259,7 +352,7 @@ class Trainer:
             self.logger.event("resume", {"after_pass": last.pass_id, "version": last.version})
             if self.role.index == 0:
                 self.restore_dense(last)
-        fleet.init_worker()
+        self.start_worker()
         failed = True
         try:
             for planned in plan_passes(self.config, last, self.logger):
@@ -267,24 +360,35 @@ class Trainer:
                 self.sync.trainer_done(planned.pass_id, self.role.index, payload)
                 if self.role.index == 0:
                     payloads = self.sync.wait_trainers(planned.pass_id, self.role.trainers)
-                    error = self.check_bad_lines(planned.pass_id, payloads)
-                    if error:
+                    error = self.check_data(planned.pass_id, payloads)
+                    result: dict[str, Any] = (
+                        {"ok": False, "error": error} if error else self.finish_pass(planned)
+                    )
+                    if not result["ok"]:
                         # In the log before the others learn of it and the job is torn down.
-                        log.error("pass failed: %s", error)
-                        result = {"ok": False, "error": error}
-                    else:
-                        result = self.finish_pass(planned)
+                        self.log_failure(planned.pass_id, result["error"], "")
                     self.sync.publish_result(planned.pass_id, result)
+                    if not result["ok"]:
+                        late = self.sync.wait_acknowledged(
+                            planned.pass_id, self.role.trainers, FAILURE_ACK_SECONDS
+                        )
+                        if late:
+                            log.warning("trainers %s did not acknowledge the failure", late)
                     self.sync.forget(planned.pass_id - 1)
                 else:
                     result = self.sync.wait_result(planned.pass_id)
                     if not result["ok"]:
-                        log.error("pass failed (trainer 0 says): %s", result["error"])
+                        self.log_failure(planned.pass_id, result["error"], " (trainer 0 says)")
+                        self.sync.acknowledge(planned.pass_id, self.role.index)
                 if not result["ok"]:
-                    raise BadDataError(result["error"])
+                    raise PassFailed(result["error"])
             failed = False
         finally:
             self.shutdown(failed)
+
+    def log_failure(self, pass_id: int, error: Any, source: str) -> None:
+        log.error("pass failed%s: %s", source, error)
+        self.logger.tags({"failed_pass": str(pass_id), "failure_reason": str(error)})
 
     def shutdown(self, failed: bool) -> None:
         if not failed:

@@ -10,17 +10,20 @@ from elasticctr_trainer.lines import LineParser
 
 LINES = [
     ("1 0 5:101 7:102", None),
-    ("1 0 \u00b2:101", "non-integer feasign or slot"),  # a digit, but not a decimal one
-    ("1 0 \u0661\u0662:101", "non-integer feasign or slot"),  # Arabic-Indic 12: not ASCII
+    ("1 0 \u00b2:101", "non-ASCII character"),  # a digit, but not a decimal one
+    ("1 0 \u0661\u0662:101", "non-ASCII character"),  # Arabic-Indic 12
     ("1 0 1_0:101", "non-integer feasign or slot"),
     (f"1 0 {'9' * 5000}:101", "feasign out of uint64 range"),  # int() refuses > 4300 digits
     (f"1 0 {'0' * 5000}7:101", None),  # leading zeros are still 7
     ("1 0 18446744073709551615:101", None),
     ("1 0 18446744073709551616:101", "feasign out of uint64 range"),
     ("1 0 -5:101", "feasign out of uint64 range"),
-    (f"{'1' * 5000} 0 5:101", None),  # a huge show is still a show
-    ("\u00b2 0 5:101", "non-integer show/click"),
-    ("1 0 5:\u00b9", "non-integer feasign or slot"),
+    (f"{'1' * 5000} 0 5:101", "show/click out of range"),  # beyond float32's integers
+    ("+1 0 5:101", "non-integer show/click"),
+    ("0 0 5:101", "zero show"),
+    ("1 0 5:101\r7:102", "control character"),  # a lone CR does not split the line
+    ("\u00b2 0 5:101", "non-ASCII character"),
+    ("1 0 5:\u00b9", "non-ASCII character"),
     ("1 0 5", "feasign without slot"),
     ("1 0", "no feasigns"),
     ("x", "missing show/click"),
@@ -43,9 +46,9 @@ def test_trainer_and_client_read_a_line_alike(line: str, reason: str | None) -> 
 
 
 def test_numbers_are_ascii_decimal_integers() -> None:
-    assert parse_int("+7") == 7 and parse_int("-0012") == -12
+    assert parse_int("7") == 7 and parse_int("-0012") == -12
     assert parse_int("9" * 30) > 2**64
-    for text in ("", "+", "1.5", " 1", "0x10", "\u00b2"):
+    for text in ("", "+", "+7", "1_0", "1.5", " 1", "0x10", "\u00b2"):
         with pytest.raises(ValueError):
             parse_int(text)
     assert split_line("3 1 5:101").label == 1

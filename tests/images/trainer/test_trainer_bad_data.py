@@ -1,15 +1,21 @@
-"""Over `runner.max_bad_line_fraction`, the pass fails: the job exits non-zero, the error
-names the worst files, and no version is published."""
+"""Bad data and bad models: over `runner.max_bad_line_fraction`, with a file that is not
+text or was never read, or with a version that fails the model check, the pass fails (exit
+code 3), the error names the cause, and nothing is published."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import re
 
+import numpy as np
 import pytest
 from elasticctr_trainer import BAD_DATA_EXIT_CODE
+from elasticctr_trainer.model import SPARSE_WEIGHT_BOUND
+from elasticctr_trainer.staging import NO_REPORT
 
 from components import training
-from tests.images.trainer.trainertest import LocalJob, write_config
+from tests.images.trainer.trainertest import LocalJob, read_sequence_file, run_job, write_config
 
 pytestmark = pytest.mark.slow
 
@@ -43,3 +49,114 @@ def test_pass_fails_over_the_bad_line_threshold(synthetic, tmp_path):
         assert f"file://{data}/part-00001 (100/1000:" in log
     assert not (tmp_path / "models" / "donefile").exists()
     assert not (tmp_path / "checkpoints" / "index").exists()
+
+
+def one_hour_job(synthetic, tmp_path, files: dict[str, bytes | None], **runner_extra):
+    """An hour of the given files (None: a dangling symbolic link, a file listed but gone
+    before the pipe reads it); 1 pserver, 2 trainers."""
+    data = tmp_path / "data" / "20191221" / "00"
+    data.mkdir(parents=True)
+    for name, content in files.items():
+        if content is None:
+            (data / name).symlink_to(tmp_path / "gone")
+        else:
+            (data / name).write_bytes(content)
+    (data / "donefile").write_text("")
+    runner = {
+        "train_data_uri": f"file://{tmp_path}/data",
+        "start_date_hr": "20191221/00",
+        "end_date_hr": "20191221/00",
+        "slot_conf": synthetic.slot_conf,
+        "model_uri": f"file://{tmp_path}/models",
+        "checkpoint_uri": f"file://{tmp_path}/checkpoints",
+        "work_dir": str(tmp_path / "scratch"),
+        **runner_extra,
+    }
+    return data, write_config(tmp_path / "trainer.json", runner)
+
+
+def heldout_text(synthetic, count: int) -> bytes:
+    return "".join(f"{line}\n" for line in synthetic.heldout[:count]).encode()
+
+
+def test_a_file_that_is_not_text_or_not_read_fails_the_pass(synthetic, tmp_path):
+    """A gzip file's bytes counted as a few bad lines (under the threshold) and a file whose
+    pipe never ran counted as nothing: both passed silently. Now each fails the pass."""
+    good = heldout_text(synthetic, 3000)
+    compressed = gzip.compress(heldout_text(synthetic, 100))  # about 30 "lines" of bytes
+    data, config = one_hour_job(
+        synthetic, tmp_path,
+        {"part-00000": good, "part-00001": good, "part-00002": compressed, "part-00003": None},
+        max_bad_line_fraction=0.02,
+    )  # fmt: skip
+    job = LocalJob(config, tmp_path / "logs", pservers=1, trainers=2)
+    assert job.wait() == 1
+    assert re.search(r"local: trainer-[01] exited with 3;", job.output()), job.output()
+    for trainer in ("trainer-0", "trainer-1"):
+        log = job.log(trainer)
+        assert "pass 1: 2 data file(s) unusable" in log, log[-3000:]
+        assert f"file://{data}/part-00002 (gzip-compressed data, not text)" in log
+        assert f"file://{data}/part-00003 ({NO_REPORT})" in log
+    assert not (tmp_path / "models" / "donefile").exists()
+    assert not (tmp_path / "checkpoints" / "index").exists()
+
+
+def test_show_zero_lines_are_counted_and_never_reach_the_table(synthetic, tmp_path):
+    """The CTR accessor divides a key's update by its show count: a feasign seen only in
+    `0 0 <feasign>:<slot>` lines used to be exported with every value at -10."""
+    feasign = 123456789012345  # in no other line
+    zero_show = f"0 0 {feasign}:101 {feasign}:102\n".encode() * 10
+    data, config = one_hour_job(
+        synthetic, tmp_path,
+        {"part-00000": heldout_text(synthetic, 1000),
+         "part-00001": heldout_text(synthetic, 990) + zero_show},
+        max_bad_line_fraction=0.01,
+    )  # fmt: skip
+    job = run_job(config, tmp_path / "logs", pservers=1, trainers=2)
+    (report,) = job.events("trainer-1", "bad_lines")
+    assert report["file"] == f"file://{data}/part-00001"
+    assert report["reasons"] == {"zero show": 10} and report["bad"] == 10
+    meta = json.loads((tmp_path / "models/1/dense/meta.json").read_text())
+    keys, values = read_sequence_file((tmp_path / "models/1/sparse/part-00000").read_bytes())
+    assert feasign % meta["sparse_dim"] not in set(keys.tolist())
+    assert len(keys) > 700 and np.abs(values).max() < SPARSE_WEIGHT_BOUND
+
+
+def test_a_version_that_fails_the_model_check_is_not_published(synthetic, tmp_path, mlflow_server):
+    """Pass 1 publishes version 1. The job is then restarted with an absurd sparse learning
+    rate: pass 2 drives embeddings to the sparse rule's clamp, its version is refused, the
+    pass fails with exit code 3, version 1 stays the last one published and checkpointed,
+    and the reason is in the logs and on the MLflow run."""
+    hour = heldout_text(synthetic, 3000)
+    _, config = one_hour_job(
+        synthetic, tmp_path, {"part-00000": hour, "part-00001": hour},
+        passes=1, mlflow_experiment="model-check-test",
+    )  # fmt: skip
+    run_job(config, tmp_path / "logs-1", pservers=1, trainers=2, env=mlflow_server.env())
+    settings = json.loads(config.read_text())
+    settings["runner"]["passes"] = 2
+    settings["hyper_parameters"]["sparse_learning_rate"] = 1e4
+    config.write_text(json.dumps(settings))
+    job = LocalJob(config, tmp_path / "logs-2", pservers=1, trainers=2, env=mlflow_server.env())
+    assert job.wait() == 1
+    assert re.search(r"local: trainer-[01] exited with 3;", job.output()), job.output()
+    reason = "pass 2: model refused, nothing published (the last published version stays current)"
+    for trainer in ("trainer-0", "trainer-1"):
+        assert reason in job.log(trainer)
+    (refused,) = job.events("trainer-0", "version_refused")
+    assert "reach |value| >= 10 (the sparse rule's clamp)" in refused["problems"][0]
+    lines = (tmp_path / "models" / "donefile").read_text().splitlines()
+    assert [json.loads(line)["id"] for line in lines] == [1]
+    assert not (tmp_path / "models" / "2").exists()
+    index = (tmp_path / "checkpoints" / "index").read_text().splitlines()
+    assert [json.loads(line)["pass_id"] for line in index] == [1]
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=mlflow_server.tracking_uri)
+    experiment = client.get_experiment_by_name("model-check-test")
+    runs = client.search_runs([experiment.experiment_id], "attributes.status = 'FAILED'")
+    trainer_0 = [r for r in runs if r.info.run_name == "trainer-0"]
+    assert len(trainer_0) == 1
+    assert trainer_0[0].data.tags["failed_pass"] == "2"
+    assert trainer_0[0].data.tags["failure_reason"].startswith(reason)

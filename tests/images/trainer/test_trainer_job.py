@@ -14,10 +14,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.images.trainer.conftest import BAD_FILE, BAD_LINES, MISSING_HOUR
+from tests.images.trainer.conftest import BAD_FILE, BAD_LINES, HOURS, MISSING_HOUR
 from tests.images.trainer.trainertest import (
     AUC_TOLERANCE,
     heldout_auc,
+    impressions,
     read_sequence_file,
     run_job,
     trainer_env,
@@ -93,6 +94,30 @@ def test_metrics_reach_mlflow(job, mlflow_server):
         history = client.get_metric_history(run.info.run_id, "examples_per_sec")
         assert [m.step for m in history] == [1, 2]
         assert {"loss", "auc", "examples"} <= set(run.data.metrics)
+
+
+def test_every_trainer_starts_from_trainer_0s_parameters(job):
+    run, _ = job
+    (zero,), (one,) = run.events("trainer-0", "joined"), run.events("trainer-1", "joined")
+    assert zero["dense_mean_abs"] > 0.01
+    assert one["dense_sha256"] == zero["dense_sha256"] and one["attempt"] == zero["attempt"]
+
+
+def test_each_version_holds_every_update_of_its_passes(job, synthetic):
+    """The table's show counts of version V are exactly the impressions of V passes over
+    the data: no trainer's pushes of a pass were still on their way when it was exported."""
+    _, work = job
+    lines = [
+        line
+        for hour in HOURS
+        for path in sorted((synthetic.root / "train" / hour).glob("part-*"))
+        for line in path.read_text().splitlines()
+        if line not in BAD_LINES
+    ]
+    per_pass = impressions(lines, 100003)
+    for version in (1, 2):
+        meta = json.loads((work / f"models/{version}/dense/meta.json").read_text())
+        assert meta["table_shows"] == version * per_pass
 
 
 def test_missing_hour_is_skipped_and_reported(job):

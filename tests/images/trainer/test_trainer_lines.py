@@ -1,15 +1,20 @@
-"""ElasticCTR line parsing, the dataset pipe command and its per-file report."""
+"""ElasticCTR line parsing, the dataset pipe command and its per-file report: bad lines
+are counted, a file that is not text (or that the pipe never reported on) fails."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from elasticctr_trainer.lines import BadLine, LineParser, multislot_line
+from elasticctr_common.storage import open_store
+from elasticctr_trainer.lines import MAX_SHOW, BadLine, LineParser, multislot_line
 from elasticctr_trainer.pipe import convert
+from elasticctr_trainer.staging import NO_REPORT, collect_reports, stage
 
 from tests.images.trainer.trainertest import trainer_env
 
@@ -24,6 +29,13 @@ def test_feasigns_map_into_sparse_dim_and_empty_slots_get_padding():
     example = parser().parse("3 1 1005:101 7:101 18446744073709551615:103")
     assert (example.show, example.click, example.label) == (3, 1, 1)
     assert example.keys == [[5, 7], [0], [18446744073709551615 % 1000]]
+
+
+def test_a_line_may_come_with_its_line_end():
+    for end in ("\n", "\r\n"):
+        assert parser().parse(f"3 1 1005:101{end}").keys == [[5], [0], [0]]
+    with pytest.raises(BadLine, match="control character"):
+        parser().parse("3 1 1005:101\r")
 
 
 def test_multislot_line_is_label_show_click_then_slots():
@@ -45,6 +57,16 @@ def test_multislot_line_is_label_show_click_then_slots():
         ("1 0 18446744073709551616:101", "feasign out of uint64 range"),
         ("1 0 -5:101", "feasign out of uint64 range"),
         ("1 0 5:999", "unknown slot"),
+        # An example is at least one impression: the CTR accessor divides by show.
+        ("0 0 7:101", "zero show"),
+        ("0 1 7:101", "zero show"),
+        (f"{MAX_SHOW + 1} 0 7:101", "show/click out of range"),
+        ("1 0 5:101\r7:102", "control character"),  # a lone CR inside a line
+        ("1 0 5:101\x0b7:102", "control character"),
+        ("1 0 5:101 \u0667:102", "non-ASCII character"),  # an Arabic-Indic digit
+        ("1_0 0 5:101", "non-integer show/click"),
+        ("+1 0 5:101", "non-integer show/click"),
+        ("1 0 5:1_01", "non-integer feasign or slot"),
     ],
 )
 def test_malformed_lines_name_their_reason(line, reason):
@@ -54,13 +76,80 @@ def test_malformed_lines_name_their_reason(line, reason):
 
 
 def test_convert_skips_bad_lines_and_counts_them():
-    text = "1 0 5:101\n1 x 5:101\n\n1 1 6:102\n1 0 5:999\n"
+    text = b"1 0 5:101\n1 x 5:101\n\n1 1 6:102\n1 0 5:999\n"
     out = io.StringIO()
-    report = convert(io.StringIO(text), parser(), out)
+    report = convert(io.BytesIO(text), parser(), out)
     assert out.getvalue().splitlines() == ["1 0 1 1 1 0 1 5 1 0 1 0", "1 1 1 1 1 1 1 0 1 6 1 0"]
-    assert report["lines"] == 4 and report["bad"] == 2
+    assert report["lines"] == 4 and report["bad"] == 2 and report["failed"] is None
     assert report["reasons"] == {"non-integer show/click": 1, "unknown slot": 1}
     assert [n for n, _ in report["first_bad"]] == [2, 5]
+
+
+def test_only_a_newline_ends_a_line():
+    """A lone CR neither splits a line in two (Python's universal newlines would) nor
+    passes as a separator; CRLF line ends are fine."""
+    text = b"1 0 5:101\r\n1 0 5:101\r6:102\n2 1 7:103\r\n"
+    out = io.StringIO()
+    report = convert(io.BytesIO(text), parser(), out)
+    assert out.getvalue().splitlines() == ["1 0 1 1 1 0 1 5 1 0 1 0", "1 1 1 2 1 1 1 0 1 0 1 7"]
+    assert report["lines"] == 3 and report["reasons"] == {"control character": 1}
+    assert report["first_bad"][0][0] == 2
+
+
+def test_show_zero_lines_are_counted_not_trained():
+    out = io.StringIO()
+    report = convert(io.BytesIO(b"0 0 7:101\n1 0 7:101\n0 0 8:102\n"), parser(), out)
+    assert out.getvalue().splitlines() == ["1 0 1 1 1 0 1 7 1 0 1 0"]
+    assert report["reasons"] == {"zero show": 2} and report["failed"] is None
+
+
+@pytest.mark.parametrize(
+    ("data", "failed"),
+    [
+        (gzip.compress(b"1 0 5:101\n" * 200), "gzip-compressed data, not text"),
+        (b"1 0 5:101\n1 0 \xff\xfe:101\n1 0 5:101\n", "not UTF-8 text at line 2"),
+        (b"1 0 5:101\n1 0 5\x00:101\n", "binary data (a NUL byte) at line 2"),
+    ],
+)
+def test_a_file_that_is_not_text_fails_instead_of_counting_bad_lines(data, failed):
+    out = io.StringIO()
+    report = convert(io.BytesIO(data), parser(), out)
+    assert report["failed"] == failed
+    assert out.getvalue().count("\n") <= 1  # nothing after the first sign of it
+
+
+def test_a_staged_file_without_a_report_is_failed(tmp_path):
+    """A pipe that was killed (or never ran) writes no report: its file is not silently
+    left out of the pass's accounting."""
+    hour = tmp_path / "data" / "20191221" / "00"
+    hour.mkdir(parents=True)
+    for name in ("part-00000", "part-00001"):
+        (hour / name).write_text("1 0 5:101\n")
+    data = open_store(f"file://{tmp_path}/data")
+    staged = stage(data, ["20191221/00/part-00000", "20191221/00/part-00001"], str(tmp_path / "s"))
+    reports = tmp_path / "reports"
+    reports.mkdir()
+    (reports / "a.json").write_text(json.dumps(
+        {"path": str(hour / "part-00000"), "lines": 1, "bad": 0, "reasons": {}, "first_bad": [],
+         "failed": None}
+    ))  # fmt: skip
+    by_file = {r["file"]: r for r in collect_reports(str(reports), staged)}
+    assert by_file[data.uri("20191221/00/part-00000")]["failed"] is None
+    assert by_file[data.uri("20191221/00/part-00001")]["failed"] == NO_REPORT
+
+
+def test_a_gz_file_reaches_the_pipe_as_it_is(tmp_path):
+    """Paddle would put zcat in front of the pipe for a `.gz` path (the report could then
+    not name the file): it is staged under another name and refused as compressed."""
+    hour = tmp_path / "data" / "20191221" / "00"
+    hour.mkdir(parents=True)
+    (hour / "part-00000.gz").write_bytes(gzip.compress(b"1 0 5:101\n"))
+    data = open_store(f"file://{tmp_path}/data")
+    staged = stage(data, ["20191221/00/part-00000.gz"], str(tmp_path / "s"))
+    (local,) = staged.local_paths
+    assert not local.endswith(".gz")
+    assert Path(local).read_bytes() == (hour / "part-00000.gz").read_bytes()
+    assert staged.uri_of[str(hour / "part-00000.gz")] == data.uri("20191221/00/part-00000.gz")
 
 
 def test_pipe_command_names_the_file_it_reads(tmp_path):
@@ -80,3 +169,33 @@ def test_pipe_command_names_the_file_it_reads(tmp_path):
     (report_file,) = reports.glob("*.json")
     report = json.loads(report_file.read_text())
     assert report["path"] == str(data) and report["bad"] == 1 and report["lines"] == 2
+    assert report["failed"] is None
+
+
+def test_pipe_command_reports_a_gzip_file_as_failed(tmp_path):
+    (tmp_path / "slot.conf").write_text("101\n102\n103\n")
+    data = tmp_path / "part-00000"
+    data.write_bytes(gzip.compress(b"1 0 5:101\n" * 1000))
+    reports = tmp_path / "reports"
+    command = [
+        sys.executable, "-m", "elasticctr_trainer.pipe", "--slot-conf",
+        str(tmp_path / "slot.conf"), "--sparse-dim", "1000", "--report-dir", str(reports),
+    ]  # fmt: skip
+    with open(data, "rb") as stdin:
+        out = subprocess.run(command, stdin=stdin, capture_output=True, env=trainer_env())
+    assert out.returncode == 0 and out.stdout == b"", out.stderr.decode()
+    (report_file,) = reports.glob("*.json")
+    report = json.loads(report_file.read_text())
+    assert report["failed"] == "gzip-compressed data, not text" and report["lines"] == 0
+
+
+def test_pipe_command_that_fails_still_reports(tmp_path):
+    reports = tmp_path / "reports"
+    command = [
+        sys.executable, "-m", "elasticctr_trainer.pipe", "--slot-conf",
+        str(tmp_path / "missing.conf"), "--sparse-dim", "1000", "--report-dir", str(reports),
+    ]  # fmt: skip
+    out = subprocess.run(command, stdin=subprocess.DEVNULL, capture_output=True, env=trainer_env())
+    assert out.returncode != 0
+    (report_file,) = reports.glob("*.json")
+    assert json.loads(report_file.read_text())["failed"].startswith("the pipe command failed:")

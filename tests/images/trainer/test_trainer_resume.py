@@ -6,11 +6,16 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 
 import pytest
 
-from tests.images.trainer.trainertest import LocalJob, run_job, wait_for, write_config
+from tests.images.trainer.trainertest import (
+    LocalJob,
+    has_descendant,
+    run_job,
+    wait_for,
+    write_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -32,9 +37,12 @@ def test_killed_trainer_resumes_from_checkpoint(synthetic, tmp_path):
     first = LocalJob(config, tmp_path / "logs-1", pservers=1, trainers=2)
     try:
         wait_for(index.exists, timeout=300, what="the checkpoint of pass 1")
-        wait_for(lambda: '"pass_start", "pass": 2' in first.log("trainer-1"), 60, "pass 2")
-        time.sleep(1.0)  # inside train_from_dataset of pass 2
-        os.killpg(first.pid("trainer-1"), signal.SIGKILL)
+        wait_for(lambda: '"pass_start", "pass": 2' in first.log("trainer-1"), 300, "pass 2")
+        # Inside train_from_dataset of pass 2: its dataset pipe is running (a fixed sleep
+        # here landed before or after the pass depending on the machine's load).
+        trainer_1 = first.pid("trainer-1")
+        wait_for(lambda: has_descendant(trainer_1, b"elasticctr_trainer.pipe"), 120, "pipe")
+        os.killpg(trainer_1, signal.SIGKILL)
         assert first.wait(timeout=120) == 1
     finally:
         first.stop()

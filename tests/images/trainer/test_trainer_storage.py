@@ -11,11 +11,12 @@ import numpy as np
 import pytest
 from elasticctr_common.storage import Store, open_store
 
-from tests.images.trainer.conftest import MISSING_HOUR
+from tests.images.trainer.conftest import BAD_LINES, MISSING_HOUR
 from tests.images.trainer.trainertest import (
     AUC_TOLERANCE,
     LocalJob,
     heldout_auc,
+    impressions,
     run_job,
     wait_for,
     write_config,
@@ -98,8 +99,22 @@ def test_online_training_on_hdfs_waits_for_the_next_hour(
         assert job.wait() == 0, job.output()
     finally:
         job.stop()
-    hours = [json.loads(models.read_text(f"{v}/dense/meta.json"))["hours"] for v in (1, 2, 3)]
+    metas = [json.loads(models.read_text(f"{v}/dense/meta.json")) for v in (1, 2, 3)]
+    hours = [meta["hours"] for meta in metas]
     assert hours == [["20191221/00"], ["20191221/01"], [MISSING_HOUR]]
+    # Each version holds every trainer's updates of its hour: its table has counted exactly
+    # the impressions of the hours trained so far.
+    shown = 0
+    for meta in metas:
+        hour = synthetic.root / "train" / meta["hours"][0]
+        lines = [
+            line
+            for path in sorted(hour.glob("part-*"))
+            for line in path.read_text().splitlines()
+            if line not in BAD_LINES
+        ]
+        shown += impressions(lines, 100003)
+        assert meta["table_shows"] == shown
     assert eval_auc(models, 3, synthetic) >= synthetic.bayes_auc - AUC_TOLERANCE
     index = root.child("checkpoints").read_text("index").splitlines()
     assert [json.loads(line)["hour"] for line in index] == [h[0] for h in hours]

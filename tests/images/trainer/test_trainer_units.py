@@ -1,5 +1,5 @@
 """Fast checks of the trainer's plain-Python parts: trainer.json, the role environment,
-hour directories, the SequenceFile writer, markers between trainers, AUC."""
+hour directories, the SequenceFile writer, markers between trainers, AUC, the model check."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from elasticctr_common.storage import open_store
 from elasticctr_trainer.config import ConfigError, parse_config
 from elasticctr_trainer.hours import hour_range, ready_hours, wait_for_hours
 from elasticctr_trainer.metrics import auc, auc_from_histograms
+from elasticctr_trainer.modelcheck import check_model
 from elasticctr_trainer.roles import RoleError, role_from_env
 from elasticctr_trainer.sync import PassSync, SyncTimeout
 
@@ -49,6 +51,7 @@ def test_architecture_example_config_parses_with_defaults():
         ({"runner": {**RUNNER, "end_date_hr": "20191220/23"}}, "runner.end_date_hr: before"),
         ({"runner": {**RUNNER, "max_bad_line_fraction": 2}}, "runner.max_bad_line_fraction"),
         ({"runner": {**RUNNER, "mode": "online", "passes": 2}}, "runner.passes: online mode"),
+        ({"runner": {**RUNNER, "max_abs_weight": 0}}, "runner.max_abs_weight: must be > 0"),
         ({"hyper_parameters": {"sparse_dim": 1}}, "hyper_parameters.sparse_dim"),
         ({"hyper_parameters": {"fc_sizes": []}}, "hyper_parameters.fc_sizes"),
         ({"hyper_parameters": {"dim": 8}}, "hyper_parameters: unknown key(s) dim"),
@@ -155,16 +158,81 @@ def test_sequence_file_is_readable_by_the_cube_builder_reader():
     np.testing.assert_array_equal(read_values, values)
 
 
-def test_markers_from_an_earlier_attempt_are_ignored(tmp_path):
+class FakeClock:
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
+def joined_pair(store, trainers: int = 2) -> tuple[PassSync, list[PassSync]]:
+    """Trainer 0 and the others after the join handshake, run in threads on the real clock."""
+    zero = PassSync(store, timeout=30, poll_seconds=0.01)
+    others = [PassSync(store, timeout=30, poll_seconds=0.01) for _ in range(1, trainers)]
+    threads = [
+        threading.Thread(target=sync.join, args=(i,)) for i, sync in enumerate(others, start=1)
+    ]
+    for thread in threads:
+        thread.start()
+    zero.welcome(trainers)
+    for thread in threads:
+        thread.join(timeout=30)
+    return zero, others
+
+
+def test_join_gives_every_trainer_trainer_0s_attempt(tmp_path):
     store = open_store(f"file://{tmp_path}")
-    store.write_text("pass-1/result.json", json.dumps({"ok": True, "written_at": 100.0}))
-    now = [1000.0]
-    sync = PassSync(store, started_at=1000.0, timeout=3, clock=lambda: now[0],
-                    sleep=lambda s: now.__setitem__(0, now[0] + s))  # fmt: skip
+    zero, others = joined_pair(store, trainers=3)
+    assert zero.attempt and all(o.attempt == zero.attempt for o in others)
+    zero.publish_result(1, {"ok": True, "version": 1})
+    assert [o.wait_result(1)["version"] for o in others] == [1, 1]
+
+
+def test_a_welcome_left_by_an_earlier_attempt_is_not_taken(tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    store.write_text("join/welcome.json", json.dumps({"attempt": "old", "nonces": {"1": "x"}}))
+    clock = FakeClock()
+    late = PassSync(store, timeout=3, clock=clock, sleep=clock.sleep)
+    with pytest.raises(SyncTimeout, match="joining: no welcome from trainer 0"):
+        late.join(1)
+    assert late.attempt is None
+
+
+def test_markers_of_another_attempt_are_ignored(tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    zero, (one,) = joined_pair(store)
+    store.write_text("pass-1/result.json", json.dumps({"ok": True, "attempt": "earlier"}))
+    clock = FakeClock()
+    one.clock, one.sleep, one.timeout = clock, clock.sleep, 3
     with pytest.raises(SyncTimeout, match="pass 1: trainer 0's result"):
-        sync.wait_result(1)
-    sync.publish_result(1, {"ok": True, "version": 4})
-    assert sync.wait_result(1)["version"] == 4
+        one.wait_result(1)
+    zero.publish_result(1, {"ok": True, "version": 4})
+    assert one.wait_result(1)["version"] == 4
+
+
+def test_a_marker_of_this_attempt_counts_however_old_it_is(tmp_path):
+    """A trainer that finished its pass long before trainer 0 started is not taken for a
+    leftover of an earlier attempt (the clock rule it replaces waited an hour for it)."""
+    store = open_store(f"file://{tmp_path}")
+    zero, (one,) = joined_pair(store)
+    one.clock = lambda: 5.0  # written "long ago"
+    one.trainer_done(1, 1, {"reports": []})
+    zero.trainer_done(1, 0, {"reports": []})
+    assert len(zero.wait_trainers(1, 2)) == 2
+
+
+def test_a_failed_pass_waits_for_the_others_to_acknowledge(tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    zero, (one,) = joined_pair(store)
+    clock = FakeClock()
+    zero.clock, zero.sleep = clock, clock.sleep
+    assert zero.wait_acknowledged(1, 2, timeout=2) == [1]
+    one.acknowledge(1, 1)
+    assert zero.wait_acknowledged(1, 2, timeout=2) == []
 
 
 def test_auc_from_histograms_matches_exact_auc():
@@ -188,3 +256,56 @@ def test_zlib_survives_importing_paddle(package):
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                             env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
+
+
+def good_model() -> dict:
+    rng = np.random.default_rng(1)
+    return {
+        "dense": {"fc_0.w_0": rng.normal(0, 0.1, (8, 4)), "fc_0.b_0": np.zeros(4)},
+        "keys": np.array([3, 7, 11], dtype=np.uint64),
+        "embeddings": rng.normal(0, 0.5, (3, 9)).astype(np.float32),
+        "table_shows": 42.0,
+        "predictions": rng.random(10),
+        "max_abs_weight": 10.0,
+    }
+
+
+def test_a_sane_model_passes_the_check():
+    assert check_model(**good_model()) == []
+
+
+def test_an_embedding_at_the_sparse_rules_clamp_is_refused():
+    """What a key seen only in show-0 lines ended as: every value at -10."""
+    model = good_model()
+    model["embeddings"][1] = -10.0
+    (problem,) = check_model(**model)
+    assert "embeddings of 1 keys reach |value| >= 10 (the sparse rule's clamp): 7: 10" in problem
+
+
+@pytest.mark.parametrize(
+    ("damage", "message"),
+    [
+        (
+            lambda m: m["dense"]["fc_0.w_0"].__setitem__((0, 0), np.nan),
+            "dense parameter fc_0.w_0: 1 NaN",
+        ),
+        (
+            lambda m: m["dense"]["fc_0.b_0"].__setitem__(2, 12.5),
+            "dense parameter fc_0.b_0: |value| up to 12.5",
+        ),
+        (
+            lambda m: m["embeddings"].__setitem__((2, 4), np.inf),
+            "embeddings of 1 keys have NaN or infinite values (11)",
+        ),
+        (
+            lambda m: m.__setitem__("table_shows", float("nan")),
+            "the table's show counts sum to nan",
+        ),
+        (lambda m: m["predictions"].__setitem__(0, np.nan), "evaluation predictions: 1 NaN"),
+        (lambda m: m.__setitem__("max_abs_weight", 1.0), "keys reach |value| >= 1:"),
+    ],
+)
+def test_a_broken_model_is_refused_with_the_reason(damage, message):
+    model = good_model()
+    damage(model)
+    assert any(message in p for p in check_model(**model)), check_model(**model)

@@ -27,6 +27,17 @@ def heldout_auc(lines: list[str], predictions: np.ndarray) -> float:
     return auc(labels, predictions)
 
 
+def impressions(lines: list[str], sparse_dim: int) -> int:
+    """What the CTR accessor's show counts of a trained table add up to for these example
+    lines: each line's show once per feasign (the padding key 0 is not exported). Written
+    without the trainer's parser; `lines` must all be valid."""
+    total = 0
+    for line in lines:
+        show, _, *tokens = line.split()
+        total += int(show) * sum(1 for t in tokens if int(t.split(":")[0]) % sparse_dim != 0)
+    return total
+
+
 def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "TRAINING_ROLE"))}
     env.pop("MLFLOW_TRACKING_URI", None)
@@ -95,6 +106,26 @@ def kill_if_ours(pid: int) -> None:
         return
     if b"elasticctr_trainer" in cmdline:
         os.killpg(pid, signal.SIGKILL)
+
+
+def has_descendant(pid: int, marker: bytes) -> bool:
+    """Whether a process whose command line contains `marker` descends from `pid` (for
+    instance a trainer's dataset pipe, alive only inside `train_from_dataset`)."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            if marker not in (entry / "cmdline").read_bytes():
+                continue
+            child = int(entry.name)
+            while child > 1:
+                stat = (Path("/proc") / str(child) / "stat").read_text()
+                child = int(stat.rsplit(")", 1)[1].split()[1])  # the parent's pid
+                if child == pid:
+                    return True
+        except (OSError, ValueError, IndexError):
+            continue
+    return False
 
 
 def run_job(config: Path, log_dir: Path, pservers: int, trainers: int, env=None) -> LocalJob:
