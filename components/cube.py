@@ -23,7 +23,7 @@ import pulumi_kubernetes as k8s
 
 from components import kube
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 SERVER_PORT = 8027
@@ -44,7 +44,7 @@ TRANSFER_ACCOUNT = "cube-transfer"
 class CubeArgs:
     target: KubeTarget
     image: pulumi.Input[str]  # a pinned tag, or the digest of a build
-    store: ObjectStore
+    store: ObjectStore  # the agents' (they read shards)
     shards: int
     replicas: int = 1  # cube-servers per shard (cube.conf dup)
     timeout_ms: int = 1000  # a lookup, retries and hedged requests included
@@ -59,6 +59,11 @@ class CubeArgs:
     transfer_mem: float = 2  # GiB
     clients: tuple[str, ...] = ("serving",)  # components that look up embeddings
     node_pool: str = ""  # shards and transfer on this pool's nodes; "": any node
+    transfer_store: ObjectStore | None = None  # the transfer's (writes shards); None: store
+
+    @property
+    def transfer_bucket(self) -> ObjectStore:
+        return self.transfer_store or self.store
 
 
 def cube_conf(namespace: str, args: CubeArgs) -> list[dict[str, Any]]:
@@ -98,6 +103,8 @@ class Cube(pulumi.ComponentResource):
     config_map: pulumi.Output[str]
     config_hash: pulumi.Output[str]
     transfer_url: pulumi.Output[str]
+    # What a client (serving) reaches: the servers' lookups and the transfer's status.
+    client_routes = (Route("cube", (SERVER_PORT,)), Route("cube-transfer", (TRANSFER_PORT,)))
 
     def __init__(
         self, name: str, args: CubeArgs, opts: pulumi.ResourceOptions | None = None
@@ -120,6 +127,10 @@ class Cube(pulumi.ComponentResource):
         self.config_hash = conf.apply(lambda text: kube.digest({"cube.conf": text}))
         self._shard_servers(name, args)
         self._transfer(name, args, config_map)
+        # The servers' port takes lookups and status reads only: loads and switches are on
+        # a control port bound to the pod's loopback, for its agent. The agents' commands
+        # come from the transfer alone; the transfer's port serves status and history, its
+        # rollback is on a loopback control port too (kubectl port-forward).
         allow_ingress(
             target,
             f"{name}-server-ingress",
@@ -144,6 +155,16 @@ class Cube(pulumi.ComponentResource):
             "cube-transfer",
             [TRANSFER_PORT],
             list(args.clients),
+            self,
+        )
+        # Agents fetch shards; the transfer reads the model export, publishes shards and
+        # commands the agents (and may read the servers' status).
+        allow_egress(target, f"{name}-shard-egress", "cube", args.store.routes, self)
+        allow_egress(
+            target,
+            f"{name}-transfer-egress",
+            "cube-transfer",
+            [Route("cube", (AGENT_PORT, SERVER_PORT)), *args.transfer_bucket.routes],
             self,
         )
 
@@ -299,14 +320,14 @@ class Cube(pulumi.ComponentResource):
                 *kube.env(
                     {
                         "CUBE_CONF": f"{kube.CONFIG_DIR}/cube.conf",
-                        "MODEL_URI": args.store.uri("models"),
-                        "CUBE_URI": args.store.uri("cube"),
+                        "MODEL_URI": args.transfer_bucket.uri("models"),
+                        "CUBE_URI": args.transfer_bucket.uri("cube"),
                         "CUBE_KEEP_VERSIONS": str(args.keep_versions),
                         "CUBE_WORK_DIR": "/tmp/cube-transfer",
                         "HOME": "/tmp",
                     }
                 ),
-                *args.store.env(),
+                *args.transfer_bucket.env(),
             ],
             ports={"http": TRANSFER_PORT},
             cpu=args.transfer_cpu,

@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 
 from components import kube
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 PORT = 5000
@@ -34,6 +34,7 @@ class MlflowArgs:
 
 class Mlflow(pulumi.ComponentResource):
     url: pulumi.Output[str]
+    client_routes = (Route("mlflow", (PORT,)),)  # what a client (a trainer) reaches
 
     def __init__(
         self, name: str, args: MlflowArgs, opts: pulumi.ResourceOptions | None = None
@@ -108,6 +109,8 @@ class Mlflow(pulumi.ComponentResource):
         )
         kube.service(target, f"{name}-service", "mlflow", "mlflow", {"http": PORT}, self)
         allow_ingress(target, f"{name}-ingress", "mlflow", [PORT], list(args.clients), self)
+        # Artifacts go to the bucket (--serve-artifacts: clients upload through MLflow).
+        allow_egress(target, f"{name}-egress", "mlflow", args.store.routes, self)
 
         self.url = pulumi.Output.concat("http://", host, f".svc.cluster.local:{PORT}")
         self.register_outputs({"url": self.url})

@@ -4,7 +4,7 @@ region and a Secret with its keys, as boto3's standard environment variables."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pulumi
@@ -13,7 +13,7 @@ import pulumi_kubernetes as k8s
 from components import kube
 from components.generated_secret import GeneratedCredential
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import Route, allow_egress, allow_ingress, url_route
 
 MINIO_PORT = 9000
 CREDENTIALS_SECRET = "object-storage-credentials"
@@ -32,6 +32,9 @@ class ObjectStore:
     # Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; None when pods get their
     # credentials from their identity (e.g. IAM roles for service accounts).
     credentials_secret: pulumi.Input[str] | None
+    # The egress a pod needs to reach the bucket (and its credentials, e.g. the node's
+    # identity agent): MinIO's pods, or the endpoint's port outside the cluster.
+    routes: tuple[Route | pulumi.Output[Route], ...] = field(default=())
 
     def uri(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{prefix.strip('/')}"
@@ -63,6 +66,9 @@ class ObjectStorageArgs:
     size: str = "20Gi"
     cpu: float = 0.5  # the MinIO pod
     mem: float = 1
+    clients: tuple[str, ...] = ()  # components whose pods reach MinIO
+    # Outside routes pods need for their bucket credentials (a cloud's identity agent).
+    identity_routes: tuple[Route, ...] = ()
 
 
 class ObjectStorage(pulumi.ComponentResource):
@@ -104,11 +110,17 @@ class ObjectStorage(pulumi.ComponentResource):
                 },
                 opts=target.opts(self),
             )
+        routes: tuple[Route | pulumi.Output[Route], ...]
+        if args.mode == "minio":
+            routes = (Route("minio", (MINIO_PORT,)),)
+        else:
+            routes = (pulumi.Output.from_input(endpoint).apply(url_route), *args.identity_routes)
         self.store = ObjectStore(
             endpoint=endpoint,
             bucket=args.bucket,
             region=args.region,
             credentials_secret=credentials.metadata["name"] if credentials else None,
+            routes=routes,
         )
         if args.mode == "minio":
             self._minio(name, args, self.store)
@@ -191,5 +203,13 @@ class ObjectStorage(pulumi.ComponentResource):
             },
             opts=target.opts(self, depends_on=[minio]),
         )
-        # Every workload of the namespace reads or writes the bucket.
-        allow_ingress(target, f"{name}-minio-ingress", "minio", [MINIO_PORT], "namespace", self)
+        # The workloads that use the bucket, and the job that makes it.
+        allow_ingress(
+            target,
+            f"{name}-minio-ingress",
+            "minio",
+            [MINIO_PORT],
+            [*args.clients, "minio-client"],
+            self,
+        )
+        allow_egress(target, f"{name}-minio-client-egress", "minio-client", store.routes, self)

@@ -14,7 +14,7 @@ import pulumi_kubernetes as k8s
 
 from components import kube
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import ANYWHERE, Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 PORT = 8010
@@ -32,6 +32,7 @@ class ServingArgs:
     cube_conf_hash: pulumi.Input[str]
     cube_transfer_url: pulumi.Input[str]
     sparse_dim: int
+    cube_routes: tuple[Route, ...] = ()  # cube's lookups and the transfer's status
     replicas: int = 1
     max_replicas: int = 4
     target_cpu_percent: int = 70
@@ -139,7 +140,10 @@ class Serving(pulumi.ComponentResource):
             opts=target.opts(self, depends_on=[deployment]),
         )
         # The prediction API is for clients anywhere the Service is reachable.
-        allow_ingress(target, f"{name}-ingress", "serving", [PORT], "anywhere", self)
+        allow_ingress(target, f"{name}-ingress", "serving", [PORT], [ANYWHERE], self)
+        allow_egress(
+            target, f"{name}-egress", "serving", [*args.cube_routes, *args.store.routes], self
+        )
 
         if args.service_type == "LoadBalancer":
             self.url = service.status.apply(_load_balancer_url)

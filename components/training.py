@@ -19,7 +19,7 @@ import pulumi_kubernetes as k8s
 
 from components import kube
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 PSERVER_PORT = 30240
@@ -56,6 +56,8 @@ class TrainingArgs:
     work_size: str = "20Gi"  # per-pod scratch (emptyDir) for staged data and checkpoints
     hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
     mlflow_url: pulumi.Input[str] | None = None
+    # What trainers reach besides the pservers and the bucket: HDFS, MLflow (their routes).
+    services: tuple[Route, ...] = ()
     depends_on: tuple[pulumi.Resource, ...] = ()  # e.g. the Volcano release (its CRDs)
 
 
@@ -222,6 +224,19 @@ class Training(pulumi.ComponentResource):
             "pserver",
             [PSERVER_PORT],
             ["trainer", "pserver"],
+            self,
+        )
+        # Pservers upload their checkpoint shards; trainers read data, export versions,
+        # checkpoint and log runs. Nobody connects to a trainer.
+        pservers = Route("pserver", (PSERVER_PORT,))
+        allow_egress(
+            target, f"{name}-pserver-egress", "pserver", [pservers, *args.store.routes], self
+        )
+        allow_egress(
+            target,
+            f"{name}-trainer-egress",
+            "trainer",
+            [pservers, *args.store.routes, *args.services],
             self,
         )
 

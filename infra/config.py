@@ -275,6 +275,13 @@ class HdfsConfig(Section):
         "in-cluster", description="in-cluster, external (address), or none (data in object storage)"
     )
     address: str = Field("", description="external namenode, hdfs://host:port (mode external)")
+    datanode_port: int = Field(
+        9866,
+        ge=1,
+        le=65535,
+        description="the external datanodes' data transfer port, which pods may reach "
+        "(dfs.datanode.address: 9866 on Hadoop 3, 50010 on Hadoop 2; mode external)",
+    )
     datanodes: int = Field(1, ge=1, le=100, description="datanode pods (in-cluster)")
     replication: int = Field(1, ge=1, le=10, description="dfs.replication, at most datanodes")
     namenode_storage: Quantity = Field("10Gi", description="namenode volume size")
@@ -292,11 +299,13 @@ class HdfsConfig(Section):
                 "must be hdfs://host:port (a host name or IP, a port from 1 to 65535) when "
                 f"mode is external, got {json.dumps(self.address)}",
             )
-        if self.mode == "in-cluster" and self.address:
-            raise Problem(
-                "address",
-                f"is only for mode external, got {json.dumps(self.address)} with mode in-cluster",
-            )
+        for key, unset in (("address", ""), ("datanode_port", 9866)):
+            if self.mode != "external" and getattr(self, key) != unset:
+                raise Problem(
+                    key,
+                    f"is only for mode external, got {json.dumps(getattr(self, key))} with "
+                    f"mode {self.mode}",
+                )
         if self.mode == "in-cluster" and self.replication > self.datanodes:
             raise Problem(
                 "replication",

@@ -6,10 +6,11 @@ import pulumi
 
 from components.cluster import ClusterResult
 from components.cube import Cube, CubeArgs
-from components.hdfs import Hdfs, HdfsArgs
+from components.hdfs import Hdfs, HdfsArgs, client_routes
 from components.kube import KubeTarget
 from components.mlflow import Mlflow, MlflowArgs
 from components.namespace import Namespace, NamespaceArgs
+from components.network import Route
 from components.object_storage import ObjectStorage, ObjectStorageArgs
 from components.serving import Serving, ServingArgs
 from components.training import Training, TrainingArgs
@@ -26,6 +27,8 @@ def _storage_args(
     config: StackConfig, cluster: ClusterResult, target: KubeTarget
 ) -> ObjectStorageArgs:
     """The bucket the cloud made (storage mode cloud), or the one the config names."""
+    clients: tuple[str, ...] = ("pserver", "trainer", "cube", "cube-transfer", "serving")
+    clients += ("mlflow",) if config.mlflow.enabled else ()
     if cluster.bucket is not None:
         bucket = cluster.bucket
         return ObjectStorageArgs(
@@ -36,6 +39,8 @@ def _storage_args(
             endpoint=bucket.endpoint,
             access_key=bucket.access_key,
             secret_key=bucket.secret_key,
+            clients=clients,
+            identity_routes=bucket.identity_routes,
         )
     # Mode cloud always comes with a cloud bucket (the config checks cloud != existing).
     assert config.storage.mode != "cloud"
@@ -51,6 +56,7 @@ def _storage_args(
         size=config.storage.size,
         cpu=config.storage.cpu,
         mem=config.storage.mem,
+        clients=clients,
     )
 
 
@@ -96,7 +102,9 @@ def main() -> None:
     store = storage.store
 
     hdfs_address: pulumi.Output[str] = pulumi.Output.from_input("")
+    services: tuple[Route, ...] = ()  # what trainers reach besides pservers and the bucket
     if config.hdfs.mode != "none":
+        services += client_routes(config.hdfs.mode, config.hdfs.address, config.hdfs.datanode_port)
         hdfs_address = Hdfs(
             "hdfs",
             HdfsArgs(
@@ -127,6 +135,7 @@ def main() -> None:
             ),
         )
         mlflow_url = mlflow.url
+        services += mlflow.client_routes
 
     cube = Cube(
         "cube",
@@ -182,6 +191,7 @@ def main() -> None:
             node_pool=config.training.node_pool,
             hdfs_ugi=as_secret(config.data.ugi),
             mlflow_url=mlflow_url,
+            services=services,
             depends_on=scheduler,
         ),
     )
@@ -196,6 +206,7 @@ def main() -> None:
             cube_conf_map=cube.config_map,
             cube_conf_hash=cube.config_hash,
             cube_transfer_url=cube.transfer_url,
+            cube_routes=cube.client_routes,
             sparse_dim=config.data.sparse_dim,
             replicas=config.serving.replicas,
             max_replicas=config.serving.max_replicas,

@@ -14,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube import POOL_LABEL as POOL_LABEL  # the cloud modules label by it
+from components.network import Route
 
 # The project's images (images/<name>/Dockerfile); each cloud makes one repository per name.
 PROJECT_IMAGES = ("trainer", "cube", "serving", "mlflow")
@@ -41,6 +42,8 @@ class CloudBucket:
     region: str
     access_key: pulumi.Input[str] | None  # secret; None when pods use their cloud identity
     secret_key: pulumi.Input[str] | None
+    # Where pods get that identity's credentials, outside the cluster's pods (egress).
+    identity_routes: tuple[Route, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ from components.cluster import (
     after,
     kubernetes_provider,
 )
+from components.network import Outside, Route
 
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
@@ -47,6 +48,12 @@ POD_IDENTITY_TRUST = {
         }
     ],
 }
+# The Pod Identity agent on every node, where the SDKs get the role's credentials
+# (AWS_CONTAINER_CREDENTIALS_FULL_URI): egress policies must let pods reach it.
+POD_IDENTITY_AGENT = (
+    Route(Outside("169.254.170.23/32"), (80,)),
+    Route(Outside("fd00:ec2::23/128"), (80,)),
+)
 EC2_TRUST = {
     "Version": "2012-10-17",
     "Statement": [
@@ -242,6 +249,7 @@ class EksCluster(pulumi.ComponentResource):
             region=args.region,
             access_key=None,  # Pod Identity
             secret_key=None,
+            identity_routes=POD_IDENTITY_AGENT,
         )
 
     def _registry(self, args: EksClusterArgs) -> tuple[pulumi.Output[str], RegistryLogin]:

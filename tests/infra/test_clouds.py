@@ -268,6 +268,22 @@ def _mask(node: Any, path: str) -> None:
 # ---------------------------------------------------------------- the Kubernetes side
 
 
+def _without_pod_identity_agent(
+    resources: dict[tuple[str, str], Any],
+) -> dict[tuple[str, str], Any]:
+    agent = {"169.254.170.23/32", "fd00:ec2::23/128"}
+
+    def to_agent(rule: dict[str, Any]) -> bool:
+        return any(peer.get("ipBlock", {}).get("cidr") in agent for peer in rule.get("to", []))
+
+    kept = dict(resources)
+    for key, inputs in resources.items():
+        if key[0] == "kubernetes:networking.k8s.io/v1:NetworkPolicy" and "egress" in inputs["spec"]:
+            rules = [r for r in inputs["spec"]["egress"] if not to_agent(r)]
+            kept[key] = {**inputs, "spec": {**inputs["spec"], "egress": rules}}
+    return kept
+
+
 def _as_existing_cluster(stack: str) -> dict[str, Any]:
     """The stack's config on an existing cluster, reaching the same bucket and registry."""
     config, _ = config_with_secrets(stack)
@@ -303,6 +319,8 @@ def test_kubernetes_side_is_the_graph_an_existing_cluster_gets(stack: str) -> No
     input, what the same stack makes on a cluster it is given."""
     on_cloud = _outside_cloud(graph(stack), stack)
     on_existing = _outside_cloud(run_stack(stack, _as_existing_cluster(stack)), None)
+    if stack == "aws-prod":  # EKS pods reach the bucket as their role: egress to its agent
+        on_cloud = _without_pod_identity_agent(on_cloud)
     assert on_cloud.keys() == on_existing.keys()
     differing = [key for key in on_cloud if on_cloud[key] != on_existing[key]]
     assert differing == []

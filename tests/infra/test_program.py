@@ -62,15 +62,17 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
             per_component[component] += 1
     assert dict(per_component) == {
         "elasticctr:cluster:ExistingCluster": 1,  # the Kubernetes provider
-        "elasticctr:namespace:Namespace": 6,
+        # default-deny ingress and egress, DNS egress; NetworkPolicies: an egress policy
+        # per component that opens connections (docs/architecture.md, "Security")
+        "elasticctr:namespace:Namespace": 8,
         "elasticctr:volcano:Volcano": 1,
-        "elasticctr:storage:ObjectStorage": 8,
-        "elasticctr:hdfs:Hdfs": 7,
-        "elasticctr:mlflow:Mlflow": 5,
+        "elasticctr:storage:ObjectStorage": 9,
+        "elasticctr:hdfs:Hdfs": 9,
+        "elasticctr:mlflow:Mlflow": 6,
         # per shard (2 in dev): a StatefulSet, a Service and a PodDisruptionBudget
-        "elasticctr:cube:Cube": 15,
-        "elasticctr:training:PsJob": 4,
-        "elasticctr:serving:Serving": 5,
+        "elasticctr:cube:Cube": 17,
+        "elasticctr:training:PsJob": 6,
+        "elasticctr:serving:Serving": 6,
     }
 
 
