@@ -29,6 +29,10 @@ from components.object_storage import ObjectStore
 SERVER_PORT = 8027
 AGENT_PORT = 8001
 TRANSFER_PORT = 8099
+# Version changes (a server's load/switch/unload, the transfer's rollback) listen on loopback
+# only: the agent shares its server's pod; people reach the rollback with a port-forward.
+SERVER_CONTROL_PORT = 8028
+TRANSFER_CONTROL_PORT = 8098
 CONFIG_MAP = "cube-conf"
 DICT_NAME = "ctr_embedding"
 # Keys per request a cube-server takes: its --max-keys and cube.conf's max_keys, from which
@@ -226,7 +230,11 @@ class Cube(pulumi.ComponentResource):
             "server",
             args.image,
             ["python", "-m", "elasticctr_cube", "server"],
-            args=[f"--port={SERVER_PORT}", f"--max-keys={MAX_KEYS}"],
+            args=[
+                f"--port={SERVER_PORT}",
+                f"--control-port={SERVER_CONTROL_PORT}",
+                f"--max-keys={MAX_KEYS}",
+            ],
             env=shard_env,
             ports={"server": SERVER_PORT},
             cpu=args.cpu * 0.75,
@@ -240,7 +248,7 @@ class Cube(pulumi.ComponentResource):
             "agent",
             args.image,
             ["python", "-m", "elasticctr_cube", "agent"],
-            args=[f"--port={AGENT_PORT}", f"--server=http://127.0.0.1:{SERVER_PORT}"],
+            args=[f"--port={AGENT_PORT}", f"--server=http://127.0.0.1:{SERVER_CONTROL_PORT}"],
             env=[*shard_env, *kube.env({"CUBE_URI": args.store.uri("cube")}), *args.store.env()],
             ports={"agent": AGENT_PORT},
             cpu=args.cpu * 0.25,
@@ -315,7 +323,7 @@ class Cube(pulumi.ComponentResource):
             "transfer",
             args.image,
             ["python", "-m", "elasticctr_cube", "transfer"],
-            args=[f"--port={TRANSFER_PORT}"],
+            args=[f"--port={TRANSFER_PORT}", f"--control-port={TRANSFER_CONTROL_PORT}"],
             env=[
                 *kube.env(
                     {
