@@ -6,6 +6,7 @@ this module (tools/gen_config.py); a test fails when they drift.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from datetime import datetime
@@ -464,6 +465,16 @@ class MlflowConfig(Section):
     mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB")
 
 
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError as err:
+        raise ValueError(f"an address block such as 203.0.113.0/24 ({err})") from None
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
+
+
 class ServingConfig(Section):
     replicas: int = Field(1, ge=1, le=100, description="minimum serving pods")
     max_replicas: int = Field(4, ge=1, le=100, description="maximum pods (HorizontalPodAutoscaler)")
@@ -472,6 +483,16 @@ class ServingConfig(Section):
     mem: float = Field(2, ge=MIN_MEM, le=256, description="memory in GiB per pod")
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         "ClusterIP", description="how clients reach serving"
+    )
+    source_ranges: list[Cidr] = Field(
+        default_factory=list,
+        description="address blocks (CIDR) clients may connect from: the load balancer's "
+        "loadBalancerSourceRanges and the pods' NetworkPolicy; empty: any address",
+    )
+    auth: Literal["none", "token"] = Field(
+        "none",
+        description="token: clients send Authorization: Bearer <token>, a secret the stack "
+        "makes (stack output serving_token); none: no authentication",
     )
     node_pool: PoolName = Field(
         "", description="pods on nodes labelled elasticctr.io/pool=<name>; empty: any node"
@@ -482,6 +503,13 @@ class ServingConfig(Section):
         if self.max_replicas < self.replicas:
             raise Problem(
                 "max_replicas", f"must be >= replicas ({self.replicas}), got {self.max_replicas}"
+            )
+        if self.service_type == "LoadBalancer" and not self.source_ranges and self.auth == "none":
+            raise Problem(
+                "service_type",
+                "LoadBalancer is reachable from the internet: set serving.source_ranges (the "
+                "address blocks clients connect from) or serving.auth token, or both, "
+                'got "LoadBalancer" with neither',
             )
         return self
 
@@ -686,6 +714,18 @@ class StackConfig(Section):
             raise Problem(
                 "volcano.managed",
                 f"must be false on cloud {cloud}: the cluster it creates has no Volcano add-on",
+            )
+        serving = self.serving
+        if serving.source_ranges and serving.service_type == "LoadBalancer" and (
+            self.cloud in (Cloud.BAIDU, Cloud.HUAWEI)
+        ):
+            raise Problem(
+                "serving.source_ranges",
+                f"cannot be kept by a LoadBalancer on cloud {cloud}: its default load balancer "
+                "does not pass client addresses on, so the pods' NetworkPolicy would refuse "
+                "every client; use serving.auth token (and the load balancer's own access "
+                "control, docs/architecture.md), got "
+                + json.dumps(serving.source_ranges),
             )
         keys = self.storage.access_key is not None
         if self.storage.mode == "cloud" and self.cloud == Cloud.AWS and keys:

@@ -215,11 +215,20 @@ def main() -> None:
             mem=config.serving.mem,
             service_type=config.serving.service_type,
             node_pool=config.serving.node_pool,
+            source_ranges=tuple(config.serving.source_ranges),
+            auth=config.serving.auth == "token",
+            service_annotations=(
+                cluster.load_balancer_annotations
+                if config.serving.service_type == "LoadBalancer"
+                else None
+            ),
         ),
     )
 
     pulumi.export(outputs.NAMESPACE, namespace.name)
     pulumi.export(outputs.SERVING_URL, serving.url)
+    if serving.token is not None:
+        pulumi.export(outputs.SERVING_TOKEN, serving.token)
     pulumi.export(outputs.MLFLOW_URL, mlflow_url or "")
     pulumi.export(outputs.BUCKET, storage.bucket)
     pulumi.export(outputs.STORAGE_ENDPOINT, storage.endpoint)

@@ -64,6 +64,8 @@ class ClusterResult:
     volcano_managed: bool  # the cluster runs Volcano already (a managed add-on)
     # None: pushes use the login of the machine running Pulumi (`docker login`).
     registry_login: RegistryLogin | None = None
+    # On a LoadBalancer Service: the cloud's options (one that passes client addresses on).
+    load_balancer_annotations: dict[str, str] | None = None
 
 
 def kubernetes_provider(name: str, opts: pulumi.ResourceOptions, **connection: Any) -> k8s.Provider:

@@ -54,6 +54,10 @@ POD_IDENTITY_AGENT = (
     Route(Outside("169.254.170.23/32"), (80,)),
     Route(Outside("fd00:ec2::23/128"), (80,)),
 )
+# A Network Load Balancer (instance targets) passes client addresses on to the nodes, and
+# with externalTrafficPolicy Local to the pods, whose NetworkPolicy then judges them; the
+# classic ELB of the in-tree default proxies TCP and shows the pods its own addresses.
+LOAD_BALANCER_ANNOTATIONS = {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}
 EC2_TRUST = {
     "Version": "2012-10-17",
     "Statement": [
@@ -176,6 +180,7 @@ class EksCluster(pulumi.ComponentResource):
             image_registry=registry,
             volcano_managed=False,
             registry_login=login,
+            load_balancer_annotations=LOAD_BALANCER_ANNOTATIONS,
         )
         self.register_outputs({"cluster_name": cluster_name, "image_registry": registry})
 

@@ -142,7 +142,10 @@ def test_aws_creates_eks_node_groups_bucket_registry_and_pod_identity() -> None:
     (policy,) = g.of_type("aws:iam/rolePolicy:RolePolicy")
     statements = json.loads(policy.inputs["policy"])["Statement"]
     assert statements[1]["Resource"] == "arn:aws:s3:::elasticctr-prod-aws/*"
-    assert not g.of_type("kubernetes:core/v1:Secret")
+    # No bucket keys: the only Secret is serving's token.
+    assert [s.inputs["metadata"]["name"] for s in g.of_type("kubernetes:core/v1:Secret")] == [
+        "serving-auth"
+    ]
 
 
 def test_huawei_creates_cce_node_pools_volcano_addon_obs_and_swr() -> None:
@@ -268,9 +271,9 @@ def _mask(node: Any, path: str) -> None:
 # ---------------------------------------------------------------- the Kubernetes side
 
 
-def _without_pod_identity_agent(
-    resources: dict[tuple[str, str], Any],
-) -> dict[tuple[str, str], Any]:
+def _without_eks_specifics(resources: dict[tuple[str, str], Any]) -> dict[tuple[str, str], Any]:
+    """What EKS adds: egress to the Pod Identity agent (pods reach the bucket as their
+    role), and the NLB annotation of a LoadBalancer Service."""
     agent = {"169.254.170.23/32", "fd00:ec2::23/128"}
 
     def to_agent(rule: dict[str, Any]) -> bool:
@@ -281,6 +284,12 @@ def _without_pod_identity_agent(
         if key[0] == "kubernetes:networking.k8s.io/v1:NetworkPolicy" and "egress" in inputs["spec"]:
             rules = [r for r in inputs["spec"]["egress"] if not to_agent(r)]
             kept[key] = {**inputs, "spec": {**inputs["spec"], "egress": rules}}
+        if key[0] == "kubernetes:core/v1:Service" and inputs["spec"].get("type") == "LoadBalancer":
+            metadata = dict(inputs["metadata"])
+            assert metadata.pop("annotations") == {
+                "service.beta.kubernetes.io/aws-load-balancer-type": "nlb"
+            }
+            kept[key] = {**inputs, "metadata": metadata}
     return kept
 
 
@@ -319,8 +328,8 @@ def test_kubernetes_side_is_the_graph_an_existing_cluster_gets(stack: str) -> No
     input, what the same stack makes on a cluster it is given."""
     on_cloud = _outside_cloud(graph(stack), stack)
     on_existing = _outside_cloud(run_stack(stack, _as_existing_cluster(stack)), None)
-    if stack == "aws-prod":  # EKS pods reach the bucket as their role: egress to its agent
-        on_cloud = _without_pod_identity_agent(on_cloud)
+    if stack == "aws-prod":
+        on_cloud = _without_eks_specifics(on_cloud)
     assert on_cloud.keys() == on_existing.keys()
     differing = [key for key in on_cloud if on_cloud[key] != on_existing[key]]
     assert differing == []

@@ -7,9 +7,12 @@ from typing import Any
 
 import pytest
 
+from infra.load_config import ConfigError
 from infra.program import main
 from tests.infra.test_config import problems_of
 from tests.support import pulumi_harness as harness
+from tests.support.stacks import graph as stack_graph
+from tests.support.stacks import run_stack
 
 
 def _egress(graph: harness.Graph, component: str) -> list[dict[str, Any]]:
@@ -55,3 +58,68 @@ def test_an_external_hdfs_is_reached_on_its_namenode_and_datanode_ports() -> Non
 )
 def test_refused(config: dict[str, Any], expected: str) -> None:
     assert problems_of({f"elasticctr:{k}": v for k, v in config.items()}) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            {"serving": {"service_type": "LoadBalancer"}},
+            "elasticctr:serving.service_type LoadBalancer is reachable from the internet: set "
+            "serving.source_ranges (the address blocks clients connect from) or serving.auth "
+            'token, or both, got "LoadBalancer" with neither',
+        ),
+        (
+            {"serving": {"source_ranges": ["10.0.0.1/8"]}},
+            "elasticctr:serving.source_ranges.0 must be an address block such as 203.0.113.0/24 "
+            '(10.0.0.1/8 has host bits set), got "10.0.0.1/8"',
+        ),
+        (
+            {"serving": {"source_ranges": ["office"]}},
+            "elasticctr:serving.source_ranges.0 must be an address block such as 203.0.113.0/24 "
+            "('office' does not appear to be an ipv4 or ipv6 network), got \"office\"",
+        ),
+        (
+            {"serving": {"auth": "password"}},
+            'elasticctr:serving.auth must be one of none, token, got "password"',
+        ),
+    ],
+)
+def test_serving_exposure_refused(config: dict[str, Any], expected: str) -> None:
+    assert problems_of({f"elasticctr:{k}": v for k, v in config.items()}) == [expected]
+
+
+@pytest.mark.parametrize("stack", ["baidu-prod", "huawei-prod"])
+def test_source_ranges_where_the_load_balancer_hides_client_addresses(stack: str) -> None:
+    serving = {**harness.stack_config(stack)["elasticctr:serving"], "source_ranges": ["10.0.0.0/8"]}
+    with pytest.raises(ConfigError) as failure:
+        run_stack(stack, {"elasticctr:serving": serving})
+    cloud = stack.split("-")[0]
+    assert failure.value.problems == [
+        f"elasticctr:serving.source_ranges cannot be kept by a LoadBalancer on cloud {cloud}: its "
+        "default load balancer does not pass client addresses on, so the pods' NetworkPolicy "
+        "would refuse every client; use serving.auth token (and the load balancer's own access "
+        'control, docs/architecture.md), got ["10.0.0.0/8"]'
+    ]
+
+
+@pytest.mark.parametrize("stack", ["aws-prod", "baidu-prod", "huawei-prod"])
+def test_prod_stacks_guard_their_public_serving(stack: str) -> None:
+    graph = stack_graph(stack)
+    assert graph.stack_outputs["serving_token"] and "serving_token" in graph.stack_secret_outputs
+    service = next(
+        s.inputs for s in graph.of_type("kubernetes:core/v1:Service")
+        if s.inputs["metadata"]["name"] == "serving"
+    )  # fmt: skip
+    if stack == "aws-prod":  # an NLB, which passes client addresses on to the pods
+        assert service["spec"]["loadBalancerSourceRanges"] == ["198.51.100.0/24", "203.0.113.0/24"]
+        assert service["spec"]["externalTrafficPolicy"] == "Local"
+        annotations = service["metadata"]["annotations"]
+        assert annotations["service.beta.kubernetes.io/aws-load-balancer-type"] == "nlb"
+
+
+def test_a_load_balancer_with_a_token_alone_is_accepted() -> None:
+    graph = harness.run(
+        main, {"elasticctr:serving": {"service_type": "LoadBalancer", "auth": "token"}}
+    )
+    assert "serving_token" in graph.stack_secret_outputs
