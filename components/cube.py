@@ -22,6 +22,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kube
+from components.bucket_access import CUBE, MODELS, BucketUser
 from components.kube import KubeTarget
 from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
@@ -42,6 +43,12 @@ SHARD_LABEL = "elasticctr.io/cube-shard"
 SHARD_DIR = f"{kube.DATA_DIR}/cube"
 SHARD_ACCOUNT = "cube"  # servers and agents
 TRANSFER_ACCOUNT = "cube-transfer"
+# Agents fetch shards of published versions; the transfer reads the model export and
+# publishes, and prunes, cube versions.
+SHARD_BUCKET_USER = BucketUser(SHARD_ACCOUNT, ("cube",), read=(CUBE,))
+TRANSFER_BUCKET_USER = BucketUser(
+    TRANSFER_ACCOUNT, ("cube-transfer",), read=(MODELS,), write=(CUBE,), delete=(CUBE,)
+)
 
 
 @dataclass(frozen=True)
@@ -249,7 +256,7 @@ class Cube(pulumi.ComponentResource):
             args.image,
             ["python", "-m", "elasticctr_cube", "agent"],
             args=[f"--port={AGENT_PORT}", f"--server=http://127.0.0.1:{SERVER_CONTROL_PORT}"],
-            env=[*shard_env, *kube.env({"CUBE_URI": args.store.uri("cube")}), *args.store.env()],
+            env=[*shard_env, *kube.env({"CUBE_URI": args.store.uri(CUBE)}), *args.store.env()],
             ports={"agent": AGENT_PORT},
             cpu=args.cpu * 0.25,
             mem=args.mem * 0.125,
@@ -328,8 +335,8 @@ class Cube(pulumi.ComponentResource):
                 *kube.env(
                     {
                         "CUBE_CONF": f"{kube.CONFIG_DIR}/cube.conf",
-                        "MODEL_URI": args.transfer_bucket.uri("models"),
-                        "CUBE_URI": args.transfer_bucket.uri("cube"),
+                        "MODEL_URI": args.transfer_bucket.uri(MODELS),
+                        "CUBE_URI": args.transfer_bucket.uri(CUBE),
                         "CUBE_KEEP_VERSIONS": str(args.keep_versions),
                         "CUBE_WORK_DIR": "/tmp/cube-transfer",
                         "HOME": "/tmp",

@@ -12,6 +12,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kube
+from components.bucket_access import MLFLOW, BucketUser
 from components.kube import KubeTarget
 from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
@@ -19,6 +20,8 @@ from components.object_storage import ObjectStore
 PORT = 5000
 DB_DIR = f"{kube.DATA_DIR}/mlflow"
 SERVICE_ACCOUNT = "mlflow"
+# Run artifacts (clients upload them through MLflow: --serve-artifacts); deleted runs' go.
+BUCKET_USER = BucketUser(SERVICE_ACCOUNT, ("mlflow",), write=(MLFLOW,), delete=(MLFLOW,))
 
 
 @dataclass(frozen=True)
@@ -78,7 +81,7 @@ class Mlflow(pulumi.ComponentResource):
                 "--workers=2",
                 f"--backend-store-uri=sqlite:///{DB_DIR}/mlflow.db",
                 "--serve-artifacts",
-                f"--artifacts-destination={args.store.uri('mlflow')}",
+                f"--artifacts-destination={args.store.uri(MLFLOW)}",
                 pulumi.Output.concat("--allowed-hosts=", allowed_hosts),
             ],
             env=[*args.store.env(), *kube.env({"HOME": "/tmp"})],

@@ -18,6 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kube
+from components.bucket_access import MODELS, BucketUser
 from components.generated_secret import GeneratedCredential
 from components.kube import KubeTarget
 from components.network import ANYWHERE, Outside, Peer, Route, allow_egress, allow_ingress
@@ -28,6 +29,7 @@ API_PATH = "/ElasticCTRPredictionService/inference"
 SERVICE_ACCOUNT = "serving"
 AUTH_SECRET = "serving-auth"
 TOKEN_KEY = "SERVING_AUTH_TOKEN"  # the Secret's key and the pods' variable
+BUCKET_USER = BucketUser(SERVICE_ACCOUNT, ("serving",), read=(MODELS,))  # dense models
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,7 @@ class Serving(pulumi.ComponentResource):
             env=[
                 *kube.env(
                     {
-                        "MODEL_URI": args.store.uri("models"),
+                        "MODEL_URI": args.store.uri(MODELS),
                         "CUBE_CONF": f"{kube.CONFIG_DIR}/cube.conf",
                         "CUBE_TRANSFER_URL": args.cube_transfer_url,
                         "SLOT_CONF": f"{kube.CONFIG_DIR}/slot.conf",

@@ -18,6 +18,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kube
+from components.bucket_access import CHECKPOINTS, MODELS, BucketUser
 from components.kube import KubeTarget
 from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
@@ -61,6 +62,19 @@ class TrainingArgs:
     depends_on: tuple[pulumi.Resource, ...] = ()  # e.g. the Volcano release (its CRDs)
 
 
+def bucket_user(dataset: str | None = None) -> BucketUser:
+    """Trainers export versions and checkpoint (pservers upload their shards), keep two
+    checkpoints (and delete older ones), and read the hours from `dataset` when the data is
+    in the bucket; they never delete a model version."""
+    return BucketUser(
+        SERVICE_ACCOUNT,
+        ("pserver", "trainer"),
+        read=(dataset,) if dataset is not None else (),
+        write=(MODELS, CHECKPOINTS),
+        delete=(CHECKPOINTS,),
+    )
+
+
 def pserver_endpoints(job_name: str, pservers: int) -> str:
     """Host names Volcano's svc plugin gives the pserver pods, with the pserver port."""
     return ",".join(f"{job_name}-pserver-{i}.{job_name}:{PSERVER_PORT}" for i in range(pservers))
@@ -76,8 +90,8 @@ def trainer_config(args: TrainingArgs, train_data_uri: str) -> dict[str, Any]:
             "end_date_hr": args.end_date_hr,
             "slot_conf": f"{kube.CONFIG_DIR}/slot.conf",
             "passes": args.passes,
-            "model_uri": args.store.uri("models"),
-            "checkpoint_uri": args.store.uri("checkpoints"),
+            "model_uri": args.store.uri(MODELS),
+            "checkpoint_uri": args.store.uri(CHECKPOINTS),
             "max_bad_line_fraction": args.max_bad_line_fraction,
             "mlflow_experiment": args.job_name,
             "work_dir": kube.DATA_DIR,

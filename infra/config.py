@@ -394,6 +394,47 @@ class ImagesConfig(Section):
     )
 
 
+class KeyPair(Section):
+    access_key: SecretStr | None = Field(None, description="access key id (secret)")
+    secret_key: SecretStr | None = Field(None, description="secret access key (secret)")
+
+    @model_validator(mode="after")
+    def _both(self) -> KeyPair:
+        if (self.access_key is None) != (self.secret_key is None):
+            raise Problem("secret_key", "must be set together with access_key (both or neither)")
+        return self
+
+    @property
+    def given(self) -> bool:
+        return self.access_key is not None
+
+
+class WorkloadKeys(Section):
+    """A key pair per workload, each allowed only what that workload does (docs/clouds.md
+    has the IAM policies); a workload without its own uses storage.access_key/secret_key."""
+
+    training: KeyPair = Field(
+        default_factory=KeyPair,
+        description="trainers and pservers: write models/ and checkpoints/ (delete in "
+        "checkpoints/), read the dataset when data.source is storage",
+    )
+    serving: KeyPair = Field(default_factory=KeyPair, description="serving: read models/")
+    cube: KeyPair = Field(default_factory=KeyPair, description="cube agents: read cube/")
+    cube_transfer: KeyPair = Field(
+        default_factory=KeyPair, description="cube-transfer: read models/, write and delete cube/"
+    )
+    mlflow: KeyPair = Field(default_factory=KeyPair, description="MLflow: write and delete mlflow/")
+
+    def given(self) -> dict[str, KeyPair]:
+        """The workloads with keys of their own, by workload name (cube_transfer:
+        cube-transfer)."""
+        return {
+            name.replace("_", "-"): pair
+            for name in type(self).model_fields
+            if (pair := getattr(self, name)).given
+        }
+
+
 class StorageConfig(Section):
     """Object storage (S3 API) for models, cube shards and MLflow artifacts."""
 
@@ -438,6 +479,11 @@ class StorageConfig(Section):
     secret_key: SecretStr | None = Field(
         None, description="secret access key the pods use (secret)"
     )
+    workload_keys: WorkloadKeys = Field(
+        default_factory=WorkloadKeys,
+        description="each workload's own key pair, limited to what it does (mode external, or "
+        "cloud on baidu/huawei); a workload without uses access_key/secret_key",
+    )
     size: Quantity = Field("20Gi", description="MinIO volume size")
     cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores of the MinIO pod")
     mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB of the MinIO pod")
@@ -454,6 +500,12 @@ class StorageConfig(Section):
         if self.mode == "cloud" and self.endpoint:
             raise Problem(
                 "endpoint", f"comes from the cloud in mode cloud, got {json.dumps(self.endpoint)}"
+            )
+        if self.mode == "minio" and self.workload_keys.given():
+            raise Problem(
+                "workload_keys",
+                "must be unset in mode minio: the stack makes a MinIO user per workload, got "
+                f"keys for {', '.join(self.workload_keys.given())}",
             )
         return self
 
@@ -667,6 +719,8 @@ class StackConfig(Section):
                 f"must leave pod host names at most {MAX_HOST_NAME} characters (the longest "
                 f"is {host}, {len(host)}), got {json.dumps(job)} ({len(job)} characters)",
             )
+        if self.storage.workload_keys.mlflow.given and not self.mlflow.enabled:
+            raise Problem("storage.workload_keys.mlflow", "is for a stack with mlflow.enabled true")
         if self.data.source == "hdfs" and self.hdfs.mode == "none":
             raise Problem("data.source", 'must be "storage" when hdfs.mode is none, got "hdfs"')
         if self.data.source == "hdfs" and self.hdfs.mode == "external" and self.data.ugi is None:
@@ -716,28 +770,40 @@ class StackConfig(Section):
                 f"must be false on cloud {cloud}: the cluster it creates has no Volcano add-on",
             )
         serving = self.serving
-        if serving.source_ranges and serving.service_type == "LoadBalancer" and (
-            self.cloud in (Cloud.BAIDU, Cloud.HUAWEI)
+        if (
+            serving.source_ranges
+            and serving.service_type == "LoadBalancer"
+            and (self.cloud in (Cloud.BAIDU, Cloud.HUAWEI))
         ):
             raise Problem(
                 "serving.source_ranges",
                 f"cannot be kept by a LoadBalancer on cloud {cloud}: its default load balancer "
                 "does not pass client addresses on, so the pods' NetworkPolicy would refuse "
                 "every client; use serving.auth token (and the load balancer's own access "
-                "control, docs/architecture.md), got "
-                + json.dumps(serving.source_ranges),
+                "control, docs/architecture.md), got " + json.dumps(serving.source_ranges),
             )
-        keys = self.storage.access_key is not None
-        if self.storage.mode == "cloud" and self.cloud == Cloud.AWS and keys:
+        storage = self.storage
+        keys = storage.access_key is not None
+        own = storage.workload_keys.given()
+        if storage.mode == "cloud" and self.cloud == Cloud.AWS and (keys or own):
+            raise Problem(
+                "storage.access_key" if keys else "storage.workload_keys",
+                "must not be set in mode cloud on aws: each workload reaches S3 as its own role "
+                "(EKS Pod Identity)",
+            )
+        workloads = {"training", "serving", "cube", "cube-transfer"}
+        workloads |= {"mlflow"} if self.mlflow.enabled else set()
+        if (
+            storage.mode == "cloud"
+            and self.cloud != Cloud.AWS
+            and not keys
+            and not workloads <= own.keys()
+        ):
             raise Problem(
                 "storage.access_key",
-                "must not be set in mode cloud on aws: pods reach S3 through EKS Pod Identity",
-            )
-        if self.storage.mode == "cloud" and self.cloud != Cloud.AWS and not keys:
-            raise Problem(
-                "storage.access_key",
-                f"must be set (with --secret) in mode cloud on {cloud}: pods reach the bucket "
-                "with these keys",
+                f"must be set (with --secret) in mode cloud on {cloud}: the workloads without "
+                f"keys of their own ({', '.join(sorted(workloads - own.keys()))}) reach the "
+                "bucket with these keys",
             )
 
 
@@ -755,5 +821,5 @@ REQUIRED_PER_CLOUD: dict[Cloud, tuple[str, ...]] = {
 # Config keys whose values hold secrets, with the key path inside them.
 SECRET_FIELDS: dict[str, tuple[str, ...]] = {
     "data": ("ugi",),
-    "storage": ("access_key", "secret_key"),
+    "storage": ("access_key", "secret_key", "workload_keys"),
 }

@@ -4,18 +4,23 @@ from __future__ import annotations
 
 import pulumi
 
+from components.bucket_access import BucketUser
 from components.cluster import ClusterResult
-from components.cube import Cube, CubeArgs
+from components.cube import SHARD_ACCOUNT, TRANSFER_ACCOUNT, Cube, CubeArgs
 from components.hdfs import Hdfs, HdfsArgs, client_routes
 from components.kube import KubeTarget
+from components.mlflow import SERVICE_ACCOUNT as MLFLOW_ACCOUNT
 from components.mlflow import Mlflow, MlflowArgs
 from components.namespace import Namespace, NamespaceArgs
 from components.network import Route
 from components.object_storage import ObjectStorage, ObjectStorageArgs
+from components.serving import SERVICE_ACCOUNT as SERVING_ACCOUNT
 from components.serving import Serving, ServingArgs
+from components.training import SERVICE_ACCOUNT as TRAINING_ACCOUNT
 from components.training import Training, TrainingArgs
 from components.volcano import Volcano, VolcanoArgs
 from infra import load_config, outputs
+from infra.access import bucket_users, workload_keys
 from infra.clusters import build_cluster
 from infra.config import StackConfig
 from infra.images import project_images
@@ -24,11 +29,9 @@ from infra.volcano_chart import go_module_chart
 
 
 def _storage_args(
-    config: StackConfig, cluster: ClusterResult, target: KubeTarget
+    config: StackConfig, cluster: ClusterResult, target: KubeTarget, users: tuple[BucketUser, ...]
 ) -> ObjectStorageArgs:
     """The bucket the cloud made (storage mode cloud), or the one the config names."""
-    clients: tuple[str, ...] = ("pserver", "trainer", "cube", "cube-transfer", "serving")
-    clients += ("mlflow",) if config.mlflow.enabled else ()
     if cluster.bucket is not None:
         bucket = cluster.bucket
         return ObjectStorageArgs(
@@ -37,9 +40,10 @@ def _storage_args(
             bucket=bucket.bucket,
             region=bucket.region,
             endpoint=bucket.endpoint,
+            users=users,
             access_key=bucket.access_key,
             secret_key=bucket.secret_key,
-            clients=clients,
+            user_keys=workload_keys(config),
             identity_routes=bucket.identity_routes,
         )
     # Mode cloud always comes with a cloud bucket (the config checks cloud != existing).
@@ -50,13 +54,14 @@ def _storage_args(
         bucket=config.storage.bucket,
         region=config.storage.region,
         endpoint=config.storage.endpoint,
+        users=users,
         access_key=as_secret(config.storage.access_key),
         secret_key=as_secret(config.storage.secret_key),
+        user_keys=workload_keys(config),
         minio_image=config.images.minio,
         size=config.storage.size,
         cpu=config.storage.cpu,
         mem=config.storage.mem,
-        clients=clients,
     )
 
 
@@ -65,7 +70,8 @@ def main() -> None:
     loaded = load_config.load()
     config: StackConfig = loaded.stack
     volcano_chart = go_module_chart() if config.volcano.chart == "go-module" else None
-    cluster = build_cluster(config)
+    users = bucket_users(config)
+    cluster = build_cluster(config, users)
     images = project_images(config, cluster)
     skip_await = config.cluster.skip_await
 
@@ -98,8 +104,8 @@ def main() -> None:
         )
         scheduler = (volcano.release,)
 
-    storage = ObjectStorage("storage", _storage_args(config, cluster, target))
-    store = storage.store
+    storage = ObjectStorage("storage", _storage_args(config, cluster, target, users))
+    stores = storage.stores  # each workload's own credentials
 
     hdfs_address: pulumi.Output[str] = pulumi.Output.from_input("")
     services: tuple[Route, ...] = ()  # what trainers reach besides pservers and the bucket
@@ -128,7 +134,7 @@ def main() -> None:
             MlflowArgs(
                 target=target,
                 image=images["mlflow"],
-                store=store,
+                store=stores[MLFLOW_ACCOUNT],
                 storage=config.mlflow.storage,
                 cpu=config.mlflow.cpu,
                 mem=config.mlflow.mem,
@@ -142,7 +148,8 @@ def main() -> None:
         CubeArgs(
             target=target,
             image=images["cube"],
-            store=store,
+            store=stores[SHARD_ACCOUNT],
+            transfer_store=stores[TRANSFER_ACCOUNT],
             shards=config.cube_shards,
             replicas=config.cube.replicas,
             timeout_ms=config.cube.timeout_ms,
@@ -163,14 +170,14 @@ def main() -> None:
     train_data_uri = (
         hdfs_address.apply(lambda address: f"{address}/{dataset}")
         if config.data.source == "hdfs"
-        else pulumi.Output.from_input(store.uri(dataset))
+        else pulumi.Output.from_input(stores[TRAINING_ACCOUNT].uri(dataset))
     )
     training = Training(
         "training",
         TrainingArgs(
             target=target,
             image=images["trainer"],
-            store=store,
+            store=stores[TRAINING_ACCOUNT],
             slot_conf_map=namespace.slot_conf_map,
             job_name=config.training.job_name,
             trainers=config.trainers,
@@ -201,7 +208,7 @@ def main() -> None:
         ServingArgs(
             target=target,
             image=images["serving"],
-            store=store,
+            store=stores[SERVING_ACCOUNT],
             slot_conf_map=namespace.slot_conf_map,
             cube_conf_map=cube.config_map,
             cube_conf_hash=cube.config_hash,

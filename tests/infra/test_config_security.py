@@ -123,3 +123,126 @@ def test_a_load_balancer_with_a_token_alone_is_accepted() -> None:
         main, {"elasticctr:serving": {"service_type": "LoadBalancer", "auth": "token"}}
     )
     assert "serving_token" in graph.stack_secret_outputs
+
+
+WORKLOADS = ("training", "serving", "cube", "cube_transfer", "mlflow")
+
+
+def _baidu(storage: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, ...]]:
+    config = harness.stack_config("baidu-prod")
+    config["elasticctr:data"] = {**config["elasticctr:data"], "ugi": "alice,pw"}
+    config["elasticctr:storage"] = {**config["elasticctr:storage"], **storage}
+    return config, ("elasticctr:data", "elasticctr:storage")
+
+
+def _keys_of(graph: harness.Graph) -> dict[str, str]:
+    return {
+        s.inputs["metadata"]["name"]: s.inputs["stringData"]["AWS_ACCESS_KEY_ID"]
+        for s in graph.of_type("kubernetes:core/v1:Secret")
+        if s.inputs["metadata"]["name"].startswith("storage-")
+    }
+
+
+def test_each_workload_its_own_keys_and_no_shared_ones() -> None:
+    own = {w: {"access_key": f"AK-{w}", "secret_key": f"SK-{w}"} for w in WORKLOADS}
+    graph = harness.run(main, *_baidu({"workload_keys": own}), stack="baidu-prod")
+    assert _keys_of(graph) == {f"storage-{w.replace('_', '-')}": f"AK-{w}" for w in WORKLOADS}
+
+
+def test_workloads_without_keys_of_their_own_use_the_shared_ones() -> None:
+    storage = {
+        "access_key": "AK-shared",
+        "secret_key": "SK-shared",
+        "workload_keys": {"serving": {"access_key": "AK-serving", "secret_key": "SK-serving"}},
+    }
+    keys = _keys_of(harness.run(main, *_baidu(storage), stack="baidu-prod"))
+    assert keys.pop("storage-serving") == "AK-serving"
+    assert set(keys.values()) == {"AK-shared"} and len(keys) == 4
+
+
+@pytest.mark.parametrize(
+    ("stack", "storage", "expected"),
+    [
+        (
+            "baidu-prod",
+            {"workload_keys": {"serving": {"access_key": "a", "secret_key": "b"}}},
+            "elasticctr:storage.access_key must be set (with --secret) in mode cloud on baidu: "
+            "the workloads without keys of their own (cube, cube-transfer, mlflow, training) "
+            "reach the bucket with these keys",
+        ),
+        (
+            "baidu-prod",
+            {"access_key": "a", "secret_key": "b", "workload_keys": {"cube": {"access_key": "a"}}},
+            "elasticctr:storage.workload_keys.cube.secret_key must be set together with "
+            "access_key (both or neither)",
+        ),
+        (
+            "aws-prod",
+            {"workload_keys": {"serving": {"access_key": "a", "secret_key": "b"}}},
+            "elasticctr:storage.workload_keys must not be set in mode cloud on aws: each "
+            "workload reaches S3 as its own role (EKS Pod Identity)",
+        ),
+        (
+            "dev",
+            {"workload_keys": {"serving": {"access_key": "a", "secret_key": "b"}}},
+            "elasticctr:storage.workload_keys must be unset in mode minio: the stack makes a "
+            "MinIO user per workload, got keys for serving",
+        ),
+    ],
+)
+def test_workload_keys_refused(stack: str, storage: dict[str, Any], expected: str) -> None:
+    config = harness.stack_config(stack)
+    if stack == "baidu-prod":
+        config["elasticctr:data"] = {**config["elasticctr:data"], "ugi": "alice,pw"}
+    config["elasticctr:storage"] = {**config.get("elasticctr:storage", {}), **storage}
+    secret = ("elasticctr:data", "elasticctr:storage")
+    assert problems_of(config, secret) == [expected]
+
+
+def test_keys_of_a_workload_the_stack_does_not_run_are_refused() -> None:
+    config = {
+        "elasticctr:mlflow": {"enabled": False},
+        "elasticctr:storage": {
+            "mode": "external",
+            "endpoint": "https://s3.example.test",
+            "workload_keys": {"mlflow": {"access_key": "a", "secret_key": "b"}},
+        },
+    }
+    assert problems_of(config, ("elasticctr:storage",)) == [
+        "elasticctr:storage.workload_keys.mlflow is for a stack with mlflow.enabled true"
+    ]
+
+
+def test_workload_keys_must_be_set_as_secrets() -> None:
+    config = {
+        "elasticctr:storage": {
+            "mode": "external",
+            "endpoint": "https://s3.example.test",
+            "workload_keys": {"serving": {"access_key": "a", "secret_key": "b"}},
+        }
+    }
+    assert problems_of(config) == [
+        "elasticctr:storage.workload_keys must be set as a secret: pulumi config set --secret "
+        "--path storage.workload_keys <value>"
+    ]
+
+
+def test_an_external_endpoint_by_ip_is_one_address() -> None:
+    graph = harness.run(
+        main,
+        {
+            "elasticctr:storage": {
+                "mode": "external",
+                "endpoint": "http://10.0.0.5:9000",
+                "access_key": "a",
+                "secret_key": "b",
+            }
+        },
+        ("elasticctr:storage",),
+    )
+    store = {
+        "to": [{"ipBlock": {"cidr": "10.0.0.5/32"}}],
+        "ports": [{"port": 9000, "protocol": "TCP"}],
+    }
+    for component in ("pserver", "trainer", "cube", "cube-transfer", "serving", "mlflow"):
+        assert store in _egress(graph, component), component

@@ -197,6 +197,30 @@ def test_serving_is_the_only_port_open_to_outside_the_stack(
     }
 
 
+def test_each_workload_holds_only_its_own_bucket_credentials(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    """A pod's bucket keys are its workload's (Secret storage-<service account>), whose
+    MinIO user or IAM policy allows what that workload does; MinIO's root keys are MinIO's
+    and its set-up Job's only (docs/architecture.md, "Security")."""
+    stack, graph = stack_graph
+    holders: dict[str, set[str]] = {}
+    for owner, template in all_pods(graph):
+        account = template["spec"]["serviceAccountName"]
+        for container in template["spec"]["containers"]:
+            for var in container.get("env", []):
+                ref = var.get("valueFrom", {}).get("secretKeyRef")
+                if ref is None:
+                    continue
+                if var["name"] in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+                    assert ref["name"] == f"storage-{account}", (owner, ref)
+                holders.setdefault(ref["name"], set()).add(account)
+    if stack == "dev":
+        assert holders["minio-root"] == {"minio"}  # the server and the bucket Job
+    if stack == "aws-prod":  # Pod Identity: a role per workload, no keys
+        assert not any(name.startswith("storage-") for name in holders)
+
+
 def test_every_pod_has_its_own_service_account(stack_graph: tuple[str, harness.Graph]) -> None:
     _, graph = stack_graph
     accounts = {m["metadata"]["name"] for m in graph.manifests() if m["kind"] == "ServiceAccount"}

@@ -66,7 +66,9 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
         # per component that opens connections (docs/architecture.md, "Security")
         "elasticctr:namespace:Namespace": 8,
         "elasticctr:volcano:Volcano": 1,
-        "elasticctr:storage:ObjectStorage": 9,
+        # MinIO: root keys (2) and their Secret; per workload (5) two keys and a Secret;
+        # account, Service, StatefulSet, policies ConfigMap, set-up Job, two NetworkPolicies
+        "elasticctr:storage:ObjectStorage": 25,
         "elasticctr:hdfs:Hdfs": 9,
         "elasticctr:mlflow:Mlflow": 6,
         # per shard (2 in dev): a StatefulSet, a Service and a PodDisruptionBudget
@@ -161,14 +163,18 @@ def _without_secret_paths(resource: harness.Registered) -> dict[str, object]:
     return masked
 
 
+# One Secret of bucket keys per workload (docs/architecture.md, "Security").
+WORKLOAD_KEYS = {f"storage-{w}" for w in ("training", "cube", "cube-transfer", "serving", "mlflow")}
+
+
 def test_secret_values_land_in_kubernetes_secrets(stack_graph: tuple[str, harness.Graph]) -> None:
     stack, graph = stack_graph
     secrets = {r.inputs["metadata"]["name"]: r for r in graph.of_type("kubernetes:core/v1:Secret")}
     expected = {
-        "dev": {"object-storage-credentials"},
-        "baidu-prod": {"object-storage-credentials", "hdfs-ugi", "serving-auth"},
-        "huawei-prod": {"object-storage-credentials", "serving-auth"},
-        "aws-prod": {"serving-auth"},
+        "dev": {"minio-root", *WORKLOAD_KEYS},
+        "baidu-prod": {"hdfs-ugi", "serving-auth", *WORKLOAD_KEYS},
+        "huawei-prod": {"serving-auth", *WORKLOAD_KEYS},
+        "aws-prod": {"serving-auth"},  # each workload reaches S3 as its IAM role
     }[stack]
     assert set(secrets) == expected
     for secret in secrets.values():
