@@ -67,18 +67,19 @@ def start_cube(
     t = time.perf_counter()
     manifest = build(f"file://{sparse}", work / "cube", version=1, shard_num=1)
     timings["build_s"] = time.perf_counter() - t
-    port = free_port()
+    port, control = free_port(), free_port()
     proc = subprocess.Popen(
-        [binary, "--shard", "0", "--shard-num", "1", "--host", "127.0.0.1", "--port", str(port)],
+        [binary, "--shard", "0", "--shard-num", "1", "--host", "127.0.0.1", "--port", str(port),
+         "--control-port", str(control)],
         stderr=subprocess.DEVNULL,
-    )
+    )  # fmt: skip
     wait_port(port, proc, "cube-server")
     t = time.perf_counter()
     path = work / "cube" / manifest.shards[0].file
-    call("POST", f"http://127.0.0.1:{port}/control/load", {"version": 1, "path": str(path)})
+    call("POST", f"http://127.0.0.1:{control}/control/load", {"version": 1, "path": str(path)})
     while call("GET", f"http://127.0.0.1:{port}/control/status")[1]["bg_version"] != 1:
         time.sleep(0.01)
-    call("POST", f"http://127.0.0.1:{port}/control/switch", {"version": 1})
+    call("POST", f"http://127.0.0.1:{control}/control/switch", {"version": 1})
     timings["load_s"] = time.perf_counter() - t
     timings["file_bytes"] = manifest.shards[0].bytes
     return proc, port, timings

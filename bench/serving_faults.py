@@ -56,7 +56,6 @@ def main() -> int:
         help="the transfer drops versions still read (--reader-quiet 0): as before the drain",
     )
     args = p.parse_args()
-    from elasticctr_cube.httpjson import call
     from elasticctr_cube.server import build_server
     from elasticctr_serving.native import build_parser
 
@@ -106,8 +105,7 @@ def main() -> int:
                 accepted = 0
                 targets = itertools.cycle((1, 2, 3, 4))
                 for _ in range(args.rollbacks):
-                    code, _ = call("POST", cluster.transfer_url("/rollback"),
-                                   {"version": next(targets)})  # fmt: skip
+                    code, _ = cluster.rollback(next(targets))
                     accepted += code == 202
                     time.sleep(1.0)
                 deadline = time.monotonic() + 120

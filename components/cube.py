@@ -22,13 +22,18 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kube
+from components.bucket_access import CUBE, MODELS, BucketUser
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 SERVER_PORT = 8027
 AGENT_PORT = 8001
 TRANSFER_PORT = 8099
+# Version changes (a server's load/switch/unload, the transfer's rollback) listen on loopback
+# only: the agent shares its server's pod; people reach the rollback with a port-forward.
+SERVER_CONTROL_PORT = 8028
+TRANSFER_CONTROL_PORT = 8098
 CONFIG_MAP = "cube-conf"
 DICT_NAME = "ctr_embedding"
 # Keys per request a cube-server takes: its --max-keys and cube.conf's max_keys, from which
@@ -38,13 +43,19 @@ SHARD_LABEL = "elasticctr.io/cube-shard"
 SHARD_DIR = f"{kube.DATA_DIR}/cube"
 SHARD_ACCOUNT = "cube"  # servers and agents
 TRANSFER_ACCOUNT = "cube-transfer"
+# Agents fetch shards of published versions; the transfer reads the model export and
+# publishes, and prunes, cube versions.
+SHARD_BUCKET_USER = BucketUser(SHARD_ACCOUNT, ("cube",), read=(CUBE,))
+TRANSFER_BUCKET_USER = BucketUser(
+    TRANSFER_ACCOUNT, ("cube-transfer",), read=(MODELS,), write=(CUBE,), delete=(CUBE,)
+)
 
 
 @dataclass(frozen=True)
 class CubeArgs:
     target: KubeTarget
     image: pulumi.Input[str]  # a pinned tag, or the digest of a build
-    store: ObjectStore
+    store: ObjectStore  # the agents' (they read shards)
     shards: int
     replicas: int = 1  # cube-servers per shard (cube.conf dup)
     timeout_ms: int = 1000  # a lookup, retries and hedged requests included
@@ -59,6 +70,11 @@ class CubeArgs:
     transfer_mem: float = 2  # GiB
     clients: tuple[str, ...] = ("serving",)  # components that look up embeddings
     node_pool: str = ""  # shards and transfer on this pool's nodes; "": any node
+    transfer_store: ObjectStore | None = None  # the transfer's (writes shards); None: store
+
+    @property
+    def transfer_bucket(self) -> ObjectStore:
+        return self.transfer_store or self.store
 
 
 def cube_conf(namespace: str, args: CubeArgs) -> list[dict[str, Any]]:
@@ -98,6 +114,8 @@ class Cube(pulumi.ComponentResource):
     config_map: pulumi.Output[str]
     config_hash: pulumi.Output[str]
     transfer_url: pulumi.Output[str]
+    # What a client (serving) reaches: the servers' lookups and the transfer's status.
+    client_routes = (Route("cube", (SERVER_PORT,)), Route("cube-transfer", (TRANSFER_PORT,)))
 
     def __init__(
         self, name: str, args: CubeArgs, opts: pulumi.ResourceOptions | None = None
@@ -120,6 +138,10 @@ class Cube(pulumi.ComponentResource):
         self.config_hash = conf.apply(lambda text: kube.digest({"cube.conf": text}))
         self._shard_servers(name, args)
         self._transfer(name, args, config_map)
+        # The servers' port takes lookups and status reads only: loads and switches are on
+        # a control port bound to the pod's loopback, for its agent. The agents' commands
+        # come from the transfer alone; the transfer's port serves status and history, its
+        # rollback is on a loopback control port too (kubectl port-forward).
         allow_ingress(
             target,
             f"{name}-server-ingress",
@@ -144,6 +166,16 @@ class Cube(pulumi.ComponentResource):
             "cube-transfer",
             [TRANSFER_PORT],
             list(args.clients),
+            self,
+        )
+        # Agents fetch shards; the transfer reads the model export, publishes shards and
+        # commands the agents (and may read the servers' status).
+        allow_egress(target, f"{name}-shard-egress", "cube", args.store.routes, self)
+        allow_egress(
+            target,
+            f"{name}-transfer-egress",
+            "cube-transfer",
+            [Route("cube", (AGENT_PORT, SERVER_PORT)), *args.transfer_bucket.routes],
             self,
         )
 
@@ -205,7 +237,11 @@ class Cube(pulumi.ComponentResource):
             "server",
             args.image,
             ["python", "-m", "elasticctr_cube", "server"],
-            args=[f"--port={SERVER_PORT}", f"--max-keys={MAX_KEYS}"],
+            args=[
+                f"--port={SERVER_PORT}",
+                f"--control-port={SERVER_CONTROL_PORT}",
+                f"--max-keys={MAX_KEYS}",
+            ],
             env=shard_env,
             ports={"server": SERVER_PORT},
             cpu=args.cpu * 0.75,
@@ -219,8 +255,8 @@ class Cube(pulumi.ComponentResource):
             "agent",
             args.image,
             ["python", "-m", "elasticctr_cube", "agent"],
-            args=[f"--port={AGENT_PORT}", f"--server=http://127.0.0.1:{SERVER_PORT}"],
-            env=[*shard_env, *kube.env({"CUBE_URI": args.store.uri("cube")}), *args.store.env()],
+            args=[f"--port={AGENT_PORT}", f"--server=http://127.0.0.1:{SERVER_CONTROL_PORT}"],
+            env=[*shard_env, *kube.env({"CUBE_URI": args.store.uri(CUBE)}), *args.store.env()],
             ports={"agent": AGENT_PORT},
             cpu=args.cpu * 0.25,
             mem=args.mem * 0.125,
@@ -294,19 +330,19 @@ class Cube(pulumi.ComponentResource):
             "transfer",
             args.image,
             ["python", "-m", "elasticctr_cube", "transfer"],
-            args=[f"--port={TRANSFER_PORT}"],
+            args=[f"--port={TRANSFER_PORT}", f"--control-port={TRANSFER_CONTROL_PORT}"],
             env=[
                 *kube.env(
                     {
                         "CUBE_CONF": f"{kube.CONFIG_DIR}/cube.conf",
-                        "MODEL_URI": args.store.uri("models"),
-                        "CUBE_URI": args.store.uri("cube"),
+                        "MODEL_URI": args.transfer_bucket.uri(MODELS),
+                        "CUBE_URI": args.transfer_bucket.uri(CUBE),
                         "CUBE_KEEP_VERSIONS": str(args.keep_versions),
                         "CUBE_WORK_DIR": "/tmp/cube-transfer",
                         "HOME": "/tmp",
                     }
                 ),
-                *args.store.env(),
+                *args.transfer_bucket.env(),
             ],
             ports={"http": TRANSFER_PORT},
             cpu=args.transfer_cpu,

@@ -24,7 +24,7 @@ import pulumi_kubernetes as k8s
 
 from components import kube
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import ANYWHERE, Route, allow_egress, allow_ingress, url_route
 
 NAMENODE_RPC_PORT = 8020
 NAMENODE_HTTP_PORT = 9870
@@ -185,21 +185,26 @@ class Hdfs(pulumi.ComponentResource):
             account.metadata["name"],
             depends_on=[namenode],
         )
-        # Trainers, the client's upload and the datanodes themselves talk to HDFS.
-        allow_ingress(
+        # Trainers read (metadata from the namenode, blocks from datanodes); datanodes
+        # register with the namenode and copy blocks among themselves (replication
+        # pipeline, block recovery over IPC). The web UIs (9870, 9864) are for people
+        # (kubectl port-forward), the client's upload writes through a port-forward too.
+        rpc, data, ipc = NAMENODE_RPC_PORT, DATANODE_PORTS["data"], DATANODE_PORTS["ipc"]
+        clients = ["trainer", "hdfs-datanode"]
+        for policy, component, port, peers in (
+            ("allow-hdfs-namenode", "hdfs-namenode", rpc, clients),
+            ("allow-hdfs-datanode", "hdfs-datanode", data, clients),
+            ("allow-hdfs-datanode-ipc", "hdfs-datanode", ipc, ["hdfs-datanode"]),
+        ):
+            allow_ingress(
+                target, f"{name}-{policy.removeprefix('allow-hdfs-')}-ingress", component,
+                [port], peers, self, policy_name=policy,
+            )  # fmt: skip
+        allow_egress(
             target,
-            f"{name}-namenode-ingress",
-            "hdfs-namenode",
-            list(namenode_ports.values()),
-            "namespace",
-            self,
-        )
-        allow_ingress(
-            target,
-            f"{name}-datanode-ingress",
+            f"{name}-datanode-egress",
             "hdfs-datanode",
-            list(DATANODE_PORTS.values()),
-            "namespace",
+            [Route("hdfs-namenode", (rpc,)), Route("hdfs-datanode", (data, ipc))],
             self,
         )
 
@@ -257,3 +262,17 @@ class Hdfs(pulumi.ComponentResource):
             },
             opts=target.opts(self, depends_on=[service, config_map, *(depends_on or [])]),
         )
+
+
+def client_routes(
+    mode: Literal["in-cluster", "external"], address: str = "", datanode_port: int = 0
+) -> tuple[Route, ...]:
+    """The egress of an HDFS client: the namenode's RPC port and the datanodes' data port,
+    as pods of the stack (in-cluster), or outside it (external: the namenode's address, an
+    IP block when it is an IP; datanodes anywhere, on `datanode_port`)."""
+    if mode == "in-cluster":
+        return (
+            Route("hdfs-namenode", (NAMENODE_RPC_PORT,)),
+            Route("hdfs-datanode", (DATANODE_PORTS["data"],)),
+        )
+    return (url_route(address), Route(ANYWHERE, (datanode_port or DATANODE_PORTS["data"],)))

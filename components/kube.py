@@ -173,8 +173,11 @@ def service(
     headless: bool = False,
     publish_not_ready: bool = False,
     service_type: str | None = None,
+    extra: Mapping[str, Any] | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> k8s.core.v1.Service:
-    """A Service in front of `component`'s pods, named `name` (its DNS name)."""
+    """A Service in front of `component`'s pods, named `name` (its DNS name); `extra` adds
+    spec fields (a load balancer's), `annotations` the cloud's load balancer options."""
     spec: dict[str, Any] = {
         "selector": labels(component),
         "ports": [{"name": port_name, "port": port} for port_name, port in ports.items()],
@@ -185,9 +188,10 @@ def service(
         spec["publish_not_ready_addresses"] = True
     if service_type is not None:
         spec["type"] = service_type
+    spec.update(extra or {})
     return k8s.core.v1.Service(
         resource_name,
-        metadata=target.metadata(name, component),
+        metadata=target.metadata(name, component, annotations),
         spec=spec,
         opts=target.opts(parent),
     )

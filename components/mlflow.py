@@ -12,13 +12,16 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kube
+from components.bucket_access import MLFLOW, BucketUser
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 PORT = 5000
 DB_DIR = f"{kube.DATA_DIR}/mlflow"
 SERVICE_ACCOUNT = "mlflow"
+# Run artifacts (clients upload them through MLflow: --serve-artifacts); deleted runs' go.
+BUCKET_USER = BucketUser(SERVICE_ACCOUNT, ("mlflow",), write=(MLFLOW,), delete=(MLFLOW,))
 
 
 @dataclass(frozen=True)
@@ -34,6 +37,7 @@ class MlflowArgs:
 
 class Mlflow(pulumi.ComponentResource):
     url: pulumi.Output[str]
+    client_routes = (Route("mlflow", (PORT,)),)  # what a client (a trainer) reaches
 
     def __init__(
         self, name: str, args: MlflowArgs, opts: pulumi.ResourceOptions | None = None
@@ -79,7 +83,7 @@ class Mlflow(pulumi.ComponentResource):
                 "--workers=1",
                 f"--backend-store-uri=sqlite:///{DB_DIR}/mlflow.db",
                 "--serve-artifacts",
-                f"--artifacts-destination={args.store.uri('mlflow')}",
+                f"--artifacts-destination={args.store.uri(MLFLOW)}",
                 pulumi.Output.concat("--allowed-hosts=", allowed_hosts),
             ],
             env=[
@@ -115,6 +119,8 @@ class Mlflow(pulumi.ComponentResource):
         )
         kube.service(target, f"{name}-service", "mlflow", "mlflow", {"http": PORT}, self)
         allow_ingress(target, f"{name}-ingress", "mlflow", [PORT], list(args.clients), self)
+        # Artifacts go to the bucket (--serve-artifacts: clients upload through MLflow).
+        allow_egress(target, f"{name}-egress", "mlflow", args.store.routes, self)
 
         self.url = pulumi.Output.concat("http://", host, f".svc.cluster.local:{PORT}")
         self.register_outputs({"url": self.url})

@@ -1,10 +1,12 @@
-"""The namespace and what every workload in it shares: pod security, default-deny ingress,
-slot.conf, and a read-only role for people and the client CLI (`logs`, `status`).
+"""The namespace and what every workload in it shares: pod security, default-deny ingress
+and egress (DNS allowed), slot.conf, and a read-only role for people and the client CLI
+(`logs`, `status`).
 
 A namespace the stack creates is its own: labelled restricted, every pod in it denied
-ingress but what the components allow, deleted by `pulumi destroy`. An existing namespace
-(`create=False`, another team's perhaps) is never labelled, locked down or deleted: only the
-stack's own pods are denied ingress by default, and only the stack's objects are removed.
+ingress and egress but what the components allow, deleted by `pulumi destroy`. An existing
+namespace (`create=False`, another team's perhaps) is never labelled, locked down or
+deleted: only the stack's own pods are denied by default, and only the stack's objects are
+removed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube import PART_OF, KubeTarget
+from components.network import DNS, egress_rule
 
 SLOT_CONF_MAP = "slot-conf"
 VIEWER = "elasticctr-viewer"
@@ -59,13 +62,25 @@ class Namespace(pulumi.ComponentResource):
             image_pull_policy=target.image_pull_policy,
             skip_await=target.skip_await,
         )
-        # Ingress is denied but what the components allow: to every pod of a namespace of
-        # our own, to our pods only in someone else's.
+        # Traffic is denied but what the components allow, both ways: for every pod of a
+        # namespace of our own, for our pods only in someone else's. None of our pods calls
+        # the API server: it is not allowed either.
         own_pods = {} if args.create else {"match_labels": {"app.kubernetes.io/part-of": PART_OF}}
+        for direction in ("Ingress", "Egress"):
+            k8s.networking.v1.NetworkPolicy(
+                f"{name}-default-deny-{direction.lower()}",
+                metadata=inside.metadata(f"default-deny-{direction.lower()}", "namespace"),
+                spec={"pod_selector": own_pods, "policy_types": [direction]},
+                opts=inside.opts(self),
+            )
         k8s.networking.v1.NetworkPolicy(
-            f"{name}-default-deny-ingress",
-            metadata=inside.metadata("default-deny-ingress", "namespace"),
-            spec={"pod_selector": own_pods, "policy_types": ["Ingress"]},
+            f"{name}-allow-dns",
+            metadata=inside.metadata("allow-dns", "namespace"),
+            spec={
+                "pod_selector": own_pods,
+                "policy_types": ["Egress"],
+                "egress": [egress_rule(DNS)],
+            },
             opts=inside.opts(self),
         )
         slot_conf = k8s.core.v1.ConfigMap(

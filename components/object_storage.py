@@ -1,37 +1,54 @@
 """Object storage behind one S3 interface: MinIO in the cluster (dev), or an external bucket
-(the clouds' S3, BOS, OBS). Every workload gets the same ObjectStore: endpoint, bucket,
-region and a Secret with its keys, as boto3's standard environment variables."""
+(the clouds' S3, BOS, OBS). Each workload gets its own ObjectStore: endpoint, bucket,
+region, and its own credentials (docs/architecture.md, "Security"):
+
+- MinIO: a user per workload with generated keys and a policy of what it does
+  (components/minio.py); the root keys stay with MinIO and its set-up Job.
+- external: the workload's own keys when the config gives them, else the stack's shared
+  keys; none when pods get credentials from their identity (EKS Pod Identity: one role per
+  workload, components/cluster/aws.py).
+
+Keys reach pods as boto3's standard environment variables, from a Secret per workload,
+`storage-<workload>`.
+"""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components import kube
+from components import kube, minio
+from components.bucket_access import BucketUser
 from components.generated_secret import GeneratedCredential
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import Route, url_route
 
-MINIO_PORT = 9000
-CREDENTIALS_SECRET = "object-storage-credentials"
 KEY_ID = "AWS_ACCESS_KEY_ID"
 SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
-SERVICE_ACCOUNT = "minio"
+KeyPair = tuple[pulumi.Input[str], pulumi.Input[str]]  # access key id, secret key (secret)
+
+
+def credentials_secret(user: str) -> str:
+    return f"storage-{user}"
 
 
 @dataclass(frozen=True)
 class ObjectStore:
-    """What a workload needs to reach the bucket."""
+    """What one workload needs to reach the bucket."""
 
     endpoint: pulumi.Input[str]
     bucket: str
     region: str
     # Secret with AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY; None when pods get their
-    # credentials from their identity (e.g. IAM roles for service accounts).
+    # credentials from their identity (e.g. EKS Pod Identity).
     credentials_secret: pulumi.Input[str] | None
+    # The egress a pod needs to reach the bucket (and its credentials, e.g. the node's
+    # identity agent): MinIO's pods, or the endpoint's port outside the cluster.
+    routes: tuple[Route | pulumi.Output[Route], ...] = field(default=())
 
     def uri(self, prefix: str) -> str:
         return f"s3://{self.bucket}/{prefix.strip('/')}"
@@ -56,19 +73,23 @@ class ObjectStorageArgs:
     mode: Literal["minio", "external"]
     bucket: str
     region: str
+    users: tuple[BucketUser, ...]  # the workloads that use the bucket
     endpoint: pulumi.Input[str] = ""  # external mode (an Output when a cloud made the bucket)
-    access_key: pulumi.Input[str] | None = None  # external mode; secret
+    access_key: pulumi.Input[str] | None = None  # external mode, shared by the workloads; secret
     secret_key: pulumi.Input[str] | None = None
+    user_keys: Mapping[str, KeyPair] | None = None  # external mode: a workload's own keys
     minio_image: str = ""
     size: str = "20Gi"
     cpu: float = 0.5  # the MinIO pod
     mem: float = 1
+    # Outside routes pods need for their bucket credentials (a cloud's identity agent).
+    identity_routes: tuple[Route, ...] = ()
 
 
 class ObjectStorage(pulumi.ComponentResource):
     endpoint: pulumi.Output[str]
     bucket: pulumi.Output[str]
-    store: ObjectStore
+    stores: dict[str, ObjectStore]  # by workload (BucketUser.name)
 
     def __init__(
         self, name: str, args: ObjectStorageArgs, opts: pulumi.ResourceOptions | None = None
@@ -77,119 +98,88 @@ class ObjectStorage(pulumi.ComponentResource):
             raise ValueError(f"{name}: minio_image is required in mode minio")
         if args.mode == "external" and not args.endpoint:
             raise ValueError(f"{name}: endpoint is required in mode external")
+        names = [user.name for user in args.users]
+        unknown = set(args.user_keys or {}) - set(names)
+        if args.mode == "minio" and args.user_keys:
+            raise ValueError(f"{name}: MinIO makes its users' keys: user_keys is for external")
+        if unknown:
+            raise ValueError(f"{name}: user_keys for workloads without access: {sorted(unknown)}")
         super().__init__("elasticctr:storage:ObjectStorage", name, None, opts)
         target = args.target
 
+        routes: tuple[Route | pulumi.Output[Route], ...]
         if args.mode == "minio":
-            access_key: pulumi.Input[str] | None = GeneratedCredential(
-                f"{name}-access-key", 20, pulumi.ResourceOptions(parent=self)
-            ).value
-            secret_key: pulumi.Input[str] | None = GeneratedCredential(
-                f"{name}-secret-key", 40, pulumi.ResourceOptions(parent=self)
-            ).value
             endpoint: pulumi.Input[str] = pulumi.Output.concat(
-                "http://minio.", target.namespace, f".svc.cluster.local:{MINIO_PORT}"
+                "http://minio.", target.namespace, f".svc.cluster.local:{minio.PORT}"
             )
+            routes = (minio.ROUTE,)
+            keys = {user.name: self._generated(f"{name}-{user.name}") for user in args.users}
         else:
-            access_key, secret_key, endpoint = args.access_key, args.secret_key, args.endpoint
+            endpoint = args.endpoint
+            routes = (pulumi.Output.from_input(endpoint).apply(url_route), *args.identity_routes)
+            keys = dict(args.user_keys or {})
+            if args.access_key is not None and args.secret_key is not None:
+                for n in names:  # the stack's shared keys where a workload has none of its own
+                    keys.setdefault(n, (args.access_key, args.secret_key))
 
-        credentials: k8s.core.v1.Secret | None = None
-        if access_key is not None and secret_key is not None:
-            credentials = k8s.core.v1.Secret(
-                f"{name}-credentials",
-                metadata=target.metadata(CREDENTIALS_SECRET, "object-storage"),
+        secrets = {
+            user: self._credentials(f"{name}-{user}-credentials", target, user, pair)
+            for user, pair in keys.items()
+        }
+        self.stores = {
+            n: ObjectStore(
+                endpoint=endpoint,
+                bucket=args.bucket,
+                region=args.region,
+                credentials_secret=secrets[n].metadata["name"] if n in secrets else None,
+                routes=routes,
+            )
+            for n in names
+        }
+        if args.mode == "minio":
+            root = self._generated(name)  # the names of the keys every workload once shared
+            root_secret = k8s.core.v1.Secret(
+                f"{name}-minio-root",
+                metadata=target.metadata(minio.ROOT_SECRET, "minio"),
                 string_data={
-                    KEY_ID: pulumi.Output.secret(access_key),
-                    SECRET_KEY: pulumi.Output.secret(secret_key),
+                    "MINIO_ROOT_USER": pulumi.Output.secret(root[0]),
+                    "MINIO_ROOT_PASSWORD": pulumi.Output.secret(root[1]),
                 },
                 opts=target.opts(self),
             )
-        self.store = ObjectStore(
-            endpoint=endpoint,
-            bucket=args.bucket,
-            region=args.region,
-            credentials_secret=credentials.metadata["name"] if credentials else None,
-        )
-        if args.mode == "minio":
-            self._minio(name, args, self.store)
+            minio.deploy(
+                self,
+                name,
+                target,
+                args.minio_image,
+                args.bucket,
+                args.users,
+                {n: s.metadata["name"] for n, s in secrets.items()},
+                root_secret.metadata["name"],
+                (args.size, args.cpu, args.mem),
+            )
 
         self.endpoint = pulumi.Output.from_input(endpoint)
         self.bucket = pulumi.Output.from_input(args.bucket)
         self.register_outputs({"endpoint": self.endpoint, "bucket": self.bucket})
 
-    def _minio(self, name: str, args: ObjectStorageArgs, store: ObjectStore) -> None:
-        target = args.target
-        selector = kube.labels("minio")
-        # MinIO's root user is the workloads' key pair.
-        server_env = kube.secret_env(
-            store.credentials_secret or CREDENTIALS_SECRET,
-            {"MINIO_ROOT_USER": KEY_ID, "MINIO_ROOT_PASSWORD": SECRET_KEY},
+    def _generated(self, prefix: str) -> KeyPair:
+        """A key pair MinIO will know: 20-character id, 40-character secret (AWS's sizes)."""
+        child = pulumi.ResourceOptions(parent=self)
+        return (
+            GeneratedCredential(f"{prefix}-access-key", 20, child).value,
+            GeneratedCredential(f"{prefix}-secret-key", 40, child).value,
         )
-        account = kube.service_account(target, SERVICE_ACCOUNT, "minio", self)
-        service = kube.service(
-            target, f"{name}-minio-service", "minio", "minio", {"s3": MINIO_PORT}, self
-        )
-        server = kube.container(
-            target,
-            "minio",
-            args.minio_image,
-            ["minio", "server", "/data", "--address", f":{MINIO_PORT}"],
-            env=[*server_env, *kube.env({"HOME": "/tmp"})],
-            ports={"s3": MINIO_PORT},
-            cpu=args.cpu,
-            mem=args.mem,
-            readiness=kube.http_probe("/minio/health/ready", MINIO_PORT),
-            liveness=kube.http_probe("/minio/health/live", MINIO_PORT, 20),
-            mounts=[{"name": "data", "mount_path": "/data"}],
-        )
-        minio = k8s.apps.v1.StatefulSet(
-            f"{name}-minio",
-            metadata=target.metadata("minio", "minio"),
-            spec={
-                "service_name": "minio",
-                "replicas": 1,
-                "selector": {"match_labels": selector},
-                "persistent_volume_claim_retention_policy": kube.RETAIN_VOLUMES,
-                "template": kube.pod_template(
-                    "minio", [server], service_account=account.metadata["name"]
-                ),
-                "volume_claim_templates": [kube.volume_claim("data", args.size)],
+
+    def _credentials(
+        self, resource_name: str, target: KubeTarget, user: str, pair: KeyPair
+    ) -> k8s.core.v1.Secret:
+        return k8s.core.v1.Secret(
+            resource_name,
+            metadata=target.metadata(credentials_secret(user), "object-storage"),
+            string_data={
+                KEY_ID: pulumi.Output.secret(pair[0]),
+                SECRET_KEY: pulumi.Output.secret(pair[1]),
             },
-            opts=target.opts(self, depends_on=[service]),
+            opts=target.opts(self),
         )
-        # The bucket is made by MinIO's own client (shipped in its image) once the server
-        # answers; `mb --ignore-existing` makes re-runs harmless.
-        script = (
-            f'until mc alias set local http://minio:{MINIO_PORT} "$MINIO_ROOT_USER" '
-            f'"$MINIO_ROOT_PASSWORD"; do sleep 2; done; '
-            f"mc mb --ignore-existing local/{args.bucket}"
-        )
-        k8s.batch.v1.Job(
-            f"{name}-create-bucket",
-            metadata=target.metadata("minio-create-bucket", "minio-client"),
-            spec={
-                "backoff_limit": 6,
-                "template": kube.pod_template(
-                    "minio-client",
-                    [
-                        kube.container(
-                            target,
-                            "create-bucket",
-                            args.minio_image,
-                            ["/bin/sh", "-c", script],
-                            env=[
-                                *server_env,
-                                *kube.env({"HOME": "/tmp", "MC_CONFIG_DIR": "/tmp/mc"}),
-                            ],
-                            cpu=0.1,
-                            mem=0.125,
-                        )
-                    ],
-                    service_account=account.metadata["name"],
-                    restart_policy="OnFailure",
-                ),
-            },
-            opts=target.opts(self, depends_on=[minio]),
-        )
-        # Every workload of the namespace reads or writes the bucket.
-        allow_ingress(target, f"{name}-minio-ingress", "minio", [MINIO_PORT], "namespace", self)

@@ -3,6 +3,11 @@
 A Deployment scaled by a HorizontalPodAutoscaler on CPU, behind one Service. Pods read
 dense models from the bucket and embeddings from cube (cube.conf mounted); a new cube.conf
 rolls the pods so none keeps a stale shard list.
+
+Who may call it: clients from `source_ranges` (the load balancer's source ranges and the
+pods' NetworkPolicy, which sees client addresses because the Service keeps them:
+externalTrafficPolicy Local), or anyone; with `auth`, only those that send the bearer token
+the stack generates (a Secret the pods read; the stack output `serving_token`).
 """
 
 from __future__ import annotations
@@ -13,13 +18,18 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kube
+from components.bucket_access import MODELS, BucketUser
+from components.generated_secret import GeneratedCredential
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import ANYWHERE, Outside, Peer, Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 PORT = 8010
 API_PATH = "/ElasticCTRPredictionService/inference"
 SERVICE_ACCOUNT = "serving"
+AUTH_SECRET = "serving-auth"
+TOKEN_KEY = "SERVING_AUTH_TOKEN"  # the Secret's key and the pods' variable
+BUCKET_USER = BucketUser(SERVICE_ACCOUNT, ("serving",), read=(MODELS,))  # dense models
 
 
 @dataclass(frozen=True)
@@ -32,6 +42,7 @@ class ServingArgs:
     cube_conf_hash: pulumi.Input[str]
     cube_transfer_url: pulumi.Input[str]
     sparse_dim: int
+    cube_routes: tuple[Route, ...] = ()  # cube's lookups and the transfer's status
     replicas: int = 1
     max_replicas: int = 4
     target_cpu_percent: int = 70
@@ -39,10 +50,14 @@ class ServingArgs:
     mem: float = 2
     service_type: str = "ClusterIP"
     node_pool: str = ""  # pods on this pool's nodes; "": any node
+    source_ranges: tuple[str, ...] = ()  # CIDRs clients connect from; (): any address
+    auth: bool = False  # clients send the generated bearer token
+    service_annotations: dict[str, str] | None = None  # the cloud's load balancer options
 
 
 class Serving(pulumi.ComponentResource):
     url: pulumi.Output[str]
+    token: pulumi.Output[str] | None  # secret; None without auth
 
     def __init__(
         self, name: str, args: ServingArgs, opts: pulumi.ResourceOptions | None = None
@@ -54,6 +69,19 @@ class Serving(pulumi.ComponentResource):
             )
         super().__init__("elasticctr:serving:Serving", name, None, opts)
         target = args.target
+        self.token = None
+        token_env: list[k8s.core.v1.EnvVarArgsDict] = []
+        if args.auth:
+            self.token = pulumi.Output.secret(
+                GeneratedCredential(f"{name}-token", 40, pulumi.ResourceOptions(parent=self)).value
+            )
+            secret = k8s.core.v1.Secret(
+                f"{name}-auth",
+                metadata=target.metadata(AUTH_SECRET, "serving"),
+                string_data={TOKEN_KEY: self.token},
+                opts=target.opts(self),
+            )
+            token_env = kube.secret_env(secret.metadata["name"], [TOKEN_KEY])
         container = kube.container(
             target,
             "serving",
@@ -63,7 +91,7 @@ class Serving(pulumi.ComponentResource):
             env=[
                 *kube.env(
                     {
-                        "MODEL_URI": args.store.uri("models"),
+                        "MODEL_URI": args.store.uri(MODELS),
                         "CUBE_CONF": f"{kube.CONFIG_DIR}/cube.conf",
                         "CUBE_TRANSFER_URL": args.cube_transfer_url,
                         "SLOT_CONF": f"{kube.CONFIG_DIR}/slot.conf",
@@ -72,6 +100,7 @@ class Serving(pulumi.ComponentResource):
                     }
                 ),
                 *args.store.env(),
+                *token_env,
             ],
             ports={"http": PORT},
             cpu=args.cpu,
@@ -103,6 +132,13 @@ class Serving(pulumi.ComponentResource):
             # The HPA owns the replica count once it exists; the spec only sets the start.
             opts=target.opts(self, ignore_changes=["spec.replicas"]),
         )
+        exposure: dict[str, object] = {}
+        if args.source_ranges and args.service_type != "ClusterIP":
+            # Client addresses reach the pods (no hop through another node's SNAT), so that
+            # the NetworkPolicy below can judge them.
+            exposure["external_traffic_policy"] = "Local"
+        if args.source_ranges and args.service_type == "LoadBalancer":
+            exposure["load_balancer_source_ranges"] = list(args.source_ranges)
         service = kube.service(
             target,
             f"{name}-service",
@@ -111,6 +147,8 @@ class Serving(pulumi.ComponentResource):
             {"http": PORT},
             self,
             service_type=args.service_type,
+            extra=exposure,
+            annotations=args.service_annotations,
         )
         k8s.autoscaling.v2.HorizontalPodAutoscaler(
             f"{name}-autoscaler",
@@ -138,8 +176,12 @@ class Serving(pulumi.ComponentResource):
             },
             opts=target.opts(self, depends_on=[deployment]),
         )
-        # The prediction API is for clients anywhere the Service is reachable.
-        allow_ingress(target, f"{name}-ingress", "serving", [PORT], "anywhere", self)
+        # The prediction API is for its clients: from source_ranges, else from anywhere.
+        clients: list[Peer] = [Outside(cidr) for cidr in args.source_ranges] or [ANYWHERE]
+        allow_ingress(target, f"{name}-ingress", "serving", [PORT], clients, self)
+        allow_egress(
+            target, f"{name}-egress", "serving", [*args.cube_routes, *args.store.routes], self
+        )
 
         if args.service_type == "LoadBalancer":
             self.url = service.status.apply(_load_balancer_url)
@@ -147,7 +189,7 @@ class Serving(pulumi.ComponentResource):
             self.url = pulumi.Output.concat(
                 "http://serving.", target.namespace, f".svc.cluster.local:{PORT}"
             )
-        self.register_outputs({"url": self.url})
+        self.register_outputs({"url": self.url, "token": self.token})
 
 
 def _load_balancer_url(status: k8s.core.v1.outputs.ServiceStatus | None) -> str:

@@ -18,8 +18,9 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kube
+from components.bucket_access import CHECKPOINTS, MODELS, BucketUser
 from components.kube import KubeTarget
-from components.network import allow_ingress
+from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 PSERVER_PORT = 30240
@@ -57,7 +58,22 @@ class TrainingArgs:
     work_size: str = "20Gi"  # per-pod scratch (emptyDir) for staged data and checkpoints
     hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
     mlflow_url: pulumi.Input[str] | None = None
+    # What trainers reach besides the pservers and the bucket: HDFS, MLflow (their routes).
+    services: tuple[Route, ...] = ()
     depends_on: tuple[pulumi.Resource, ...] = ()  # e.g. the Volcano release (its CRDs)
+
+
+def bucket_user(dataset: str | None = None) -> BucketUser:
+    """Trainers export versions and checkpoint (pservers upload their shards), keep two
+    checkpoints (and delete older ones), and read the hours from `dataset` when the data is
+    in the bucket; they never delete a model version."""
+    return BucketUser(
+        SERVICE_ACCOUNT,
+        ("pserver", "trainer"),
+        read=(dataset,) if dataset is not None else (),
+        write=(MODELS, CHECKPOINTS),
+        delete=(CHECKPOINTS,),
+    )
 
 
 def pserver_endpoints(job_name: str, pservers: int) -> str:
@@ -75,8 +91,8 @@ def trainer_config(args: TrainingArgs, train_data_uri: str) -> dict[str, Any]:
             "end_date_hr": args.end_date_hr,
             "slot_conf": f"{kube.CONFIG_DIR}/slot.conf",
             "passes": args.passes,
-            "model_uri": args.store.uri("models"),
-            "checkpoint_uri": args.store.uri("checkpoints"),
+            "model_uri": args.store.uri(MODELS),
+            "checkpoint_uri": args.store.uri(CHECKPOINTS),
             "max_bad_line_fraction": args.max_bad_line_fraction,
             "mlflow_experiment": args.job_name,
             "work_dir": kube.DATA_DIR,
@@ -224,6 +240,19 @@ class Training(pulumi.ComponentResource):
             "pserver",
             [PSERVER_PORT],
             ["trainer", "pserver"],
+            self,
+        )
+        # Pservers upload their checkpoint shards; trainers read data, export versions,
+        # checkpoint and log runs. Nobody connects to a trainer.
+        pservers = Route("pserver", (PSERVER_PORT,))
+        allow_egress(
+            target, f"{name}-pserver-egress", "pserver", [pservers, *args.store.routes], self
+        )
+        allow_egress(
+            target,
+            f"{name}-trainer-egress",
+            "trainer",
+            [pservers, *args.store.routes, *args.services],
             self,
         )
 

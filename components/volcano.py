@@ -13,6 +13,9 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
+from components import kube
+from components.kube import KubeTarget
+
 # Pinned upstream: https://volcano-sh.github.io/helm-charts, chart "volcano" (the same chart
 # as installer/helm/chart/volcano in the Go module volcano.sh/volcano at this version).
 CHART = "volcano"
@@ -98,38 +101,31 @@ class Volcano(pulumi.ComponentResource):
         probe = (
             f"until openssl s_client -connect {host} </dev/null >/dev/null 2>&1; do sleep 1; done"
         )
-        limits = {"cpu": "50m", "memory": "64Mi"}
+        # The stack's pod conventions (non-root, read-only, requests = limits, own account),
+        # in Volcano's namespace.
+        target = KubeTarget(args.provider, NAMESPACE, args.image_pull_policy)
+        component = "volcano-admission-ready"
+        account = kube.service_account(target, component, component, self)
+        container = kube.container(
+            target,
+            "probe",
+            f"{args.image_registry}/{ADMISSION_IMAGE}",
+            ["/bin/sh", "-c", probe],
+            cpu=0.05,
+            mem=0.0625,
+        )
         return k8s.batch.v1.Job(
             f"{name}-admission-ready",
-            metadata={"name": f"{RELEASE}-admission-ready", "namespace": NAMESPACE},
+            metadata=target.metadata(component, component),
             spec={
                 "backoff_limit": 0,
                 "active_deadline_seconds": 600,
-                "template": {
-                    "spec": {
-                        "restart_policy": "Never",
-                        "automount_service_account_token": False,
-                        "security_context": {
-                            "run_as_non_root": True,
-                            "run_as_user": 1000,
-                            "seccomp_profile": {"type": "RuntimeDefault"},
-                        },
-                        "containers": [
-                            {
-                                "name": "probe",
-                                "image": f"{args.image_registry}/{ADMISSION_IMAGE}",
-                                "image_pull_policy": args.image_pull_policy,
-                                "command": ["/bin/sh", "-c", probe],
-                                "resources": {"requests": limits, "limits": limits},
-                                "security_context": {
-                                    "allow_privilege_escalation": False,
-                                    "read_only_root_filesystem": True,
-                                    "capabilities": {"drop": ["ALL"]},
-                                },
-                            }
-                        ],
-                    }
-                },
+                "template": kube.pod_template(
+                    component,
+                    [container],
+                    service_account=account.metadata["name"],
+                    restart_policy="Never",
+                ),
             },
-            opts=pulumi.ResourceOptions(parent=self, provider=args.provider, depends_on=[release]),
+            opts=target.opts(self, depends_on=[release]),
         )

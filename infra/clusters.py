@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import pulumi
 
-from components import cube, mlflow, serving, training
+from components.bucket_access import BucketUser
 from components.cluster import ClusterResult, NodePoolSpec
 from components.cluster.aws import EksCluster, EksClusterArgs
 from components.cluster.baidu import BaiduCce, BaiduCceArgs
@@ -20,18 +20,10 @@ from components.cluster.huawei import HuaweiCce, HuaweiCceArgs
 from infra.config import Cloud, NodePool, StackConfig
 from infra.load_config import as_secret
 
-# The service accounts of the pods that read and write the bucket (AWS gives them the
-# bucket role through Pod Identity).
-BUCKET_SERVICE_ACCOUNTS = (
-    training.SERVICE_ACCOUNT,
-    cube.SHARD_ACCOUNT,
-    cube.TRANSFER_ACCOUNT,
-    serving.SERVICE_ACCOUNT,
-    mlflow.SERVICE_ACCOUNT,
-)
 
-
-def build_cluster(config: StackConfig) -> ClusterResult:
+def build_cluster(config: StackConfig, bucket_users: tuple[BucketUser, ...]) -> ClusterResult:
+    """The stack's cluster; a bucket the cloud makes gets `bucket_users` (AWS: a Pod
+    Identity role each)."""
     cluster = config.cluster
     # One cluster per stack: the stack name keeps clusters of several stacks apart.
     name = f"elasticctr-{pulumi.get_stack()}"
@@ -47,7 +39,8 @@ def build_cluster(config: StackConfig) -> ClusterResult:
                 node_pools=_pools(aws.node_pools),
                 subnet_ids=tuple(aws.subnet_ids),
                 bucket=bucket,
-                bucket_users=tuple((config.namespace, sa) for sa in BUCKET_SERVICE_ACCOUNTS),
+                bucket_users=bucket_users,
+                bucket_namespace=config.namespace,
             ),
         ).result
     if config.cloud == Cloud.HUAWEI:

@@ -6,6 +6,7 @@ this module (tools/gen_config.py); a test fails when they drift.
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from datetime import datetime
@@ -275,6 +276,13 @@ class HdfsConfig(Section):
         "in-cluster", description="in-cluster, external (address), or none (data in object storage)"
     )
     address: str = Field("", description="external namenode, hdfs://host:port (mode external)")
+    datanode_port: int = Field(
+        9866,
+        ge=1,
+        le=65535,
+        description="the external datanodes' data transfer port, which pods may reach "
+        "(dfs.datanode.address: 9866 on Hadoop 3, 50010 on Hadoop 2; mode external)",
+    )
     datanodes: int = Field(1, ge=1, le=100, description="datanode pods (in-cluster)")
     replication: int = Field(1, ge=1, le=10, description="dfs.replication, at most datanodes")
     namenode_storage: Quantity = Field("10Gi", description="namenode volume size")
@@ -292,11 +300,13 @@ class HdfsConfig(Section):
                 "must be hdfs://host:port (a host name or IP, a port from 1 to 65535) when "
                 f"mode is external, got {json.dumps(self.address)}",
             )
-        if self.mode == "in-cluster" and self.address:
-            raise Problem(
-                "address",
-                f"is only for mode external, got {json.dumps(self.address)} with mode in-cluster",
-            )
+        for key, unset in (("address", ""), ("datanode_port", 9866)):
+            if self.mode != "external" and getattr(self, key) != unset:
+                raise Problem(
+                    key,
+                    f"is only for mode external, got {json.dumps(getattr(self, key))} with "
+                    f"mode {self.mode}",
+                )
         if self.mode == "in-cluster" and self.replication > self.datanodes:
             raise Problem(
                 "replication",
@@ -384,6 +394,47 @@ class ImagesConfig(Section):
     )
 
 
+class KeyPair(Section):
+    access_key: SecretStr | None = Field(None, description="access key id (secret)")
+    secret_key: SecretStr | None = Field(None, description="secret access key (secret)")
+
+    @model_validator(mode="after")
+    def _both(self) -> KeyPair:
+        if (self.access_key is None) != (self.secret_key is None):
+            raise Problem("secret_key", "must be set together with access_key (both or neither)")
+        return self
+
+    @property
+    def given(self) -> bool:
+        return self.access_key is not None
+
+
+class WorkloadKeys(Section):
+    """A key pair per workload, each allowed only what that workload does (docs/clouds.md
+    has the IAM policies); a workload without its own uses storage.access_key/secret_key."""
+
+    training: KeyPair = Field(
+        default_factory=KeyPair,
+        description="trainers and pservers: write models/ and checkpoints/ (delete in "
+        "checkpoints/), read the dataset when data.source is storage",
+    )
+    serving: KeyPair = Field(default_factory=KeyPair, description="serving: read models/")
+    cube: KeyPair = Field(default_factory=KeyPair, description="cube agents: read cube/")
+    cube_transfer: KeyPair = Field(
+        default_factory=KeyPair, description="cube-transfer: read models/, write and delete cube/"
+    )
+    mlflow: KeyPair = Field(default_factory=KeyPair, description="MLflow: write and delete mlflow/")
+
+    def given(self) -> dict[str, KeyPair]:
+        """The workloads with keys of their own, by workload name (cube_transfer:
+        cube-transfer)."""
+        return {
+            name.replace("_", "-"): pair
+            for name in type(self).model_fields
+            if (pair := getattr(self, name)).given
+        }
+
+
 class StorageConfig(Section):
     """Object storage (S3 API) for models, cube shards and MLflow artifacts."""
 
@@ -428,6 +479,11 @@ class StorageConfig(Section):
     secret_key: SecretStr | None = Field(
         None, description="secret access key the pods use (secret)"
     )
+    workload_keys: WorkloadKeys = Field(
+        default_factory=WorkloadKeys,
+        description="each workload's own key pair, limited to what it does (mode external, or "
+        "cloud on baidu/huawei); a workload without uses access_key/secret_key",
+    )
     size: Quantity = Field("20Gi", description="MinIO volume size")
     cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores of the MinIO pod")
     mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB of the MinIO pod")
@@ -445,6 +501,12 @@ class StorageConfig(Section):
             raise Problem(
                 "endpoint", f"comes from the cloud in mode cloud, got {json.dumps(self.endpoint)}"
             )
+        if self.mode == "minio" and self.workload_keys.given():
+            raise Problem(
+                "workload_keys",
+                "must be unset in mode minio: the stack makes a MinIO user per workload, got "
+                f"keys for {', '.join(self.workload_keys.given())}",
+            )
         return self
 
 
@@ -453,6 +515,16 @@ class MlflowConfig(Section):
     storage: Quantity = Field("5Gi", description="backend store volume size")
     cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores")
     mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB")
+
+
+def _cidr(value: str) -> str:
+    try:
+        return str(ipaddress.ip_network(value, strict=True))
+    except ValueError as err:
+        raise ValueError(f"an address block such as 203.0.113.0/24 ({err})") from None
+
+
+Cidr = Annotated[str, AfterValidator(_cidr)]
 
 
 class ServingConfig(Section):
@@ -464,6 +536,16 @@ class ServingConfig(Section):
     service_type: Literal["ClusterIP", "NodePort", "LoadBalancer"] = Field(
         "ClusterIP", description="how clients reach serving"
     )
+    source_ranges: list[Cidr] = Field(
+        default_factory=list,
+        description="address blocks (CIDR) clients may connect from: the load balancer's "
+        "loadBalancerSourceRanges and the pods' NetworkPolicy; empty: any address",
+    )
+    auth: Literal["none", "token"] = Field(
+        "none",
+        description="token: clients send Authorization: Bearer <token>, a secret the stack "
+        "makes (stack output serving_token); none: no authentication",
+    )
     node_pool: PoolName = Field(
         "", description="pods on nodes labelled elasticctr.io/pool=<name>; empty: any node"
     )
@@ -473,6 +555,13 @@ class ServingConfig(Section):
         if self.max_replicas < self.replicas:
             raise Problem(
                 "max_replicas", f"must be >= replicas ({self.replicas}), got {self.max_replicas}"
+            )
+        if self.service_type == "LoadBalancer" and not self.source_ranges and self.auth == "none":
+            raise Problem(
+                "service_type",
+                "LoadBalancer is reachable from the internet: set serving.source_ranges (the "
+                "address blocks clients connect from) or serving.auth token, or both, "
+                'got "LoadBalancer" with neither',
             )
         return self
 
@@ -630,6 +719,8 @@ class StackConfig(Section):
                 f"must leave pod host names at most {MAX_HOST_NAME} characters (the longest "
                 f"is {host}, {len(host)}), got {json.dumps(job)} ({len(job)} characters)",
             )
+        if self.storage.workload_keys.mlflow.given and not self.mlflow.enabled:
+            raise Problem("storage.workload_keys.mlflow", "is for a stack with mlflow.enabled true")
         if self.data.source == "hdfs" and self.hdfs.mode == "none":
             raise Problem("data.source", 'must be "storage" when hdfs.mode is none, got "hdfs"')
         if self.data.source == "hdfs" and self.hdfs.mode == "external" and self.data.ugi is None:
@@ -678,17 +769,41 @@ class StackConfig(Section):
                 "volcano.managed",
                 f"must be false on cloud {cloud}: the cluster it creates has no Volcano add-on",
             )
-        keys = self.storage.access_key is not None
-        if self.storage.mode == "cloud" and self.cloud == Cloud.AWS and keys:
+        serving = self.serving
+        if (
+            serving.source_ranges
+            and serving.service_type == "LoadBalancer"
+            and (self.cloud in (Cloud.BAIDU, Cloud.HUAWEI))
+        ):
             raise Problem(
-                "storage.access_key",
-                "must not be set in mode cloud on aws: pods reach S3 through EKS Pod Identity",
+                "serving.source_ranges",
+                f"cannot be kept by a LoadBalancer on cloud {cloud}: its default load balancer "
+                "does not pass client addresses on, so the pods' NetworkPolicy would refuse "
+                "every client; use serving.auth token (and the load balancer's own access "
+                "control, docs/architecture.md), got " + json.dumps(serving.source_ranges),
             )
-        if self.storage.mode == "cloud" and self.cloud != Cloud.AWS and not keys:
+        storage = self.storage
+        keys = storage.access_key is not None
+        own = storage.workload_keys.given()
+        if storage.mode == "cloud" and self.cloud == Cloud.AWS and (keys or own):
+            raise Problem(
+                "storage.access_key" if keys else "storage.workload_keys",
+                "must not be set in mode cloud on aws: each workload reaches S3 as its own role "
+                "(EKS Pod Identity)",
+            )
+        workloads = {"training", "serving", "cube", "cube-transfer"}
+        workloads |= {"mlflow"} if self.mlflow.enabled else set()
+        if (
+            storage.mode == "cloud"
+            and self.cloud != Cloud.AWS
+            and not keys
+            and not workloads <= own.keys()
+        ):
             raise Problem(
                 "storage.access_key",
-                f"must be set (with --secret) in mode cloud on {cloud}: pods reach the bucket "
-                "with these keys",
+                f"must be set (with --secret) in mode cloud on {cloud}: the workloads without "
+                f"keys of their own ({', '.join(sorted(workloads - own.keys()))}) reach the "
+                "bucket with these keys",
             )
 
 
@@ -706,5 +821,5 @@ REQUIRED_PER_CLOUD: dict[Cloud, tuple[str, ...]] = {
 # Config keys whose values hold secrets, with the key path inside them.
 SECRET_FIELDS: dict[str, tuple[str, ...]] = {
     "data": ("ugi",),
-    "storage": ("access_key", "secret_key"),
+    "storage": ("access_key", "secret_key", "workload_keys"),
 }

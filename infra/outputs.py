@@ -1,6 +1,7 @@
 """Stack output names, shared by the program, the tests and the client CLI."""
 
 SERVING_URL = "serving_url"
+SERVING_TOKEN = "serving_token"  # secret; only with serving.auth token
 MLFLOW_URL = "mlflow_url"
 BUCKET = "bucket"
 STORAGE_ENDPOINT = "storage_endpoint"

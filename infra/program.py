@@ -4,17 +4,23 @@ from __future__ import annotations
 
 import pulumi
 
+from components.bucket_access import BucketUser
 from components.cluster import ClusterResult
-from components.cube import Cube, CubeArgs
-from components.hdfs import Hdfs, HdfsArgs
+from components.cube import SHARD_ACCOUNT, TRANSFER_ACCOUNT, Cube, CubeArgs
+from components.hdfs import Hdfs, HdfsArgs, client_routes
 from components.kube import KubeTarget
+from components.mlflow import SERVICE_ACCOUNT as MLFLOW_ACCOUNT
 from components.mlflow import Mlflow, MlflowArgs
 from components.namespace import Namespace, NamespaceArgs
+from components.network import Route
 from components.object_storage import ObjectStorage, ObjectStorageArgs
+from components.serving import SERVICE_ACCOUNT as SERVING_ACCOUNT
 from components.serving import Serving, ServingArgs
+from components.training import SERVICE_ACCOUNT as TRAINING_ACCOUNT
 from components.training import Training, TrainingArgs
 from components.volcano import Volcano, VolcanoArgs
 from infra import load_config, outputs
+from infra.access import bucket_users, workload_keys
 from infra.clusters import build_cluster
 from infra.config import StackConfig
 from infra.images import project_images
@@ -23,7 +29,7 @@ from infra.volcano_chart import go_module_chart
 
 
 def _storage_args(
-    config: StackConfig, cluster: ClusterResult, target: KubeTarget
+    config: StackConfig, cluster: ClusterResult, target: KubeTarget, users: tuple[BucketUser, ...]
 ) -> ObjectStorageArgs:
     """The bucket the cloud made (storage mode cloud), or the one the config names."""
     if cluster.bucket is not None:
@@ -34,8 +40,11 @@ def _storage_args(
             bucket=bucket.bucket,
             region=bucket.region,
             endpoint=bucket.endpoint,
+            users=users,
             access_key=bucket.access_key,
             secret_key=bucket.secret_key,
+            user_keys=workload_keys(config),
+            identity_routes=bucket.identity_routes,
         )
     # Mode cloud always comes with a cloud bucket (the config checks cloud != existing).
     assert config.storage.mode != "cloud"
@@ -45,8 +54,10 @@ def _storage_args(
         bucket=config.storage.bucket,
         region=config.storage.region,
         endpoint=config.storage.endpoint,
+        users=users,
         access_key=as_secret(config.storage.access_key),
         secret_key=as_secret(config.storage.secret_key),
+        user_keys=workload_keys(config),
         minio_image=config.images.minio,
         size=config.storage.size,
         cpu=config.storage.cpu,
@@ -59,7 +70,8 @@ def main() -> None:
     loaded = load_config.load()
     config: StackConfig = loaded.stack
     volcano_chart = go_module_chart() if config.volcano.chart == "go-module" else None
-    cluster = build_cluster(config)
+    users = bucket_users(config)
+    cluster = build_cluster(config, users)
     images = project_images(config, cluster)
     skip_await = config.cluster.skip_await
 
@@ -92,11 +104,13 @@ def main() -> None:
         )
         scheduler = (volcano.ready,)
 
-    storage = ObjectStorage("storage", _storage_args(config, cluster, target))
-    store = storage.store
+    storage = ObjectStorage("storage", _storage_args(config, cluster, target, users))
+    stores = storage.stores  # each workload's own credentials
 
     hdfs_address: pulumi.Output[str] = pulumi.Output.from_input("")
+    services: tuple[Route, ...] = ()  # what trainers reach besides pservers and the bucket
     if config.hdfs.mode != "none":
+        services += client_routes(config.hdfs.mode, config.hdfs.address, config.hdfs.datanode_port)
         hdfs_address = Hdfs(
             "hdfs",
             HdfsArgs(
@@ -120,20 +134,22 @@ def main() -> None:
             MlflowArgs(
                 target=target,
                 image=images["mlflow"],
-                store=store,
+                store=stores[MLFLOW_ACCOUNT],
                 storage=config.mlflow.storage,
                 cpu=config.mlflow.cpu,
                 mem=config.mlflow.mem,
             ),
         )
         mlflow_url = mlflow.url
+        services += mlflow.client_routes
 
     cube = Cube(
         "cube",
         CubeArgs(
             target=target,
             image=images["cube"],
-            store=store,
+            store=stores[SHARD_ACCOUNT],
+            transfer_store=stores[TRANSFER_ACCOUNT],
             shards=config.cube_shards,
             replicas=config.cube.replicas,
             timeout_ms=config.cube.timeout_ms,
@@ -154,14 +170,14 @@ def main() -> None:
     train_data_uri = (
         hdfs_address.apply(lambda address: f"{address}/{dataset}")
         if config.data.source == "hdfs"
-        else pulumi.Output.from_input(store.uri(dataset))
+        else pulumi.Output.from_input(stores[TRAINING_ACCOUNT].uri(dataset))
     )
     training = Training(
         "training",
         TrainingArgs(
             target=target,
             image=images["trainer"],
-            store=store,
+            store=stores[TRAINING_ACCOUNT],
             slot_conf_map=namespace.slot_conf_map,
             job_name=config.training.job_name,
             trainers=config.trainers,
@@ -182,6 +198,7 @@ def main() -> None:
             node_pool=config.training.node_pool,
             hdfs_ugi=as_secret(config.data.ugi),
             mlflow_url=mlflow_url,
+            services=services,
             depends_on=scheduler,
         ),
     )
@@ -191,11 +208,12 @@ def main() -> None:
         ServingArgs(
             target=target,
             image=images["serving"],
-            store=store,
+            store=stores[SERVING_ACCOUNT],
             slot_conf_map=namespace.slot_conf_map,
             cube_conf_map=cube.config_map,
             cube_conf_hash=cube.config_hash,
             cube_transfer_url=cube.transfer_url,
+            cube_routes=cube.client_routes,
             sparse_dim=config.data.sparse_dim,
             replicas=config.serving.replicas,
             max_replicas=config.serving.max_replicas,
@@ -204,11 +222,20 @@ def main() -> None:
             mem=config.serving.mem,
             service_type=config.serving.service_type,
             node_pool=config.serving.node_pool,
+            source_ranges=tuple(config.serving.source_ranges),
+            auth=config.serving.auth == "token",
+            service_annotations=(
+                cluster.load_balancer_annotations
+                if config.serving.service_type == "LoadBalancer"
+                else None
+            ),
         ),
     )
 
     pulumi.export(outputs.NAMESPACE, namespace.name)
     pulumi.export(outputs.SERVING_URL, serving.url)
+    if serving.token is not None:
+        pulumi.export(outputs.SERVING_TOKEN, serving.token)
     pulumi.export(outputs.MLFLOW_URL, mlflow_url or "")
     pulumi.export(outputs.BUCKET, storage.bucket)
     pulumi.export(outputs.STORAGE_ENDPOINT, storage.endpoint)

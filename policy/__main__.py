@@ -14,6 +14,7 @@ from pulumi_policy import EnforcementLevel, Policy, PolicyPack
 from policy.budget import training_budget
 from policy.credentials import no_plaintext_credentials
 from policy.cube import cube_shards_match
+from policy.exposure import load_balancer_guarded
 from policy.images import image_tag_pinned
 from policy.pod_security import no_host_namespaces, no_privileged_containers, run_as_non_root
 from policy.resources import container_resources
@@ -33,6 +34,7 @@ POLICIES: list[Policy] = [
     cube_shards_match,
     bucket_not_public,
     s3_public_access_block,
+    load_balancer_guarded,
     training_budget,
 ]
 

@@ -161,6 +161,7 @@ class Demo:
         conf.write_text(json.dumps({"dict_name": "ctr_embedding", "shard": SHARDS, "nodes": nodes}))
         self.say(f"starting cube: {SHARDS} shard servers + agents + transfer")
         for i, node in enumerate(nodes):
+            control_port = free_port()  # loads and switches: the agent's, beside its server
             self.start(
                 f"cube-server-{i}",
                 self.python(
@@ -171,6 +172,8 @@ class Demo:
                     "127.0.0.1",
                     "--port",
                     str(node["port"]),
+                    "--control-port",
+                    str(control_port),
                     "--shard",
                     str(i),
                     "--shard-num",
@@ -194,7 +197,7 @@ class Demo:
                     "--cube-uri",
                     f"file://{self.work}/cube",
                     "--server",
-                    f"http://127.0.0.1:{node['port']}",
+                    f"http://127.0.0.1:{control_port}",
                     "--data-dir",
                     str(self.work / f"shard-{i}"),
                 ),
@@ -210,6 +213,8 @@ class Demo:
                 "127.0.0.1",
                 "--port",
                 self.transfer_url.rsplit(":", 1)[1],
+                "--control-port",
+                str(free_port()),
                 "--model-uri",
                 f"file://{self.work}/models",
                 "--cube-uri",

@@ -14,6 +14,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components.kube import POOL_LABEL as POOL_LABEL  # the cloud modules label by it
+from components.network import Route
 
 # The project's images (images/<name>/Dockerfile); each cloud makes one repository per name.
 PROJECT_IMAGES = ("trainer", "cube", "serving", "mlflow")
@@ -41,6 +42,8 @@ class CloudBucket:
     region: str
     access_key: pulumi.Input[str] | None  # secret; None when pods use their cloud identity
     secret_key: pulumi.Input[str] | None
+    # Where pods get that identity's credentials, outside the cluster's pods (egress).
+    identity_routes: tuple[Route, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class ClusterResult:
     volcano_managed: bool  # the cluster runs Volcano already (a managed add-on)
     # None: pushes use the login of the machine running Pulumi (`docker login`).
     registry_login: RegistryLogin | None = None
+    # On a LoadBalancer Service: the cloud's options (one that passes client addresses on).
+    load_balancer_annotations: dict[str, str] | None = None
 
 
 def kubernetes_provider(name: str, opts: pulumi.ResourceOptions, **connection: Any) -> k8s.Provider:

@@ -8,6 +8,7 @@ instance role); the region comes from the stack config.
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ import pulumi_aws as aws
 import pulumi_eks as eks
 import pulumi_kubernetes as k8s
 
+from components.bucket_access import BucketUser, s3_policy_json
 from components.cluster import (
     POOL_LABEL,
     PROJECT_IMAGES,
@@ -28,6 +30,7 @@ from components.cluster import (
     after,
     kubernetes_provider,
 )
+from components.network import Outside, Route
 
 NODE_POLICIES = (
     "arn:aws:iam::aws:policy/AmazonEKSWorkerNodePolicy",
@@ -47,6 +50,16 @@ POD_IDENTITY_TRUST = {
         }
     ],
 }
+# The Pod Identity agent on every node, where the SDKs get the role's credentials
+# (AWS_CONTAINER_CREDENTIALS_FULL_URI): egress policies must let pods reach it.
+POD_IDENTITY_AGENT = (
+    Route(Outside("169.254.170.23/32"), (80,)),
+    Route(Outside("fd00:ec2::23/128"), (80,)),
+)
+# A Network Load Balancer (instance targets) passes client addresses on to the nodes, and
+# with externalTrafficPolicy Local to the pods, whose NetworkPolicy then judges them; the
+# classic ELB of the in-tree default proxies TCP and shows the pods its own addresses.
+LOAD_BALANCER_ANNOTATIONS = {"service.beta.kubernetes.io/aws-load-balancer-type": "nlb"}
 EC2_TRUST = {
     "Version": "2012-10-17",
     "Statement": [
@@ -67,8 +80,10 @@ class EksClusterArgs:
     node_pools: tuple[NodePoolSpec, ...]
     subnet_ids: tuple[str, ...] = ()  # empty: the default VPC's subnets
     bucket: str | None = None  # create this S3 bucket (storage mode cloud)
-    # Who gets the bucket through Pod Identity: (namespace, service account) pairs.
-    bucket_users: tuple[tuple[str, str], ...] = ()
+    # Who gets the bucket through Pod Identity: the workloads (their service accounts in
+    # `bucket_namespace`), each with a role of its own.
+    bucket_users: tuple[BucketUser, ...] = ()
+    bucket_namespace: str = ""
     repository_prefix: str = "elasticctr"
 
 
@@ -169,6 +184,7 @@ class EksCluster(pulumi.ComponentResource):
             image_registry=registry,
             volcano_managed=False,
             registry_login=login,
+            load_balancer_annotations=LOAD_BALANCER_ANNOTATIONS,
         )
         self.register_outputs({"cluster_name": cluster_name, "image_registry": registry})
 
@@ -215,24 +231,25 @@ class EksCluster(pulumi.ComponentResource):
             restrict_public_buckets=True,
             opts=self._opts(),
         )
-        # The workloads' role: read and write the bucket, nothing else.
-        role = aws.iam.Role(
-            f"{name}-bucket-role",
-            assume_role_policy=json.dumps(POD_IDENTITY_TRUST),
-            opts=self._opts(),
-        )
-        aws.iam.RolePolicy(
-            f"{name}-bucket-access",
-            role=role.id,
-            policy=bucket.arn.apply(_bucket_policy),
-            opts=self._opts(),
-        )
-        for namespace, account in args.bucket_users:
+        # A role per workload: what it does in the bucket (its prefixes), nothing else.
+        namespace = args.bucket_namespace
+        for user in args.bucket_users:
+            role = aws.iam.Role(
+                f"{name}-bucket-{user.name}-role",
+                assume_role_policy=json.dumps(POD_IDENTITY_TRUST),
+                opts=self._opts(),
+            )
+            aws.iam.RolePolicy(
+                f"{name}-bucket-{user.name}-access",
+                role=role.id,
+                policy=bucket.arn.apply(functools.partial(_policy, user)),
+                opts=self._opts(),
+            )
             aws.eks.PodIdentityAssociation(
-                f"{name}-bucket-{namespace}-{account}",
+                f"{name}-bucket-{namespace}-{user.name}",
                 cluster_name=cluster_name,
                 namespace=namespace,
-                service_account=account,
+                service_account=user.name,
                 role_arn=role.arn,
                 opts=self._opts(depends_on=[agent]),
             )
@@ -242,6 +259,7 @@ class EksCluster(pulumi.ComponentResource):
             region=args.region,
             access_key=None,  # Pod Identity
             secret_key=None,
+            identity_routes=POD_IDENTITY_AGENT,
         )
 
     def _registry(self, args: EksClusterArgs) -> tuple[pulumi.Output[str], RegistryLogin]:
@@ -274,17 +292,5 @@ class EksCluster(pulumi.ComponentResource):
         return registry, login
 
 
-def _bucket_policy(bucket_arn: str) -> str:
-    return json.dumps(
-        {
-            "Version": "2012-10-17",
-            "Statement": [
-                {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": bucket_arn},
-                {
-                    "Effect": "Allow",
-                    "Action": ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"],
-                    "Resource": f"{bucket_arn}/*",
-                },
-            ],
-        }
-    )
+def _policy(user: BucketUser, bucket_arn: str) -> str:
+    return s3_policy_json(bucket_arn, user)

@@ -46,7 +46,8 @@ class HuaweiCceArgs:
     node_pools: tuple[NodePoolSpec, ...]
     volcano_addon: bool = False  # install Volcano as the CCE add-on
     bucket: str | None = None  # create this OBS bucket (storage mode cloud)
-    bucket_access_key: pulumi.Input[str] | None = None  # the pods' keys (secret)
+    # The pods' shared keys (secret), for workloads without keys of their own.
+    bucket_access_key: pulumi.Input[str] | None = None
     bucket_secret_key: pulumi.Input[str] | None = None
     organization: str = "elasticctr"  # SWR organization
 
@@ -59,8 +60,6 @@ class HuaweiCce(pulumi.ComponentResource):
     ) -> None:
         if not args.node_pools:
             raise ValueError(f"{name}: at least one node pool is required")
-        if args.bucket is not None and args.bucket_access_key is None:
-            raise ValueError(f"{name}: the OBS bucket needs the pods' access key")
         super().__init__("elasticctr:cluster:HuaweiCce", name, None, opts)
         self._name = name
         self._huawei = huaweicloud.Provider(

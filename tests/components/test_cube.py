@@ -147,3 +147,20 @@ def test_zero_shards_or_replicas_fail_before_any_child() -> None:
         cube_graph(0)
     with pytest.raises(ValueError, match="replicas must be >= 1, got 0"):
         cube_graph(2, 0)
+
+
+def test_version_changes_listen_on_loopback_apart_from_the_readers_port() -> None:
+    """The port serving reads (8027) takes no load, switch or unload, and the transfer's
+    port (8099) no rollback: those are on control ports the pods bind to loopback (the
+    agent beside its server; people through a port-forward), which no NetworkPolicy need
+    open and no other pod can reach."""
+    graph = cube_graph(2)
+    server, agent = shard_sets(graph)[0]["spec"]["template"]["spec"]["containers"]
+    assert {"--port=8027", "--control-port=8028"} <= set(server["args"])
+    assert "--server=http://127.0.0.1:8028" in agent["args"]
+    assert [p["containerPort"] for p in server["ports"]] == [8027]
+    transfer = graph.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"]
+    assert {"--port=8099", "--control-port=8098"} <= set(transfer["containers"][0]["args"])
+    assert not any(
+        "--control-host" in a for c in (server, *transfer["containers"]) for a in c["args"]
+    )

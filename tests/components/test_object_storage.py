@@ -1,31 +1,59 @@
-"""Object storage: MinIO with generated keys, or an external bucket; one S3 interface."""
+"""Object storage: MinIO with a user per workload, or an external bucket with each
+workload's keys; one S3 interface, each workload its own credentials."""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 import pytest
 
-from components.object_storage import ObjectStorage, ObjectStorageArgs
+from components.bucket_access import BucketUser
+from components.object_storage import ObjectStorage, ObjectStorageArgs, ObjectStore
 from tests.support.components import env_of, run_component
+from tests.support.pulumi_harness import Graph
+
+READER = BucketUser("serving", ("serving",), read=("models",))
+WRITER = BucketUser(
+    "training", ("pserver", "trainer"), write=("models", "checkpoints"), delete=("checkpoints",)
+)
+USERS = (READER, WRITER)
 
 
-def test_minio_mode_runs_minio_with_generated_secret_keys() -> None:
-    graph = run_component(
-        lambda t: ObjectStorage(
-            "storage",
-            ObjectStorageArgs(
-                target=t,
-                mode="minio",
-                bucket="models",
-                region="us-east-1",
-                minio_image="quay.io/minio/minio:RELEASE.2025-04-22T22-12-26Z",
-                size="5Gi",
-            ),
-        )
-    )
-    assert len(graph.of_type("pulumi-python:dynamic:Resource")) == 2
-    secret = graph.one("kubernetes:core/v1:Secret")
-    assert set(secret.inputs["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
-    assert "stringData" in secret.secret_paths
+def storage(mode: str = "minio", **fields: Any) -> tuple[Graph, dict[str, ObjectStore]]:
+    found: dict[str, ObjectStore] = {}
+
+    def build(target):
+        base: dict[str, Any] = {"bucket": "models", "region": "us-east-1", "users": USERS}
+        if mode == "minio":
+            base["minio_image"] = "quay.io/minio/minio:RELEASE.2025-04-22T22-12-26Z"
+        else:
+            base["endpoint"] = "https://s3.bj.bcebos.com"
+        args = ObjectStorageArgs(target=target, mode=mode, **{**base, **fields})  # type: ignore[arg-type]
+        found.update(ObjectStorage("storage", args).stores)
+
+    return run_component(build), found
+
+
+def secrets(graph: Graph) -> dict[str, Any]:
+    return {s.inputs["metadata"]["name"]: s for s in graph.of_type("kubernetes:core/v1:Secret")}
+
+
+def test_minio_runs_with_root_keys_of_its_own() -> None:
+    graph, _ = storage(size="5Gi")
+    # Root keys (same resource names as the keys all workloads once shared: an existing
+    # MinIO keeps its root user), and two per workload.
+    generated = {
+        r.name: r.inputs["length"] for r in graph.of_type("pulumi-python:dynamic:Resource")
+    }
+    assert generated == {
+        "storage-access-key": 20,
+        "storage-secret-key": 40,
+        **{f"storage-{u}-{k}-key": n for u in ("serving", "training") for k, n in (("access", 20), ("secret", 40))},
+    }  # fmt: skip
+    root = secrets(graph)["minio-root"]
+    assert set(root.inputs["stringData"]) == {"MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"}
+    assert "stringData" in root.secret_paths
     minio = graph.one("kubernetes:apps/v1:StatefulSet").inputs["spec"]
     assert minio["persistentVolumeClaimRetentionPolicy"] == {
         "whenDeleted": "Retain",
@@ -33,9 +61,10 @@ def test_minio_mode_runs_minio_with_generated_secret_keys() -> None:
     }
     assert minio["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "5Gi"
     env = env_of(minio["template"]["spec"]["containers"][0])
-    assert env["MINIO_ROOT_USER"]["secretKeyRef"]["key"] == "AWS_ACCESS_KEY_ID"
-    job = graph.one("kubernetes:batch/v1:Job").inputs["spec"]["template"]["spec"]["containers"][0]
-    assert "mc mb --ignore-existing local/models" in job["command"][-1]
+    assert env["MINIO_ROOT_USER"]["secretKeyRef"] == {
+        "name": "minio-root",
+        "key": "MINIO_ROOT_USER",
+    }
     outputs = graph.one("elasticctr:storage:ObjectStorage").outputs
     assert outputs == {
         "endpoint": "http://minio.test-ns.svc.cluster.local:9000",
@@ -43,56 +72,91 @@ def test_minio_mode_runs_minio_with_generated_secret_keys() -> None:
     }
 
 
-def test_external_mode_with_keys_makes_only_the_secret() -> None:
-    graph = run_component(
-        lambda t: ObjectStorage(
-            "storage",
-            ObjectStorageArgs(
-                target=t,
-                mode="external",
-                bucket="b",
-                region="bj",
-                endpoint="https://s3.bj.bcebos.com",
-                access_key="AK",
-                secret_key="SK",
-            ),
-        )
+def test_minio_makes_a_user_per_workload_with_its_policy() -> None:
+    graph, stores = storage()
+    for name in ("serving", "training"):
+        secret = secrets(graph)[f"storage-{name}"]
+        assert set(secret.inputs["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        assert "stringData" in secret.secret_paths
+        env = {e["name"]: e.get("value_from") for e in stores[name].env()}
+        assert set(env["AWS_SECRET_ACCESS_KEY"]["secret_key_ref"]) == {"name", "key"}
+    policies = graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]
+    serving = json.loads(policies["serving.json"])["Statement"]
+    assert [s["Action"] for s in serving] == [["s3:ListBucket"], ["s3:GetObject"]]
+    assert serving[1]["Resource"] == ["arn:aws:s3:::models/models/*"]
+    job = graph.one("kubernetes:batch/v1:Job")
+    assert job.replace_on_changes == ["spec"] and job.delete_before_replace
+    pod = job.inputs["spec"]["template"]
+    assert pod["metadata"]["annotations"]["elasticctr.io/policies-sha256"]
+    container = pod["spec"]["containers"][0]
+    script = container["command"][-1]
+    assert "mc mb --ignore-existing local/models" in script
+    assert (
+        "mc admin policy create local elasticctr-serving /etc/elasticctr/minio/serving.json"
+        in script
     )
+    assert 'mc admin user add local "$TRAINING_ACCESS_KEY" "$TRAINING_SECRET_KEY"' in script
+    env = env_of(container)
+    assert env["SERVING_SECRET_KEY"]["secretKeyRef"] == {
+        "name": "storage-serving",
+        "key": "AWS_SECRET_ACCESS_KEY",
+    }
+    assert env["MINIO_ROOT_PASSWORD"]["secretKeyRef"]["name"] == "minio-root"
+
+
+def test_minio_takes_connections_from_the_workloads_and_its_job_only() -> None:
+    graph, _ = storage()
+    (ingress,) = [
+        p.inputs["spec"]
+        for p in graph.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        if p.inputs["metadata"]["name"] == "allow-minio"
+    ]
+    clients = [
+        f["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for f in ingress["ingress"][0]["from"]
+    ]
+    assert clients == ["serving", "pserver", "trainer", "minio-client"]
+
+
+def test_external_keys_per_workload_else_the_shared_ones() -> None:
+    graph, stores = storage(
+        "external",
+        access_key="AK-shared",
+        secret_key="SK-shared",
+        user_keys={"serving": ("AK-serving", "SK-serving")},
+    )
+    made = secrets(graph)
+    assert made["storage-serving"].inputs["stringData"]["AWS_ACCESS_KEY_ID"] == "AK-serving"
+    assert made["storage-training"].inputs["stringData"]["AWS_ACCESS_KEY_ID"] == "AK-shared"
     kinds = {r.type for r in graph.resources if r.custom}
     assert kinds == {"pulumi:providers:kubernetes", "kubernetes:core/v1:Secret"}
+    assert set(stores) == {"serving", "training"}
 
 
-def test_external_mode_without_keys_relies_on_pod_identity() -> None:
-    stores = []
-    run_component(
-        lambda t: stores.append(
-            ObjectStorage(
-                "storage",
-                ObjectStorageArgs(
-                    target=t,
-                    mode="external",
-                    bucket="b",
-                    region="us-west-2",
-                    endpoint="https://s3.amazonaws.com",
-                ),
-            ).store
-        )
-    )
-    names = [e["name"] for e in stores[0].env()]
+def test_external_without_keys_relies_on_pod_identity() -> None:
+    graph, stores = storage("external", endpoint="https://s3.amazonaws.com", region="us-west-2")
+    assert secrets(graph) == {}
+    names = [e["name"] for e in stores["serving"].env()]
     assert names == ["AWS_ENDPOINT_URL", "MLFLOW_S3_ENDPOINT_URL", "AWS_DEFAULT_REGION"]
-    assert stores[0].uri("/models/") == "s3://b/models"
+    assert stores["serving"].uri("/models/") == "s3://models/models"
 
 
-def test_missing_parts_fail_before_any_child() -> None:
+def test_missing_or_misplaced_parts_fail_before_any_child() -> None:
+    def make(mode: str, **fields: Any) -> None:
+        run_component(
+            lambda t: ObjectStorage(
+                "s",
+                ObjectStorageArgs(
+                    target=t, mode=mode, bucket="b", region="r", users=USERS, **fields
+                ),  # type: ignore[arg-type]
+            )
+        )
+
     with pytest.raises(ValueError, match="minio_image is required"):
-        run_component(
-            lambda t: ObjectStorage(
-                "s", ObjectStorageArgs(target=t, mode="minio", bucket="b", region="r")
-            )
-        )
+        make("minio")
     with pytest.raises(ValueError, match="endpoint is required"):
-        run_component(
-            lambda t: ObjectStorage(
-                "s", ObjectStorageArgs(target=t, mode="external", bucket="b", region="r")
-            )
-        )
+        make("external")
+    with pytest.raises(ValueError, match=r"user_keys for workloads without access: \['mlflow'\]"):
+        make("external", endpoint="https://e", user_keys={"mlflow": ("a", "b")})
+    with pytest.raises(ValueError, match="MinIO makes its users' keys"):
+        make("minio", minio_image="m:1", user_keys={"serving": ("a", "b")})

@@ -10,6 +10,7 @@ import pytest
 from components.kube import KubeTarget
 from components.serving import Serving, ServingArgs
 from tests.support.components import STORE, env_of, run_component
+from tests.support.pulumi_harness import Graph
 
 
 def args(target: KubeTarget, **overrides: Any) -> ServingArgs:
@@ -55,3 +56,71 @@ def test_url_of_a_load_balancer() -> None:
 def test_replicas_above_maximum_fail() -> None:
     with pytest.raises(ValueError, match=r"replicas must be from 1 to max_replicas \(6\), got 7"):
         run_component(lambda t: Serving("serving", args(t, replicas=7)))
+
+
+def test_source_ranges_limit_the_load_balancer_and_the_pods() -> None:
+    ranges = ("203.0.113.0/24", "2001:db8::/32")
+    graph = run_component(
+        lambda t: Serving(
+            "serving",
+            args(
+                t,
+                service_type="LoadBalancer",
+                source_ranges=ranges,
+                service_annotations={"lb.example.test/type": "nlb"},
+            ),
+        )
+    )
+    service = graph.one("kubernetes:core/v1:Service").inputs
+    assert service["spec"]["loadBalancerSourceRanges"] == list(ranges)
+    # Client addresses reach the pods unchanged, for the NetworkPolicy to judge them.
+    assert service["spec"]["externalTrafficPolicy"] == "Local"
+    assert service["metadata"]["annotations"] == {"lb.example.test/type": "nlb"}
+    assert policy(graph, "allow-serving")["ingress"] == [
+        {
+            "ports": [{"port": 8010, "protocol": "TCP"}],
+            "from": [{"ipBlock": {"cidr": cidr}} for cidr in ranges],
+        }
+    ]
+
+
+def test_without_source_ranges_any_address_and_cluster_routing() -> None:
+    graph = run_component(lambda t: Serving("serving", args(t, service_type="NodePort")))
+    spec = graph.one("kubernetes:core/v1:Service").inputs["spec"]
+    assert "loadBalancerSourceRanges" not in spec and "externalTrafficPolicy" not in spec
+    assert "from" not in policy(graph, "allow-serving")["ingress"][0]
+
+
+def test_auth_gives_the_pods_a_generated_token_from_a_secret() -> None:
+    graph = run_component(lambda t: Serving("serving", args(t, auth=True)))
+    (credential,) = graph.of_type("pulumi-python:dynamic:Resource")
+    assert credential.inputs["length"] == 40 and "value" in credential.additional_secret_outputs
+    secret = graph.one("kubernetes:core/v1:Secret")
+    assert secret.inputs["metadata"]["name"] == "serving-auth"
+    assert "stringData" in secret.secret_paths
+    container = graph.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert env_of(container)["SERVING_AUTH_TOKEN"] == {
+        "secretKeyRef": {"name": "serving-auth", "key": "SERVING_AUTH_TOKEN"}
+    }
+    component = graph.one("elasticctr:serving:Serving")
+    assert component.outputs["token"] == "g" * 40  # the mocks' generated value
+
+
+def test_without_auth_no_token() -> None:
+    graph = run_component(lambda t: Serving("serving", args(t)))
+    assert graph.of_type("kubernetes:core/v1:Secret") == []
+    container = graph.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert "SERVING_AUTH_TOKEN" not in env_of(container)
+
+
+def policy(graph: Graph, name: str) -> dict[str, Any]:
+    (found,) = [
+        p.inputs["spec"]
+        for p in graph.of_type("kubernetes:networking.k8s.io/v1:NetworkPolicy")
+        if p.inputs["metadata"]["name"] == name
+    ]
+    return dict(found)

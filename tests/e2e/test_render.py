@@ -128,9 +128,21 @@ def test_rendered_secrets_are_plaintext_in_a_private_directory(rendered: Rendere
     """A known property of renderYamlToDirectory: the Secret's values are in the file
     (base64), while the state keeps them encrypted. The engine says so, and the directory
     is private to this user and deleted with the fixture."""
-    (secret,) = [m for m in rendered.manifests if m["kind"] == "Secret"]
-    values = {k: base64.b64decode(v).decode() for k, v in secret["data"].items()}
-    assert (len(values["AWS_ACCESS_KEY_ID"]), len(values["AWS_SECRET_ACCESS_KEY"])) == (20, 40)
+    secrets = {m["metadata"]["name"]: m for m in rendered.manifests if m["kind"] == "Secret"}
+    workloads = ("training", "cube", "cube-transfer", "serving", "mlflow")
+    assert set(secrets) == {"minio-root", *(f"storage-{w}" for w in workloads)}
+    values = {
+        f"{name}.{k}": base64.b64decode(v).decode()
+        for name, secret in secrets.items()
+        for k, v in secret["data"].items()
+    }
+    keys = secrets["storage-serving"]["data"]
+    assert [
+        len(base64.b64decode(keys[k])) for k in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+    ] == [
+        20,
+        40,
+    ]
     assert "rendered YAML will contain a secret value in plaintext" in rendered.up.output
     state = "\n".join(
         p.read_text(encoding="utf-8", errors="replace") for p in rendered.project.state_files()

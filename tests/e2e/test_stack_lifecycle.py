@@ -411,6 +411,15 @@ def test_services_rbac_and_network_policies(lifecycle: Lifecycle) -> None:
         "pserver",
     ]
     assert "from" not in policies["allow-serving"]["ingress"][0]  # the public API
+    # Egress too: denied by default, DNS for all, then per component (the API server
+    # accepts every rule as written: ports with protocols, pod selectors, ip blocks).
+    assert policies["default-deny-egress"] == {"podSelector": {}, "policyTypes": ["Egress"]}
+    assert policies["allow-dns"]["egress"][0]["ports"] == [
+        {"port": 53, "protocol": "UDP"},
+        {"port": 53, "protocol": "TCP"},
+    ]
+    components = ("pserver", "trainer", "cube", "cube-transfer", "serving", "mlflow")
+    assert {f"egress-{c}" for c in (*components, "hdfs-datanode", "minio-client")} <= set(policies)
 
 
 def test_secrets_are_in_the_cluster_and_encrypted_in_the_state(lifecycle: Lifecycle) -> None:
@@ -418,11 +427,19 @@ def test_secrets_are_in_the_cluster_and_encrypted_in_the_state(lifecycle: Lifecy
     ns = f"/namespaces/{NAMESPACE}"
     ugi = lifecycle.custom(f"/api/v1{ns}/secrets", "hdfs-ugi")
     assert base64.b64decode(ugi["data"]["HDFS_UGI"]).decode() == UGI
-    keys = lifecycle.custom(f"/api/v1{ns}/secrets", "object-storage-credentials")["data"]
-    access = base64.b64decode(keys["AWS_ACCESS_KEY_ID"]).decode()
-    secret = base64.b64decode(keys["AWS_SECRET_ACCESS_KEY"]).decode()
-    assert (len(access), len(secret)) == (20, 40)
-    plaintexts = [UGI, access, secret]
+    plaintexts = [UGI]
+    # MinIO's root keys, and each workload's own (docs/architecture.md, "Security")
+    for name, (user, password) in {
+        "minio-root": ("MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"),
+        **{f"storage-{w}": ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
+           for w in ("training", "cube", "cube-transfer", "serving", "mlflow")},
+    }.items():  # fmt: skip
+        keys = lifecycle.custom(f"/api/v1{ns}/secrets", name)["data"]
+        access = base64.b64decode(keys[user]).decode()
+        secret = base64.b64decode(keys[password]).decode()
+        assert (len(access), len(secret)) == (20, 40), name
+        plaintexts += [access, secret]
+    assert len(set(plaintexts)) == len(plaintexts)  # no two workloads share a key
     for path in [*lifecycle.project.state_files(), lifecycle.project.stack_file]:
         text = path.read_text(encoding="utf-8", errors="replace")
         leaked = [

@@ -9,6 +9,7 @@ from typing import Any
 import jsonschema
 import pytest
 
+from tests.support import network_paths
 from tests.support import pulumi_harness as harness
 from tests.support.manifests import (
     KUBERNETES_VERSIONS,
@@ -18,6 +19,9 @@ from tests.support.manifests import (
     volcano_job_schema,
 )
 from tests.support.volcano_crds import CrdsUnavailable
+
+# EKS Pod Identity's agent on each node (AWS_CONTAINER_CREDENTIALS_FULL_URI), IPv4 and IPv6.
+AWS_POD_IDENTITY_AGENT = ("169.254.170.23/32", "fd00:ec2::23/128")
 
 
 def all_pods(graph: harness.Graph) -> list[tuple[str, dict[str, Any]]]:
@@ -124,36 +128,95 @@ def test_no_cluster_wide_rbac(stack_graph: tuple[str, harness.Graph]) -> None:
     assert not any("secrets" in rule["resources"] for rule in role["rules"])
 
 
-def test_ingress_is_denied_by_default_and_opened_per_port(
+# The connections each stack's pods can open (docs/architecture.md, "Security"): to pods of
+# the stack when both ends' policies allow it, and out of the cluster.
+COMMON_PATHS = {
+    "trainer -> pserver:30240",
+    "pserver -> pserver:30240",
+    "trainer -> mlflow:5000",
+    "serving -> cube:8027",
+    "serving -> cube-transfer:8099",
+    "cube-transfer -> cube:8001",
+    "cube-transfer -> cube:8027",
+}
+BUCKET_USERS = ("pserver", "trainer", "cube", "cube-transfer", "serving", "mlflow")
+IN_CLUSTER_HDFS = {
+    "trainer -> hdfs-namenode:8020",
+    "trainer -> hdfs-datanode:9866",
+    "hdfs-datanode -> hdfs-namenode:8020",
+    "hdfs-datanode -> hdfs-datanode:9866",
+    "hdfs-datanode -> hdfs-datanode:9867",
+}
+CLOUD_S3 = {f"{c} -> *:443" for c in BUCKET_USERS}
+STACK_PATHS = {
+    "dev": IN_CLUSTER_HDFS | {f"{c} -> minio:9000" for c in (*BUCKET_USERS, "minio-client")},
+    # the team's HDFS (its namenode by name: any address), BOS over HTTPS
+    "baidu-prod": CLOUD_S3 | {"trainer -> *:8020", "trainer -> *:9866"},
+    "huawei-prod": IN_CLUSTER_HDFS | CLOUD_S3,
+    # S3 over HTTPS, credentials from the node's Pod Identity agent; no HDFS
+    "aws-prod": CLOUD_S3
+    | {f"{c} -> {agent}:80" for c in BUCKET_USERS for agent in AWS_POD_IDENTITY_AGENT},
+}
+
+
+def test_pods_open_exactly_the_connections_they_need(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    """Default deny both ways; DNS for every pod; then per component what it uses (a
+    connection between pods needs the client's egress and the server's ingress)."""
+    stack, graph = stack_graph
+    manifests = graph.manifests()
+    policies = {m["metadata"]["name"]: m["spec"] for m in manifests if m["kind"] == "NetworkPolicy"}
+    for direction in ("Ingress", "Egress"):
+        assert policies[f"default-deny-{direction.lower()}"] == {
+            "podSelector": {},
+            "policyTypes": [direction],
+        }
+    works = {str(p) for p in network_paths.connections(manifests) if p.port != 53}
+    assert works == COMMON_PATHS | STACK_PATHS[stack]
+    dns = {p for p in network_paths.connections(manifests) if p.port == 53}
+    pods = network_paths.components(manifests)
+    assert {(p.client, p.server, p.protocol) for p in dns} == {
+        (c, "*", proto) for c in pods for proto in ("UDP", "TCP")
+    }
+
+
+def test_serving_is_the_only_port_open_to_outside_the_stack(
     stack_graph: tuple[str, harness.Graph],
 ) -> None:
     stack, graph = stack_graph
-    policies = {
-        m["metadata"]["name"]: m["spec"] for m in graph.manifests() if m["kind"] == "NetworkPolicy"
+    ingress, _ = network_paths.allowed(graph.manifests(), "Ingress")
+    pods = network_paths.components(graph.manifests())
+    # aws-prod's clients come from its serving.source_ranges; the others' from anywhere
+    # (with a bearer token on the prod stacks: tests/infra/test_config_security.py).
+    clients = ("198.51.100.0/24", "203.0.113.0/24") if stack == "aws-prod" else ("*",)
+    assert {str(p) for p in ingress if p.client not in pods} == {
+        f"{c} -> serving:8010" for c in clients
     }
-    assert policies["default-deny-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
 
-    def opened(name: str) -> tuple[list[int], Any]:
-        rule = policies[name]["ingress"][0]
-        return [p["port"] for p in rule["ports"]], rule.get("from")
 
-    def component(name: str) -> dict[str, Any]:
-        labels = {"app.kubernetes.io/part-of": "elasticctr", "app.kubernetes.io/component": name}
-        return {"podSelector": {"matchLabels": labels}}
-
-    assert opened("allow-pserver") == ([30240], [component("trainer"), component("pserver")])
-    assert opened("allow-cube-server") == (
-        [8027],
-        [component("serving"), component("cube-transfer")],
-    )
-    assert opened("allow-cube-agent") == ([8001], [component("cube-transfer")])
-    assert opened("allow-cube-transfer") == ([8099], [component("serving")])
-    assert opened("allow-mlflow") == ([5000], [component("trainer")])
-    assert opened("allow-serving") == ([8010], None)  # the public API
+def test_each_workload_holds_only_its_own_bucket_credentials(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    """A pod's bucket keys are its workload's (Secret storage-<service account>), whose
+    MinIO user or IAM policy allows what that workload does; MinIO's root keys are MinIO's
+    and its set-up Job's only (docs/architecture.md, "Security")."""
+    stack, graph = stack_graph
+    holders: dict[str, set[str]] = {}
+    for owner, template in all_pods(graph):
+        account = template["spec"]["serviceAccountName"]
+        for container in template["spec"]["containers"]:
+            for var in container.get("env", []):
+                ref = var.get("valueFrom", {}).get("secretKeyRef")
+                if ref is None:
+                    continue
+                if var["name"] in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
+                    assert ref["name"] == f"storage-{account}", (owner, ref)
+                holders.setdefault(ref["name"], set()).add(account)
     if stack == "dev":
-        # Any pod of the stack (not any pod of the namespace): part-of elasticctr.
-        own = {"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": "elasticctr"}}}
-        assert opened("allow-minio") == ([9000], [own])
+        assert holders["minio-root"] == {"minio"}  # the server and the bucket Job
+    if stack == "aws-prod":  # Pod Identity: a role per workload, no keys
+        assert not any(name.startswith("storage-") for name in holders)
 
 
 def test_every_pod_has_its_own_service_account(stack_graph: tuple[str, harness.Graph]) -> None:

@@ -62,15 +62,19 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
             per_component[component] += 1
     assert dict(per_component) == {
         "elasticctr:cluster:ExistingCluster": 1,  # the Kubernetes provider
-        "elasticctr:namespace:Namespace": 6,
-        "elasticctr:volcano:Volcano": 1,
-        "elasticctr:storage:ObjectStorage": 8,
-        "elasticctr:hdfs:Hdfs": 8,  # + the hdfs-conf ConfigMap
-        "elasticctr:mlflow:Mlflow": 5,
+        # default-deny ingress and egress, DNS egress; NetworkPolicies: an egress policy
+        # per component that opens connections (docs/architecture.md, "Security")
+        "elasticctr:namespace:Namespace": 8,
+        "elasticctr:volcano:Volcano": 3,  # the release, the webhook gate Job and its account
+        # MinIO: root keys (2) and their Secret; per workload (5) two keys and a Secret;
+        # account, Service, StatefulSet, policies ConfigMap, set-up Job, two NetworkPolicies
+        "elasticctr:storage:ObjectStorage": 25,
+        "elasticctr:hdfs:Hdfs": 10,  # + the hdfs-conf ConfigMap
+        "elasticctr:mlflow:Mlflow": 6,
         # per shard (2 in dev): a StatefulSet, a Service and a PodDisruptionBudget
-        "elasticctr:cube:Cube": 15,
-        "elasticctr:training:PsJob": 4,
-        "elasticctr:serving:Serving": 5,
+        "elasticctr:cube:Cube": 17,
+        "elasticctr:training:PsJob": 6,
+        "elasticctr:serving:Serving": 6,
     }
 
 
@@ -139,7 +143,8 @@ def test_secrets_stay_secret(stack_graph: tuple[str, harness.Graph]) -> None:
             assert plaintext not in json.dumps(exposed), (
                 f"{resource.type} {resource.name} leaks a secret"
             )
-    assert not any(p in json.dumps(graph.stack_outputs) for p in plaintexts)
+    public = {k: v for k, v in graph.stack_outputs.items() if k not in graph.stack_secret_outputs}
+    assert not any(p in json.dumps(public) for p in plaintexts)
 
 
 def _without_secret_paths(resource: harness.Registered) -> dict[str, object]:
@@ -158,14 +163,18 @@ def _without_secret_paths(resource: harness.Registered) -> dict[str, object]:
     return masked
 
 
+# One Secret of bucket keys per workload (docs/architecture.md, "Security").
+WORKLOAD_KEYS = {f"storage-{w}" for w in ("training", "cube", "cube-transfer", "serving", "mlflow")}
+
+
 def test_secret_values_land_in_kubernetes_secrets(stack_graph: tuple[str, harness.Graph]) -> None:
     stack, graph = stack_graph
     secrets = {r.inputs["metadata"]["name"]: r for r in graph.of_type("kubernetes:core/v1:Secret")}
     expected = {
-        "dev": {"object-storage-credentials"},
-        "baidu-prod": {"object-storage-credentials", "hdfs-ugi"},
-        "huawei-prod": {"object-storage-credentials"},
-        "aws-prod": set(),
+        "dev": {"minio-root", *WORKLOAD_KEYS},
+        "baidu-prod": {"hdfs-ugi", "serving-auth", *WORKLOAD_KEYS},
+        "huawei-prod": {"serving-auth", *WORKLOAD_KEYS},
+        "aws-prod": {"serving-auth"},  # each workload reaches S3 as its IAM role
     }[stack]
     assert set(secrets) == expected
     for secret in secrets.values():

@@ -128,7 +128,7 @@ def test_the_engine_sees_every_policy(analyzer: analyzer_pb2_grpc.AnalyzerStub) 
     assert info.supportsConfig
     levels = {p.name: p.enforcementLevel for p in info.policies}
     assert levels.pop("training-budget") == _level("ADVISORY")
-    assert len(levels) == 11 and set(levels.values()) == {_level("MANDATORY")}
+    assert len(levels) == 12 and set(levels.values()) == {_level("MANDATORY")}
     budget = next(p for p in info.policies if p.name == "training-budget")
     assert budget.configSchema.properties["maxPodCpu"]["default"] == 8
 

@@ -20,6 +20,7 @@ LEVELS = {
     "cube-shards-match": "mandatory",
     "storage-bucket-not-public": "mandatory",
     "s3-public-access-block": "mandatory",
+    "load-balancer-guarded": "mandatory",
     "training-budget": "advisory",
 }
 

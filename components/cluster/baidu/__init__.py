@@ -37,7 +37,8 @@ class BaiduCceArgs:
     node_pools: tuple[NodePoolSpec, ...]
     create_timeout_seconds: float
     bucket: str | None = None  # create this BOS bucket (storage mode cloud)
-    bucket_access_key: pulumi.Input[str] | None = None  # the pods' keys (secret)
+    # The pods' shared keys (secret), for workloads without keys of their own.
+    bucket_access_key: pulumi.Input[str] | None = None
     bucket_secret_key: pulumi.Input[str] | None = None
     project: str = "elasticctr"  # CCR project of the images
 
@@ -53,8 +54,6 @@ class BaiduCce(pulumi.ComponentResource):
     ) -> None:
         if not args.node_pools:
             raise ValueError(f"{name}: at least one node pool is required")
-        if args.bucket is not None and args.bucket_access_key is None:
-            raise ValueError(f"{name}: the BOS bucket needs the pods' access key")
         super().__init__("elasticctr:cluster:BaiduCce", name, None, opts)
         child = pulumi.ResourceOptions(parent=self)
         cce = args.endpoint("cce")

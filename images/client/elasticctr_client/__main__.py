@@ -1,7 +1,9 @@
 """python -m elasticctr_client predict|logs|status|upload (docs/serving.md, "Client").
 
 Endpoints come from flags, else from `pulumi stack output --json` of --stack (or the
-current stack) run in the current directory.
+current stack) run in the current directory. Serving's bearer token (serving.auth token)
+likewise: --token, else $ELASTICCTR_SERVING_TOKEN, else the secret stack output
+serving_token.
 """
 
 from __future__ import annotations
@@ -22,8 +24,10 @@ from .endpoints import (
     KUBECONFIG,
     MLFLOW_URL,
     NAMESPACE,
+    SERVING_TOKEN,
     SERVING_URL,
     STORAGE_ENDPOINT,
+    TOKEN_ENV,
     TRAINING_JOB,
     EndpointError,
     StackOutputs,
@@ -34,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m elasticctr_client", description=__doc__)
     p.add_argument("--stack", help="Pulumi stack whose outputs give the endpoints")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP call")
+    p.add_argument(
+        "--token",
+        help=f"serving's bearer token (default: ${TOKEN_ENV}, else stack output serving_token)",
+    )
     commands = p.add_subparsers(dest="command", required=True)
 
     pr = commands.add_parser("predict", help="predict ElasticCTR lines; print the AUC")
@@ -106,6 +114,7 @@ def run_predict(args, outputs: StackOutputs) -> int:
     from .predict import PredictError, predict, report
 
     url = outputs.get(args.serving_url, SERVING_URL, "--serving-url")
+    token = _token(args, outputs)
     paths = [Path(f) for f in args.files if f != "-"]
     total = sum(sum(1 for line in p.open() if line.strip()) for p in paths)
     lines = _lines(args.files)
@@ -120,6 +129,7 @@ def run_predict(args, outputs: StackOutputs) -> int:
             total or None,
             out,
             progress=not args.no_progress,
+            token=token,
         )
     except PredictError as err:
         print(f"error: {err}", file=sys.stderr)
@@ -129,6 +139,11 @@ def run_predict(args, outputs: StackOutputs) -> int:
             out.close()
     report(summary, time.monotonic() - started)
     return 0 if summary.examples else 1
+
+
+def _token(args, outputs: StackOutputs) -> str | None:
+    value = args.token or os.environ.get(TOKEN_ENV) or outputs.values.get(SERVING_TOKEN)
+    return str(value) if value else None
 
 
 def _lines(files: list[str]):
@@ -171,7 +186,7 @@ def run_status(args, outputs: StackOutputs) -> int:
         sources["training"] = (status.training, mlflow, experiment)
     serving = args.serving_url or outputs.values.get(SERVING_URL)
     if serving:
-        sources["serving"] = (status.serving, serving)
+        sources["serving"] = (status.serving, serving, _token(args, outputs))
     transfer = args.transfer_url or outputs.values.get(CUBE_TRANSFER_URL)
     if transfer:
         sources["cube"] = (status.transfer, transfer)

@@ -13,6 +13,7 @@ import subprocess
 from dataclasses import dataclass
 
 SERVING_URL = "serving_url"
+SERVING_TOKEN = "serving_token"  # secret: read with --show-secrets
 MLFLOW_URL = "mlflow_url"
 BUCKET = "bucket"
 STORAGE_ENDPOINT = "storage_endpoint"
@@ -21,6 +22,14 @@ NAMESPACE = "namespace"
 CUBE_TRANSFER_URL = "cube_transfer_url"
 TRAINING_JOB = "training_job"
 KUBECONFIG = "kubeconfig"
+
+
+TOKEN_ENV = "ELASTICCTR_SERVING_TOKEN"
+
+
+def auth_header(token: str | None) -> dict[str, str]:
+    """The header serving wants when the stack has serving.auth token."""
+    return {"Authorization": f"Bearer {token}"} if token else {}
 
 
 class EndpointError(Exception):

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from elasticctr_common.lines import BadLine, split_line
 
-from .endpoints import unreachable_hint
+from .endpoints import auth_header, unreachable_hint
 from .progress import Progress
 
 INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
@@ -76,8 +76,10 @@ def read_examples(lines: Iterable[str], slots: set[str] | None, summary: Summary
             yield parsed
 
 
-def post_json(url: str, body: dict, timeout: float) -> dict:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
+def post_json(url: str, body: dict, timeout: float, token: str | None = None) -> dict:
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers=auth_header(token)
+    )
     request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -91,10 +93,12 @@ def post_json(url: str, body: dict, timeout: float) -> dict:
         raise PredictError(f"{url}: {err}{unreachable_hint(url)}") from None
 
 
-def served_slots(serving_url: str, timeout: float) -> set[str] | None:
+def served_slots(serving_url: str, timeout: float, token: str | None = None) -> set[str] | None:
     """The slots of the model serving now (its /status), or None if it does not say."""
+    url = serving_url.rstrip("/") + "/status"
     try:
-        with urllib.request.urlopen(serving_url.rstrip("/") + "/status", timeout=timeout) as r:
+        request = urllib.request.Request(url, headers=auth_header(token))
+        with urllib.request.urlopen(request, timeout=timeout) as r:
             slots = json.loads(r.read()).get("slots")
     except (OSError, ValueError):
         return None
@@ -109,18 +113,19 @@ def predict(
     total: int | None = None,
     out=None,
     progress: bool = True,
+    token: str | None = None,
 ) -> Summary:
     """Send every example; write `<line>\t<label>\t<prob1>\t<version>` rows to `out`."""
     url = serving_url.rstrip("/") + INFERENCE_PATH
     summary = Summary()
     bar = Progress(total, "examples", enabled=progress)
     batch: list[Example] = []
-    examples = read_examples(lines, served_slots(serving_url, timeout), summary)
+    examples = read_examples(lines, served_slots(serving_url, timeout, token), summary)
     for example in _with_end(examples):
         if example is not None:
             batch.append(example)
         if batch and (example is None or len(batch) >= batch_size):
-            _send(url, batch, timeout, summary, out)
+            _send(url, batch, timeout, summary, out, token)
             bar.update(len(batch))
             batch = []
     bar.close()
@@ -132,11 +137,12 @@ def _with_end(items: Iterator) -> Iterator:
     yield None
 
 
-def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out) -> None:
+def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out,
+          token: str | None = None) -> None:  # fmt: skip
     instances = [
         {"slots": [{"slot_name": s, "feasigns": f} for s, f in e.slots.items()]} for e in batch
     ]
-    answer = post_json(url, {"instances": instances}, timeout)
+    answer = post_json(url, {"instances": instances}, timeout, token)
     if answer.get("err_code", 0) != 0:
         raise PredictError(f"serving: {answer.get('err_msg')}")
     predictions = answer["predictions"]

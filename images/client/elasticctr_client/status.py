@@ -16,14 +16,15 @@ import urllib.parse
 import urllib.request
 from typing import Any
 
-from .endpoints import unreachable_hint
+from .endpoints import auth_header, unreachable_hint
 
 TRAINING_METRICS = ("auc", "loss", "eval_auc", "examples", "examples_per_sec", "bad_lines")
 
 
-def call(method: str, url: str, body: Any = None, timeout: float = 10.0) -> Any:
+def call(method: str, url: str, body: Any = None, timeout: float = 10.0,
+         headers: dict[str, str] | None = None) -> Any:  # fmt: skip
     data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -66,8 +67,9 @@ def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict:
     return {"experiment": experiment, "runs": sorted(out, key=lambda r: r["run"])}
 
 
-def serving(serving_url: str, timeout: float = 10.0) -> dict:
-    status = call("GET", serving_url.rstrip("/") + "/status", timeout=timeout)
+def serving(serving_url: str, token: str | None = None, timeout: float = 10.0) -> dict:
+    url = serving_url.rstrip("/") + "/status"
+    status = call("GET", url, timeout=timeout, headers=auth_header(token))
     keep = ("version", "cube_committed", "cube_source", "slots", "rejected", "last_error")
     return {k: status.get(k) for k in keep}
 

@@ -1,7 +1,8 @@
 """cube-agent: beside each cube-server; fetches, verifies and loads its shard of a version.
 
-Commands come from cube-transfer over HTTP (:8001): prepare V (fetch the shard file of V
-from `<cube_uri>/<V>/` into the data directory, check its size and SHA-256 against the
+Commands come from cube-transfer over HTTP (:8001); the agent passes them on to its server's
+control port (:8028, on loopback: the two share a pod): prepare V (fetch the shard file of
+V from `<cube_uri>/<V>/` into the data directory, check its size and SHA-256 against the
 manifest, have the server load it into its background slot), switch V, abort V, unload
 V. A restarted server comes back empty: the agent then restores the committed version
 (`<cube_uri>/current`) on its own, so a shard never stays down after a crash.
@@ -286,7 +287,11 @@ def main(argv: list[str] | None = None) -> int:
     env_option(p, "--shard", "CUBE_SHARD_INDEX", type=int, help="this shard's index")
     env_option(p, "--shard-num", "CUBE_SHARD_NUM", type=int, help="number of shards")
     env_option(p, "--cube-uri", "CUBE_URI", help="where cube-transfer publishes versions")
-    p.add_argument("--server", default="http://127.0.0.1:8027", help="this shard's cube-server")
+    p.add_argument(
+        "--server",
+        default="http://127.0.0.1:8028",
+        help="this shard's cube-server, its control port (--control-port)",
+    )
     env_option(
         p,
         "--data-dir",

@@ -1,6 +1,10 @@
 """cube-transfer: follows the model donefile, builds and publishes cube versions, rolls
 them out to every shard all-or-nothing (rollout.py), keeps the last K versions.
 
+Two ports: status and history for readers (serving, the client's `status`), and rollback
+on a control port that listens on loopback by default (an operator reaches it with
+`kubectl port-forward`), so that no reader can change the version served.
+
 State lives in the cube store: `<cube_uri>/current` (the committed version, read by the
 agents to restore a restarted server) and `<cube_uri>/transfer-state.json` (history,
 the last donefile id handled, attempts), so a restarted transfer carries on.
@@ -241,7 +245,9 @@ class Transfer:
         }
 
 
-def routes(t: Transfer) -> dict[tuple[str, str], Handler]:
+def routes(t: Transfer, control: bool = False) -> dict[tuple[str, str], Handler]:
+    """The read endpoints; with `control`, the rollback too (the control port's)."""
+
     def rollback(body: dict[str, Any]) -> tuple[int, Any]:
         try:
             version = int(body["version"])
@@ -259,12 +265,15 @@ def routes(t: Transfer) -> dict[tuple[str, str], Handler]:
         threading.Thread(target=t.rollback, args=(version,), daemon=True).start()
         return 202, {"result": "started", "version": version}
 
-    return {
+    def elsewhere(_: dict[str, Any]) -> tuple[int, Any]:
+        raise ApiError(403, "POST /rollback is served on the control port (--control-port)")
+
+    reads: dict[tuple[str, str], Handler] = {
         ("GET", "/healthz"): lambda _: (200, {"status": "ok"}),
         ("GET", "/status"): lambda _: (200, t.status()),
         ("GET", "/history"): lambda _: (200, {"history": t.state["history"]}),
-        ("POST", "/rollback"): rollback,
     }
+    return {**reads, ("POST", "/rollback"): rollback if control else elsewhere}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -275,6 +284,8 @@ def main(argv: list[str] | None = None) -> int:
     env_option(p, "--work-dir", "CUBE_WORK_DIR", default="/var/lib/elasticctr/cube-transfer")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=8099)
+    p.add_argument("--control-host", default="127.0.0.1", help="the control port's address")
+    p.add_argument("--control-port", type=int, default=8098, help="POST /rollback")
     env_option(
         p,
         "--keep",
@@ -342,8 +353,16 @@ def main(argv: list[str] | None = None) -> int:
         runner=runner,
     )
     serve(args.host, args.port, routes(transfer))
+    serve(args.control_host, args.control_port, routes(transfer, control=True))
     transfer.reconcile()
-    log.info("following %s/donefile, %s shards, port %s", args.model_uri, conf.shard, args.port)
+    log.info(
+        "following %s/donefile, %s shards, port %s, control %s:%s",
+        args.model_uri,
+        conf.shard,
+        args.port,
+        args.control_host,
+        args.control_port,
+    )
     while True:
         try:
             transfer.poll_once()

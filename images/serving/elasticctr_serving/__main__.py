@@ -1,7 +1,8 @@
 """python -m elasticctr_serving [--port 8010]: the CTR prediction server (docs/serving.md).
 
 Options default to the environment the Pulumi program sets (components/serving.py):
-MODEL_URI, CUBE_CONF, CUBE_TRANSFER_URL, SLOT_CONF, SPARSE_DIM.
+MODEL_URI, CUBE_CONF, CUBE_TRANSFER_URL, SLOT_CONF, SPARSE_DIM. SERVING_AUTH_TOKEN (from a
+Secret), when set, is the bearer token every client must send (app.py).
 """
 
 from __future__ import annotations
@@ -118,15 +119,17 @@ def main(argv: list[str] | None = None) -> int:
         metrics,
         max_body_bytes=args.max_body_bytes,
         max_instances=args.max_instances,
+        token=os.environ.get("SERVING_AUTH_TOKEN", ""),
     )
     manager.start()
     logging.getLogger("elasticctr_serving").info(
-        "serving on %s:%d, models %s, cube %d shards, transfer %s",
+        "serving on %s:%d, models %s, cube %d shards, transfer %s, %s",
         args.host,
         args.port,
         args.model_uri,
         conf.shard,
         args.cube_transfer_url or "(none)",
+        "bearer token required" if os.environ.get("SERVING_AUTH_TOKEN") else "no authentication",
     )
     try:
         web.run_app(app.build(), host=args.host, port=args.port, access_log=None, print=None)

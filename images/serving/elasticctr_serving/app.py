@@ -4,10 +4,15 @@
 - POST /ElasticCTRPredictionService/inference  ElasticCTR's client contract
 - POST /predict                                 plain JSON
 - GET  /healthz  /readyz  /status  /metrics
+
+Given a token (SERVING_AUTH_TOKEN), every request but the kubelet's probes (/healthz,
+/readyz) must carry `Authorization: Bearer <token>` (RFC 6750), compared in constant time;
+others get 401. /readyz then tells an unauthenticated caller only whether it is ready.
 """
 
 from __future__ import annotations
 
+import hmac
 import logging
 import time
 from collections.abc import Callable
@@ -24,6 +29,8 @@ from .rollout import ModelManager
 log = logging.getLogger("elasticctr_serving.app")
 INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
 PATHS = {INFERENCE_PATH, "/predict", "/healthz", "/readyz", "/status", "/metrics"}
+PROBES = {"/healthz", "/readyz"}  # the kubelet's: no credentials
+REALM = 'Bearer realm="elasticctr-serving"'
 
 
 def _json(body: object, status: int = 200, version: int | None = None) -> web.Response:
@@ -61,14 +68,18 @@ class ServingApp:
         *,
         max_body_bytes: int,
         max_instances: int,
+        token: str = "",
     ) -> None:
         self.manager, self.batcher, self.metrics = manager, batcher, metrics
         self.max_body_bytes, self.max_instances = max_body_bytes, max_instances
         self.started_at = time.time()
+        self._expected = f"Bearer {token}".encode() if token else b""
 
     def build(self) -> web.Application:
         # aiohttp's own limit is a backstop for bodies without Content-Length.
-        app = web.Application(client_max_size=self.max_body_bytes, middlewares=[self._errors])
+        app = web.Application(
+            client_max_size=self.max_body_bytes, middlewares=[self._errors, self._auth]
+        )
         app.router.add_post(INFERENCE_PATH, self.inference)
         app.router.add_post("/predict", self.predict)
         app.router.add_get("/healthz", self.healthz)
@@ -91,6 +102,25 @@ class ServingApp:
             response = plain_error(500, f"internal error: {type(err).__name__}: {err}")
         self.metrics.requests.inc(1, path, str(response.status))
         self.metrics.latency.observe(time.perf_counter() - started, path)
+        return response
+
+    def authorized(self, request: web.Request) -> bool:
+        """No token configured, or the request's Authorization header is the token's."""
+        if not self._expected:
+            return True
+        given = request.headers.get("Authorization", "").encode()
+        return hmac.compare_digest(given, self._expected)
+
+    @web.middleware
+    async def _auth(self, request: web.Request, handler: Callable) -> web.StreamResponse:
+        if request.path in PROBES or self.authorized(request):
+            return await handler(request)
+        message = "missing or wrong bearer token (Authorization: Bearer <serving_token>)"
+        if request.path == INFERENCE_PATH:
+            response = elasticctr_error(401, message)
+        else:
+            response = plain_error(401, message)
+        response.headers["WWW-Authenticate"] = REALM
         return response
 
     async def inference(self, request: web.Request) -> web.Response:
@@ -142,6 +172,8 @@ class ServingApp:
 
     async def readyz(self, request: web.Request) -> web.Response:
         model = self.manager.active()
+        if not self.authorized(request):  # the kubelet: ready or not, nothing more
+            return _json({"ready": model is not None}, 200 if model is not None else 503)
         if model is None:
             reason = self.manager.last_error or "no model version loaded yet"
             return _json({"ready": False, "reason": reason}, 503)

@@ -66,11 +66,9 @@ def test_huawei_kubeconfig_without_a_ca_skips_verification_explicitly() -> None:
         (
             lambda: HuaweiCce(
                 "c",
-                HuaweiCceArgs(
-                    "n", "cn-north-4", "v1.31", "cce.s2.small", "kp", (POOL,), bucket="b"
-                ),
+                HuaweiCceArgs("n", "cn-north-4", "v1.31", "cce.s2.small", "kp", (), bucket="b"),
             ),
-            "c: the OBS bucket needs the pods' access key",
+            "c: at least one node pool is required",
         ),
         (
             lambda: BaiduCce(

@@ -103,12 +103,20 @@ class Procs:
         return (self.log_dir / f"{name}.log").read_text(errors="replace")
 
 
+# The control port (loads, switches, unloads) of each server started here, by data port.
+CONTROL_PORTS: dict[int, int] = {}
+
+
 def start_server(procs: Procs, name: str, port: int, shard: int, shard_num: int, *extra: str,
-                 host: str = "127.0.0.1"):  # fmt: skip
+                 host: str = "127.0.0.1", control_port: int | None = None) -> int:  # fmt: skip
+    """A cube-server with its control port on the same loopback address; returns that port."""
+    control = control_port or CONTROL_PORTS.get(port) or free_port()
+    CONTROL_PORTS[port] = control
     procs.start(name, [sys.executable, "-m", "elasticctr_cube", "server", "--host", host,
-                       "--port", str(port), "--shard", str(shard), "--shard-num", str(shard_num),
-                       *extra])  # fmt: skip
+                       "--port", str(port), "--control-host", host, "--control-port", str(control),
+                       "--shard", str(shard), "--shard-num", str(shard_num), *extra])  # fmt: skip
     wait_until(lambda: http_ok(f"http://{host}:{port}/healthz"), 10, f"{name} to listen")
+    return control
 
 
 class CubeCluster:
@@ -134,7 +142,7 @@ class CubeCluster:
         self.conf = CubeConf("ctr_embedding", shards, nodes, groups, **conf)
         self.conf_path = root / "cube.conf"
         self.conf_path.write_text(self.conf.to_json())
-        self.transfer_port = free_port()
+        self.transfer_port, self.transfer_control_port = free_port(), free_port()
         self.transfer_args = transfer_args
         for s in range(shards):
             for r in range(replicas):
@@ -153,12 +161,17 @@ class CubeCluster:
         start_server(self.procs, self.name("server", s, r), node.port, s, self.shards,
                      *self.server_args, host=node.ip)  # fmt: skip
 
+    def control_url(self, s: int, r: int = 0) -> str:
+        """The server's control port, which its agent uses (the same address)."""
+        node = self.node(s, r)
+        return f"http://{node.ip}:{CONTROL_PORTS[node.port]}"
+
     def start_agent(self, s: int, r: int = 0) -> None:
         node, name = self.node(s, r), self.name("agent", s, r)
         self.procs.start(name, [
             sys.executable, "-m", "elasticctr_cube", "agent", "--shard", str(s),
             "--shard-num", str(self.shards), "--cube-uri", self.cube_uri,
-            "--server", node.server_url, "--data-dir", str(self.root / f"data{s}-{r}"),
+            "--server", self.control_url(s, r), "--data-dir", str(self.root / f"data{s}-{r}"),
             "--host", node.ip, "--port", str(node.agent_port), "--restore-interval", "0.2",
         ])  # fmt: skip
         wait_until(lambda: http_ok(f"{node.agent_url}/healthz"), 20, f"{name} to listen")
@@ -168,13 +181,19 @@ class CubeCluster:
             sys.executable, "-m", "elasticctr_cube", "transfer",
             "--model-uri", f"file://{self.model_dir}", "--cube-uri", self.cube_uri,
             "--cube-conf", str(self.conf_path), "--work-dir", str(self.root / "transfer"),
-            "--host", "127.0.0.1", "--port", str(self.transfer_port), "--poll-seconds", "0.1",
+            "--host", "127.0.0.1", "--port", str(self.transfer_port),
+            "--control-port", str(self.transfer_control_port), "--poll-seconds", "0.1",
             *self.transfer_args,
         ])  # fmt: skip
         wait_until(lambda: http_ok(self.transfer_url("/healthz")), 20, "transfer to listen")
 
     def transfer_url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.transfer_port}{path}"
+
+    def rollback(self, version: int) -> tuple[int, dict]:
+        """POST /rollback on the transfer's control port."""
+        url = f"http://127.0.0.1:{self.transfer_control_port}/rollback"
+        return call("POST", url, {"version": version})
 
     def publish_model(self, version: int, keys, values) -> None:
         uri = write_model_version(self.model_dir, version, keys, values)
@@ -217,12 +236,18 @@ def expect_values(result, keys, tables: dict[int, tuple]) -> None:
 
 
 def server_call(port: int, method: str, path: str, body=None):
+    """A request on a server's data port (seek, status, health)."""
     return call(method, f"http://127.0.0.1:{port}{path}", body)
+
+
+def control_call(port: int, method: str, path: str, body=None):
+    """A request on the control port of the server whose data port is `port`."""
+    return call(method, f"http://127.0.0.1:{CONTROL_PORTS[port]}{path}", body)
 
 
 def load_version(port: int, version: int, path, timeout: float = 10.0) -> dict:
     """Ask a server to load `path` as `version`; its status once the load has ended."""
-    code, answer = server_call(
+    code, answer = control_call(
         port, "POST", "/control/load", {"version": version, "path": str(path)}
     )
     assert code == 202, answer

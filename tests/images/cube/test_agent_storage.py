@@ -64,10 +64,10 @@ def test_agent_fetches_verifies_and_loads_from_storage(cube_uri, procs, cube_ser
     store.child("2").upload(tmp_path / "damaged", "shard-1.cube")
 
     server_port, agent_port = free_port(), free_port()
-    start_server(procs, "server", server_port, 1, 2)
+    control_port = start_server(procs, "server", server_port, 1, 2)
     procs.start("agent", [
         sys.executable, "-m", "elasticctr_cube", "agent", "--shard", "1", "--shard-num", "2",
-        "--cube-uri", cube_uri, "--server", f"http://127.0.0.1:{server_port}",
+        "--cube-uri", cube_uri, "--server", f"http://127.0.0.1:{control_port}",
         "--data-dir", str(tmp_path / "data"), "--host", "127.0.0.1", "--port", str(agent_port),
     ])  # fmt: skip
     agent_url = f"http://127.0.0.1:{agent_port}"

@@ -13,11 +13,11 @@ from elasticctr_cube.cubeconf import CubeConf, CubeConfError, CubeNode
 from elasticctr_cube.shardfile import write_shard_file
 
 from tests.images.cube.cubetest import (
+    control_call,
     expect_values,
     free_port,
     load_version,
     model_table,
-    server_call,
     start_server,
 )
 
@@ -57,7 +57,7 @@ def three_shards(procs, cube_server_bin, tmp_path):
             )
             load_version(port, v, path)
             if v == 1:
-                server_call(port, "POST", "/control/switch", {"version": 1})
+                control_call(port, "POST", "/control/switch", {"version": 1})
     conf = CubeConf("d", 3, tuple(CubeNode("127.0.0.1", p) for p in ports))
     return conf, tables, ports
 
@@ -80,7 +80,7 @@ def test_routes_by_key_modulo_and_keeps_key_order(three_shards):
 def test_shards_on_different_versions_give_one_consistent_answer(three_shards):
     conf, tables, ports = three_shards
     keys, _ = tables[2]
-    server_call(ports[0], "POST", "/control/switch", {"version": 2})  # a switch half done
+    control_call(ports[0], "POST", "/control/switch", {"version": 2})  # a switch half done
     with CubeClient(conf) as client:
         result = client.seek(keys)
         assert result.version == 2 and (result.values[:, 0] == 2).all()
@@ -110,7 +110,7 @@ def test_a_restarted_server_is_reconnected_transparently(three_shards, procs, tm
         procs.kill("server1")
         start_server(procs, "server1", ports[1], 1, 3)
         load_version(ports[1], 1, tmp_path / "1-1.cube")
-        server_call(ports[1], "POST", "/control/switch", {"version": 1})
+        control_call(ports[1], "POST", "/control/switch", {"version": 1})
         assert client.seek(keys).version == 1
         assert client.stats.retries >= 1
 
@@ -118,7 +118,7 @@ def test_a_restarted_server_is_reconnected_transparently(three_shards, procs, tm
 def test_a_failed_seek_leaves_no_unread_answer_behind(three_shards):
     conf, tables, ports = three_shards
     keys, _ = tables[1]
-    server_call(ports[0], "POST", "/control/unload", {"version": 2})
+    control_call(ports[0], "POST", "/control/unload", {"version": 2})
     with CubeClient(conf) as client:
         for i in range(3):  # shard 0 refuses version 2; shards 1 and 2 answer it
             with pytest.raises(CubeVersionError, match="shard 0"):

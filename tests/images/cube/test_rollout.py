@@ -45,7 +45,10 @@ def test_build_publish_switch_serves_exact_vectors_then_rolls_back(cube_cluster)
     with cluster.client() as client:  # keys absent from the table: zero vectors, counted
         result = client.seek(np.array([0, 1, 2], np.uint64))
         assert result.missing == 3 and not result.values.any() and client.stats.missing_keys == 3
+    # The port readers (serving) use takes no rollback: only the loopback control port does.
     code, answer = call("POST", cluster.transfer_url("/rollback"), {"version": 1})
+    assert code == 403 and "control port" in answer["error"], answer
+    code, answer = cluster.rollback(1)
     assert code == 202, answer
     wait_until(lambda: cluster.transfer_status()["committed"] == 1, 30, "the rollback")
     committed(cluster, 1, tables)
@@ -176,7 +179,7 @@ def test_bad_input_is_rejected_and_the_serving_version_stays(cube_cluster):
     cluster.publish_model(3, keys, values)
     rejected = cluster.wait_result(3)
     assert rejected["result"] == "rejected" and "expected 9" in rejected["error"], rejected
-    code, answer = call("POST", cluster.transfer_url("/rollback"), {"version": 77})
+    code, answer = cluster.rollback(77)
     assert code == 400 and "version 77 is not published" in answer["error"]
     with cluster.client() as client:
         expect_values(client.seek(keys), keys, tables)
@@ -198,7 +201,7 @@ def test_a_restored_server_does_not_wedge_a_later_rollback(cube_cluster):
     wait_until(lambda: cluster.server_status(1)["cur_version"] == 2, 30, "the restore")
     for version in (1, 2):  # away from the restored version, then back to it
         started = time.monotonic()
-        code, answer = call("POST", cluster.transfer_url("/rollback"), {"version": version})
+        code, answer = cluster.rollback(version)
         assert code == 202, answer
         wait_until(lambda v=version: cluster.transfer_status()["committed"] == v, 30, "rollback")
         assert time.monotonic() - started < 30
@@ -216,7 +219,7 @@ def test_a_stuck_rollout_holds_the_lock_only_until_the_rollout_timeout(cube_clus
         started = time.monotonic()
         cluster.publish_model(2, *tables[2])
         wait_until(lambda: cluster.transfer_status()["phase"] == "preparing", 30, "prepare")
-        code, answer = call("POST", cluster.transfer_url("/rollback"), {"version": 1})
+        code, answer = cluster.rollback(1)
         assert code == 409 and "--rollout-timeout 3.0s" in answer["error"], answer
         result = cluster.wait_result(2, 60)
         assert result["result"] == "aborted" and "shard 1" in result["error"], result

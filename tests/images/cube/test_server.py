@@ -11,11 +11,13 @@ import numpy as np
 import pytest
 from elasticctr_cube.client import CubeClient, CubeRequestError, CubeUnavailable, CubeVersionError
 from elasticctr_cube.cubeconf import CubeConf, CubeNode
-from elasticctr_cube.httpjson import HttpCallError
+from elasticctr_cube.httpjson import HttpCallError, call
 from elasticctr_cube.shardfile import write_shard_file
 
 from tests.images.cube.cubetest import (
+    control_call,
     free_port,
+    http_ok,
     load_version,
     model_table,
     server_call,
@@ -64,7 +66,7 @@ def test_not_ready_until_a_version_is_switched_in(server):
 def test_json_seek_answers_like_paddles_cube(server, shard_files):
     status = load_version(server, 1, shard_files["path1"])
     assert status["bg_version"] == 1 and status["cur_version"] is None
-    assert server_call(server, "POST", "/control/switch", {"version": "1"})[0] == 200
+    assert control_call(server, "POST", "/control/switch", {"version": "1"})[0] == 200
     assert server_call(server, "GET", "/readyz")[1] == {"ready": True, "version": 1}
     keys, values = shard_files[1]
     asked = [int(keys[0]), 4, int(keys[-1]), str(int(keys[1]))]  # 4 is not in the table
@@ -80,33 +82,33 @@ def test_json_seek_answers_like_paddles_cube(server, shard_files):
 def test_two_versions_held_switch_and_pinning(server, shard_files):
     keys, _ = shard_files[1]
     load_version(server, 1, shard_files["path1"])
-    server_call(server, "POST", "/control/switch", {"version": 1})
+    control_call(server, "POST", "/control/switch", {"version": 1})
     load_version(server, 2, shard_files["path2"])
     with client_for(server) as c:
         assert c.seek(keys).version == 1
         pinned = c.seek(keys, version=2)
         assert pinned.version == 2 and (pinned.values[:, 0] == 2).all()
         assert (
-            server_call(server, "POST", "/control/switch", {"version": 2})[1]["result"]
+            control_call(server, "POST", "/control/switch", {"version": 2})[1]["result"]
             == "switched"
         )
         assert c.seek(keys).version == 2
         assert c.seek(keys, version=1).version == 1  # the old version stays held
-        assert server_call(server, "POST", "/control/unload", {"version": 1})[1] == {
+        assert control_call(server, "POST", "/control/unload", {"version": 1})[1] == {
             "result": "unloaded"
         }
         with pytest.raises(CubeVersionError, match="version 1 is not held"):
             c.seek(keys, version=1)
         code, answer = server_call(server, "POST", "/DictService/seek", {"keys": [0], "version": 1})
         assert code == 409 and "current 2, background none" in answer["error"]
-    code, answer = server_call(server, "POST", "/control/unload", {"version": 2})
+    code, answer = control_call(server, "POST", "/control/unload", {"version": 2})
     assert code == 409 and "is current" in answer["error"]
 
 
 def test_bad_loads_leave_the_serving_version_unchanged(server, shard_files, tmp_path):
     keys, _ = shard_files[1]
     load_version(server, 1, shard_files["path1"])
-    server_call(server, "POST", "/control/switch", {"version": 1})
+    control_call(server, "POST", "/control/switch", {"version": 1})
     data = shard_files["path2"].read_bytes()
     bad = tmp_path / "bad.cube"
     other_shard = tmp_path / "other.cube"
@@ -126,7 +128,7 @@ def test_bad_loads_leave_the_serving_version_unchanged(server, shard_files, tmp_
         assert (status["cur_version"], status["bg_version"]) == (1, None)
     status = load_version(server, 2, tmp_path / "absent.cube")
     assert "cannot open" in status["load"]["error"]
-    code, answer = server_call(server, "POST", "/control/switch", {"version": 2})
+    code, answer = control_call(server, "POST", "/control/switch", {"version": 2})
     assert code == 409 and "not loaded" in answer["error"]
     with client_for(server) as c:
         assert c.seek(keys).version == 1
@@ -134,7 +136,7 @@ def test_bad_loads_leave_the_serving_version_unchanged(server, shard_files, tmp_
 
 def test_oversize_and_malformed_requests_are_refused(server, shard_files):
     load_version(server, 1, shard_files["path1"])
-    server_call(server, "POST", "/control/switch", {"version": 1})
+    control_call(server, "POST", "/control/switch", {"version": 1})
     code, answer = server_call(server, "POST", "/DictService/seek", {"keys": list(range(501))})
     assert code == 413 and "501 keys exceeds the limit of 500" in answer["error"]
     with client_for(server) as c, pytest.raises(CubeRequestError, match="exceeds the limit"):
@@ -148,7 +150,7 @@ def test_oversize_and_malformed_requests_are_refused(server, shard_files):
         assert code == 400 and message in answer["error"], answer
     assert server_call(server, "GET", "/DictService/seek")[0] == 405
     assert server_call(server, "GET", "/nope")[0] == 404
-    code, answer = server_call(server, "POST", "/control/load", {"version": 5})
+    code, answer = control_call(server, "POST", "/control/load", {"version": 5})
     assert code == 400 and '"path"' in answer["error"]
     status = server_call(server, "GET", "/control/status")[1]
     assert status["requests"] >= 5 and status["errors"] >= 5
@@ -156,7 +158,7 @@ def test_oversize_and_malformed_requests_are_refused(server, shard_files):
 
 def test_status_counts_keys_and_missing_keys(server, shard_files):
     load_version(server, 1, shard_files["path1"])
-    server_call(server, "POST", "/control/switch", {"version": 1})
+    control_call(server, "POST", "/control/switch", {"version": 1})
     keys, _ = shard_files[1]
     with client_for(server) as c:
         result = c.seek(np.concatenate([keys[:10], np.array([2, 6], np.uint64)]))
@@ -176,10 +178,43 @@ def test_role_command_takes_the_shard_from_the_environment(procs, cube_server_bi
     port = free_port()
     procs.start(
         "env-server",
-        [sys.executable, "-m", "elasticctr_cube", "server", "--host=127.0.0.1", f"--port={port}"],
-    )
+        [sys.executable, "-m", "elasticctr_cube", "server", "--host=127.0.0.1", f"--port={port}",
+         f"--control-port={free_port()}"],
+    )  # fmt: skip
     status = wait_until(lambda: http_json(port, "/control/status"), 10, "the server")
     assert (status["shard"], status["shard_num"]) == (1, 3)
+
+
+def test_readers_cannot_change_versions(server, shard_files):
+    """Loads, switches and unloads are refused on the port readers use (a NetworkPolicy
+    opens ports, not paths: serving could switch cube's version); the control port takes
+    them, and takes no seeks."""
+    load_version(server, 1, shard_files["path1"])
+    for path, body in (
+        ("/control/switch", {"version": 1}),
+        ("/control/unload", {"version": 1}),
+        ("/control/load", {"version": 2, "path": str(shard_files["path2"])}),
+    ):
+        code, answer = server_call(server, "POST", path, body)
+        assert code == 403 and "control port" in answer["error"], (path, answer)
+    status = server_call(server, "GET", "/control/status")[1]  # reading is for everyone
+    assert (status["cur_version"], status["bg_version"], status["load"]["version"]) == (None, 1, 1)
+    assert control_call(server, "POST", "/control/switch", {"version": 1})[0] == 200
+    assert control_call(server, "POST", "/DictService/seek", {"keys": [2]})[0] == 404
+    assert server_call(server, "POST", "/DictService/seek", {"keys": [2]})[0] == 200
+
+
+def test_the_control_port_listens_on_loopback_by_default(procs, cube_server_bin):
+    """Without --control-host the control port is the pod's own: on 127.0.0.1, whatever
+    address the data port has."""
+    port, control = free_port(), free_port()
+    procs.start("server", [sys.executable, "-m", "elasticctr_cube", "server", "--shard", "0",
+                           "--shard-num", "1", "--host", "127.0.0.2", "--port", str(port),
+                           "--control-port", str(control)])  # fmt: skip
+    wait_until(lambda: http_ok(f"http://127.0.0.2:{port}/healthz"), 10, "the server")
+    assert call("GET", f"http://127.0.0.1:{control}/control/status")[0] == 200
+    with pytest.raises(HttpCallError, match="refused"):
+        call("GET", f"http://127.0.0.2:{control}/control/status")
 
 
 def http_json(port: int, path: str):

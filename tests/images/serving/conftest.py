@@ -43,14 +43,15 @@ class Stack:
 
 def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = "5",
                 server_args: tuple[str, ...] = (), replicas: int = 1,
-                transfer_args: tuple[str, ...] = ()) -> Stack:  # fmt: skip
+                transfer_args: tuple[str, ...] = (),
+                serving_env: dict[str, str] | None = None) -> Stack:  # fmt: skip
     """3 cube shards (of `replicas` servers each) + transfer + serving, version 1 served."""
     cluster = CubeCluster(procs, root, 3, ["--max-attempts", "1", "--unload-previous-after",
                                            unload_after, *transfer_args], replicas,
                           server_args)  # fmt: skip
     spec = publish(cluster, [1])
     cluster.wait_result(1)
-    serving = Serving(procs, "serving", cluster, *serving_args)
+    serving = Serving(procs, "serving", cluster, *serving_args, env=serving_env)
     serving.wait_version(1)
     return Stack(cluster, serving, spec, procs)
 

@@ -35,10 +35,11 @@ class Processes(Procs):
         return proc
 
 
-def http(method: str, url: str, body: bytes | dict | None = None, timeout: float = 10.0):
+def http(method: str, url: str, body: bytes | dict | None = None, timeout: float = 10.0,
+         headers: dict[str, str] | None = None):  # fmt: skip
     """(status, parsed JSON or text, headers) of one request; never raises on 4xx/5xx."""
     data = json.dumps(body).encode() if isinstance(body, dict) else body
-    request = urllib.request.Request(url, data=data, method=method)
+    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
     request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
@@ -56,6 +57,8 @@ class Serving:
 
     def __init__(self, procs: Processes, name: str, cluster: CubeCluster, *extra: str, env=None):
         self.procs, self.name = procs, name
+        token = (env or {}).get("SERVING_AUTH_TOKEN")
+        self.auth = {"Authorization": f"Bearer {token}"} if token else {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         procs.start(
@@ -89,7 +92,7 @@ class Serving:
             return False
 
     def status(self) -> dict:
-        return http("GET", self.url + "/status")[1]
+        return http("GET", self.url + "/status", headers=self.auth)[1]
 
     def wait_version(self, version: int, timeout: float = 60.0) -> dict:
         return wait_until(

@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
-from elasticctr_cube.httpjson import call
 
 from tests.images.serving.conftest import start_stack
 from tests.images.serving.make_model import default_spec, make_versions
@@ -150,9 +149,7 @@ def test_fast_version_changes_and_rollbacks_fail_no_request(procs, tmp_path, cub
         deadline = time.monotonic() + 12
         targets = iter([1, 2, 3, 4] * 10)
         while time.monotonic() < deadline:  # a rollback asked every second
-            code, _ = call(
-                "POST", stack.cluster.transfer_url("/rollback"), {"version": next(targets)}
-            )
+            code, _ = stack.cluster.rollback(next(targets))
             rollbacks += code == 202
             time.sleep(1.0)
         wait_until(lambda: stack.cluster.transfer_status()["phase"] == "idle", 60, "rollouts")

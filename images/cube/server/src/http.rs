@@ -1,4 +1,9 @@
 //! HTTP/1.1 (Content-Length bodies, keep-alive): the cube JSON seek API, control, health.
+//!
+//! Two ports, two sets of endpoints. The data port (readers: serving, Paddle's clients)
+//! takes seeks and read-only status; the control port (loads, switches, unloads: the
+//! shard's agent) listens on loopback by default, so that a NetworkPolicy, which can tell
+//! ports apart but not paths, can let readers in without letting them change versions.
 
 use crate::state::{json_string, Failure, State};
 use serde_json::Value;
@@ -10,6 +15,15 @@ const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// A missing key's status in the seek answer: Paddle Serving's cube sets -1 as uint32.
 const MISSING_STATUS: u32 = u32::MAX;
 
+/// Which listener a request came in on.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    Data,
+    Control,
+}
+
+const CONTROL_COMMANDS: [&str; 3] = ["/control/load", "/control/switch", "/control/unload"];
+
 struct Request {
     method: String,
     path: String,
@@ -18,7 +32,12 @@ struct Request {
 }
 
 /// Serve one HTTP request. Ok(false) means: close the connection.
-pub fn handle(r: &mut impl BufRead, w: &mut impl Write, state: &Arc<State>) -> io::Result<bool> {
+pub fn handle(
+    r: &mut impl BufRead,
+    w: &mut impl Write,
+    state: &Arc<State>,
+    port: Port,
+) -> io::Result<bool> {
     let req = match read_request(r, state.config.max_keys * 32 + 4096)? {
         Ok(req) => req,
         Err((code, msg)) => {
@@ -26,7 +45,7 @@ pub fn handle(r: &mut impl BufRead, w: &mut impl Write, state: &Arc<State>) -> i
             return Ok(false);
         }
     };
-    let (code, body) = match route(&req, state) {
+    let (code, body) = match route(&req, state, port) {
         Ok((code, body)) => (code, body),
         Err((code, msg)) => {
             state.counters.errors.fetch_add(1, Relaxed);
@@ -119,6 +138,7 @@ fn respond(w: &mut impl Write, code: u16, body: &str, keep_alive: bool) -> io::R
         200 => "OK",
         202 => "Accepted",
         400 => "Bad Request",
+        403 => "Forbidden",
         404 => "Not Found",
         405 => "Method Not Allowed",
         409 => "Conflict",
@@ -142,8 +162,21 @@ fn error_json(msg: &str) -> String {
     format!("{{\"error\":{}}}", json_string(msg))
 }
 
-fn route(req: &Request, state: &Arc<State>) -> Result<(u16, String), Failure> {
+fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String), Failure> {
     let post = req.method == "POST";
+    let command = CONTROL_COMMANDS.contains(&req.path.as_str());
+    if port == Port::Data && command {
+        return Err((
+            403,
+            format!(
+                "{} is served on the control port (--control-port), for this shard's agent",
+                req.path
+            ),
+        ));
+    }
+    if port == Port::Control && req.path == "/DictService/seek" {
+        return Err((404, "seek is served on the data port (--port)".into()));
+    }
     match (req.path.as_str(), post) {
         ("/healthz", _) => Ok((200, "{\"status\":\"ok\"}".into())),
         ("/readyz", _) => match state.current_version() {

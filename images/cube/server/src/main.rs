@@ -1,7 +1,9 @@
 //! cube-server: serves one shard of the cube sparse-parameter table.
 //!
-//! One TCP port carries both protocols: a request starting with byte 0xCB is the binary
-//! batch protocol (binary.rs), anything else is HTTP (http.rs). One thread per connection.
+//! The data port carries both read protocols: a request starting with byte 0xCB is the
+//! binary batch protocol (binary.rs), anything else is HTTP (http.rs). Version changes
+//! (load, switch, unload) are on a second, control port, on loopback by default: the
+//! shard's agent runs beside the server. One thread per connection.
 
 mod b64;
 mod binary;
@@ -17,11 +19,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 const USAGE: &str = "usage: cube-server --shard I --shard-num N [--host 0.0.0.0] [--port 8027] \
-[--max-keys 100000] [--max-connections 1024] [--idle-timeout 120]";
+[--control-host 127.0.0.1] [--control-port 8028] [--max-keys 100000] [--max-connections 1024] \
+[--idle-timeout 120]";
 
 struct Args {
     host: String,
     port: u16,
+    control_host: String,
+    control_port: u16,
     shard: u32,
     shard_num: u32,
     max_keys: usize,
@@ -33,6 +38,8 @@ fn parse_args() -> Result<Args, String> {
     let mut a = Args {
         host: "0.0.0.0".into(),
         port: 8027,
+        control_host: "127.0.0.1".into(),
+        control_port: 8028,
         shard: u32::MAX,
         shard_num: 0,
         max_keys: 100_000,
@@ -56,6 +63,8 @@ fn parse_args() -> Result<Args, String> {
         match flag.as_str() {
             "--host" => a.host = value.clone(),
             "--port" => a.port = value.parse().map_err(|e| bad(&e))?,
+            "--control-host" => a.control_host = value.clone(),
+            "--control-port" => a.control_port = value.parse().map_err(|e| bad(&e))?,
             "--shard" => a.shard = value.parse().map_err(|e| bad(&e))?,
             "--shard-num" => a.shard_num = value.parse().map_err(|e| bad(&e))?,
             "--max-keys" => a.max_keys = value.parse().map_err(|e| bad(&e))?,
@@ -100,7 +109,7 @@ fn serve(stream: TcpStream, state: Arc<State>, conn: &conns::Conn, idle_timeout:
         let keep = if first == binary::REQUEST_MAGIC[0] {
             binary::handle(&mut r, &mut w, &state, &mut scratch)
         } else {
-            http::handle(&mut r, &mut w, &state)
+            http::handle(&mut r, &mut w, &state, http::Port::Data)
         };
         if !matches!(keep, Ok(true)) {
             return;
@@ -108,18 +117,48 @@ fn serve(stream: TcpStream, state: Arc<State>, conn: &conns::Conn, idle_timeout:
     }
 }
 
+/// The control port: HTTP only, one thread per connection, outside the data port's
+/// connection limit (its one client is the agent, on loopback).
+fn serve_control(listener: TcpListener, state: Arc<State>, idle_timeout: Duration) {
+    for stream in listener.incoming() {
+        let Ok(stream) = stream else { continue };
+        let state = Arc::clone(&state);
+        let spawned = std::thread::Builder::new()
+            .stack_size(256 * 1024)
+            .spawn(move || {
+                let _ = stream.set_read_timeout(Some(idle_timeout));
+                let Ok(read_half) = stream.try_clone() else {
+                    return;
+                };
+                let mut r = BufReader::new(read_half);
+                let mut w = stream;
+                while matches!(r.fill_buf(), Ok(buf) if !buf.is_empty())
+                    && matches!(
+                        http::handle(&mut r, &mut w, &state, http::Port::Control),
+                        Ok(true)
+                    )
+                {}
+            });
+        if let Err(e) = spawned {
+            eprintln!("cube-server: cannot start a control connection thread: {e}");
+        }
+    }
+}
+
+fn listen(host: &str, port: u16, what: &str) -> TcpListener {
+    TcpListener::bind((host, port)).unwrap_or_else(|e| {
+        eprintln!("cube-server: cannot listen on {host}:{port} ({what}): {e}");
+        std::process::exit(1);
+    })
+}
+
 fn main() {
     let args = parse_args().unwrap_or_else(|msg| {
         eprintln!("{msg}");
         std::process::exit(2);
     });
-    let listener = TcpListener::bind((args.host.as_str(), args.port)).unwrap_or_else(|e| {
-        eprintln!(
-            "cube-server: cannot listen on {}:{}: {e}",
-            args.host, args.port
-        );
-        std::process::exit(1);
-    });
+    let listener = listen(&args.host, args.port, "data");
+    let control = listen(&args.control_host, args.control_port, "control");
     let state = Arc::new(State::new(Config {
         shard: args.shard,
         shard_num: args.shard_num,
@@ -129,11 +168,19 @@ fn main() {
     let addr = listener
         .local_addr()
         .map_or(format!("{}:{}", args.host, args.port), |a| a.to_string());
+    let control_addr = control.local_addr().map_or(
+        format!("{}:{}", args.control_host, args.control_port),
+        |a| a.to_string(),
+    );
     eprintln!(
-        "cube-server: shard {} of {} listening on {addr} (no version loaded yet)",
+        "cube-server: shard {} of {} listening on {addr}, control on {control_addr} (no version loaded yet)",
         args.shard, args.shard_num
     );
     let idle_timeout = Duration::from_secs_f64(args.idle_timeout);
+    {
+        let state = Arc::clone(&state);
+        std::thread::spawn(move || serve_control(control, state, idle_timeout));
+    }
     for stream in listener.incoming() {
         let Ok(stream) = stream else { continue };
         // Over the limit with every connection busy: refuse rather than spawn without bound.
