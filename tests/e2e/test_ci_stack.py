@@ -44,6 +44,9 @@ def test_ci_declares_what_dev_declares_but_the_volcano_chart() -> None:
     assert dev - ci == {
         ("elasticctr:volcano:Volcano", "volcano"),
         ("kubernetes:helm.sh/v3:Release", "volcano-release"),
+        # The Job that waits for Volcano's webhook to answer, and its account.
+        ("kubernetes:batch/v1:Job", "volcano-admission-ready"),
+        ("kubernetes:core/v1:ServiceAccount", "volcano-admission-ready"),
     }
     assert ci - dev == set()
     # Every pod of ci skips the readiness wait (nothing runs on the control plane).

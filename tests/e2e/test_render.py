@@ -113,10 +113,15 @@ def test_the_rendered_volcano_job_matches_its_crd(rendered: Rendered) -> None:
 
 def test_rendered_objects_are_what_the_program_declares(rendered: Rendered) -> None:
     """The files hold the declared objects as they are (the provider adds nothing but the
-    Secret's data: stringData is rendered base64-encoded)."""
+    Secret's data: stringData is rendered base64-encoded; and, applying client-side, its
+    `app.kubernetes.io/managed-by: pulumi` label)."""
     by_key = {key(m): m for m in rendered.manifests}
     for manifest in mock_manifests(rendered.directory):
         rendered_one = by_key[key(manifest)]
+        labels = rendered_one.get("metadata", {}).get("labels", {})
+        assert labels.pop("app.kubernetes.io/managed-by", "pulumi") == "pulumi"
+        if not labels:
+            rendered_one["metadata"].pop("labels", None)
         if manifest["kind"] == "Secret":
             assert set(rendered_one["data"]) == set(manifest["stringData"])
             manifest = {k: v for k, v in manifest.items() if k != "stringData"}

@@ -276,10 +276,13 @@ def test_up_creates_every_resource(lifecycle: Lifecycle, declared: list[dict[str
             problems.append(f"{describe(manifest)}: not on the API server")
             continue
         problems += [f"{describe(manifest)}{m}" for m in mismatches(manifest, live)]
-        # Server-side apply, with the provider as the field manager.
+        # Created by the provider (client-side apply: a create fails on an object that
+        # exists, components/cluster/__init__.py), labelled as Pulumi's.
         managers = {(f["manager"], f["operation"]) for f in live["metadata"]["managedFields"]}
-        if not any(m.startswith("pulumi-kubernetes") and op == "Apply" for m, op in managers):
-            problems.append(f"{describe(manifest)}: not applied server-side by Pulumi: {managers}")
+        if not any(m.startswith("pulumi-kubernetes") for m, _ in managers):
+            problems.append(f"{describe(manifest)}: not written by Pulumi: {managers}")
+        if live["metadata"].get("labels", {}).get("app.kubernetes.io/managed-by") != "pulumi":
+            problems.append(f"{describe(manifest)}: no app.kubernetes.io/managed-by: pulumi")
     assert problems == []
     lifecycle.passed.add("up")
 
