@@ -175,9 +175,12 @@ def service(
     service_type: str | None = None,
     extra: Mapping[str, Any] | None = None,
     annotations: dict[str, str] | None = None,
+    await_ready: bool = True,
 ) -> k8s.core.v1.Service:
     """A Service in front of `component`'s pods, named `name` (its DNS name); `extra` adds
-    spec fields (a load balancer's), `annotations` the cloud's load balancer options."""
+    spec fields (a load balancer's), `annotations` the cloud's load balancer options.
+    `await_ready=False` for pods that become ready only later (the provider waits for a
+    Service until no selected pod is unready)."""
     spec: dict[str, Any] = {
         "selector": labels(component),
         "ports": [{"name": port_name, "port": port} for port_name, port in ports.items()],
@@ -191,7 +194,7 @@ def service(
     spec.update(extra or {})
     return k8s.core.v1.Service(
         resource_name,
-        metadata=target.metadata(name, component, annotations),
+        metadata=target.metadata(name, component, annotations, await_ready),
         spec=spec,
         opts=target.opts(parent),
     )

@@ -149,6 +149,10 @@ class Serving(pulumi.ComponentResource):
             service_type=args.service_type,
             extra=exposure,
             annotations=args.service_annotations,
+            # Serving is ready once a first model exists, after training: the provider
+            # would wait for its pods (and fail after 10 minutes on a fresh stack). A load
+            # balancer's address may then show in `serving_url` only at the next update.
+            await_ready=False,
         )
         k8s.autoscaling.v2.HorizontalPodAutoscaler(
             f"{name}-autoscaler",
