@@ -306,9 +306,9 @@ def _without_eks_specifics(resources: dict[tuple[str, str], Any]) -> dict[tuple[
             kept[key] = {**inputs, "spec": {**inputs["spec"], "egress": rules}}
         if key[0] == "kubernetes:core/v1:Service" and inputs["spec"].get("type") == "LoadBalancer":
             metadata = dict(inputs["metadata"])
-            assert metadata.pop("annotations") == {
-                "service.beta.kubernetes.io/aws-load-balancer-type": "nlb"
-            }
+            annotations = dict(metadata["annotations"])
+            assert annotations.pop("service.beta.kubernetes.io/aws-load-balancer-type") == "nlb"
+            metadata["annotations"] = annotations  # what the existing cluster's has too
             kept[key] = {**inputs, "metadata": metadata}
     return kept
 
