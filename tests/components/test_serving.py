@@ -75,7 +75,11 @@ def test_source_ranges_limit_the_load_balancer_and_the_pods() -> None:
     assert service["spec"]["loadBalancerSourceRanges"] == list(ranges)
     # Client addresses reach the pods unchanged, for the NetworkPolicy to judge them.
     assert service["spec"]["externalTrafficPolicy"] == "Local"
-    assert service["metadata"]["annotations"] == {"lb.example.test/type": "nlb"}
+    # The user's annotations, plus skipAwait (serving is ready only after a first model).
+    assert service["metadata"]["annotations"] == {
+        "lb.example.test/type": "nlb",
+        "pulumi.com/skipAwait": "true",
+    }
     assert policy(graph, "allow-serving")["ingress"] == [
         {
             "ports": [{"port": 8010, "protocol": "TCP"}],

@@ -161,6 +161,12 @@ class ClusterSession:
         return Path(self.state.kubeconfig)
 
     def start(self) -> ClusterSession:
+        # A cluster of an earlier run cut short (its host record still here) is torn down
+        # first: the host is compared with what it was before any cluster, not with its
+        # leftovers (which `up` would restore anyway, and the comparison would then fail).
+        if self.layout.host_record.exists() or self.layout.state_file.exists():
+            self.down_problems = LocalCluster(self.layout).down(say=_log)
+            assert not self.down_problems, f"an earlier cluster's leftovers: {self.down_problems}"
         self.before = HostView.take()
         started = time.monotonic()
         self.state = LocalCluster(self.layout).up(self.load_images, say=_log)

@@ -81,7 +81,7 @@ def test_every_image_a_stack_names_has_a_recipe(section: dict[str, Any]) -> None
     """The default config and every stack file (a local stack naming the stand-ins
     included): each image is built here under that name, or has a stand-in for it."""
     config = ImagesConfig(**section)
-    everything = catalog(Options(registry=config.registry))
+    everything = catalog(Options(registry=config.registry, tags=config.tags.model_dump()))
     for name in STACK_PROJECT_IMAGES:
         reference = f"{config.registry}/{name}:{getattr(config.tags, name)}"
         recipe = recipes.recipe_for(everything, reference)
@@ -370,6 +370,5 @@ def test_cli_list_prints_every_image(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_set_up_installs_the_debian_packages_the_builds_need() -> None:
     setup = (ROOT / "tools" / "setup.sh").read_text()
-    block = setup[setup.index("# >>> images") : setup.index("# <<< images")]
-    packages = block[block.index("image_packages=(") :].split(")")[0].split("(")[1].split()
-    assert set(packages) >= {"buildah", "mmdebstrap", "containerd"}
+    packages = setup[setup.index("node_packages=(") :].split(")")[0].split("(")[1].split()
+    assert set(packages) >= {"buildah", "mmdebstrap", "containerd", "uidmap"}
