@@ -307,10 +307,11 @@ class Cube(pulumi.ComponentResource):
             },
             opts=target.opts(self, depends_on=[headless]),
         )
-        # Paddle Serving's Python client asks one address per shard: the shard's ready pods.
+        # Paddle Serving's Python client asks one address per shard: the shard's ready pods
+        # (not awaited: a server is ready once it holds a version, after the first training).
         k8s.core.v1.Service(
             f"{name}-shard-{shard}-service",
-            metadata=target.metadata(f"cube-{shard}", "cube"),
+            metadata=target.metadata(f"cube-{shard}", "cube", await_ready=False),
             spec={"selector": selector, "ports": [{"name": "server", "port": SERVER_PORT}]},
             opts=target.opts(self),
         )

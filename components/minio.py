@@ -147,7 +147,8 @@ def deploy(
                             *kube.env({"HOME": "/tmp", "MC_CONFIG_DIR": "/tmp/mc"}),
                         ],
                         cpu=0.1,
-                        mem=0.125,
+                        # mc sets up a user per workload; 128 MiB was OOM-killed doing so.
+                        mem=0.25,
                         mounts=[
                             {"name": "policies", "mount_path": POLICIES_DIR, "read_only": True}
                         ],

@@ -53,6 +53,8 @@ class TrainingArgs:
     learning_rate: float = 0.0001
     embedding_dim: int = 9
     max_bad_line_fraction: float = 0.01
+    data_wait_seconds: float = 3600.0  # offline: for the end hour's donefile
+    data_poll_seconds: float = 60.0
     queue: str = "default"
     node_pool: str = ""  # pservers and trainers on this pool's nodes; "": any node
     work_size: str = "20Gi"  # per-pod scratch (emptyDir) for staged data and checkpoints
@@ -94,6 +96,8 @@ def trainer_config(args: TrainingArgs, train_data_uri: str) -> dict[str, Any]:
             "model_uri": args.store.uri(MODELS),
             "checkpoint_uri": args.store.uri(CHECKPOINTS),
             "max_bad_line_fraction": args.max_bad_line_fraction,
+            "data_wait_seconds": args.data_wait_seconds,
+            "online_poll_seconds": args.data_poll_seconds,
             "mlflow_experiment": args.job_name,
             "work_dir": kube.DATA_DIR,
         },

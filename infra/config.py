@@ -335,6 +335,16 @@ class DataConfig(Section):
     ugi: SecretStr | None = Field(
         None, description="HDFS UGI 'user,password' (secret: set with --secret)"
     )
+    wait_minutes: int = Field(
+        60,
+        ge=0,
+        le=7 * 24 * 60,
+        description="offline: how long a job waits for the end hour's donefile, then trains "
+        "the hours that are ready",
+    )
+    poll_seconds: int = Field(
+        60, ge=1, le=3600, description="how often trainers look for a new hour's donefile"
+    )
 
     @field_validator("start", "end")
     @classmethod

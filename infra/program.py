@@ -194,6 +194,8 @@ def main() -> None:
             learning_rate=config.training.learning_rate,
             embedding_dim=config.training.embedding_dim,
             max_bad_line_fraction=config.training.max_bad_line_fraction,
+            data_wait_seconds=config.data.wait_minutes * 60,
+            data_poll_seconds=config.data.poll_seconds,
             queue=config.training.queue,
             node_pool=config.training.node_pool,
             hdfs_ugi=as_secret(config.data.ugi),

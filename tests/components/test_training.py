@@ -86,7 +86,9 @@ def test_paddle_fleet_environment() -> None:
 
 
 def test_config_file_and_mounts() -> None:
-    job, graph = job_of(mode="online", passes=3, embedding_dim=11)
+    job, graph = job_of(
+        mode="online", passes=3, embedding_dim=11, data_wait_seconds=120, data_poll_seconds=5
+    )
     config = json.loads(graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]["trainer.json"])
     assert config["runner"] == {
         "mode": "online",
@@ -98,6 +100,8 @@ def test_config_file_and_mounts() -> None:
         "model_uri": "s3://test-bucket/models",
         "checkpoint_uri": "s3://test-bucket/checkpoints",
         "max_bad_line_fraction": 0.01,
+        "data_wait_seconds": 120,
+        "online_poll_seconds": 5,
         "mlflow_experiment": "ctr",
         "work_dir": "/var/lib/elasticctr",
     }

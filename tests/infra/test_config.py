@@ -112,7 +112,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"data": {"strat": "20191221/00"}},
-            "elasticctr:data.strat is not a known key; allowed: source, dataset_path, start, end, sparse_dim, ugi",
+            "elasticctr:data.strat is not a known key; allowed: source, dataset_path, start, end, sparse_dim, ugi, wait_minutes, poll_seconds",
         ),
         (
             {"images": {"tags": {"trainer": "latest"}}},

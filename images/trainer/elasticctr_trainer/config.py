@@ -34,7 +34,9 @@ class Runner:
     eval_data_uri: str | None = None  # trainer 0 evaluates and saves predictions per version
     work_dir: str = "/var/lib/elasticctr"  # local scratch: staged data, checkpoint shards
     thread_num: int = 1  # Paddle dataset reader/trainer threads per trainer
-    online_poll_seconds: float = 60.0
+    online_poll_seconds: float = 60.0  # also offline, while waiting for the data
+    # Offline: how long to wait for END's donefile before training the hours that are ready.
+    data_wait_seconds: float = 3600.0
     sync_timeout_seconds: float = 3600.0  # how long a trainer waits for its peers
 
 
@@ -104,6 +106,10 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         raise ConfigError("runner.max_bad_line_fraction: must be within [0, 1]")
     if not runner.max_abs_weight > 0:
         raise ConfigError("runner.max_abs_weight: must be > 0")
+    if runner.data_wait_seconds < 0:
+        raise ConfigError(f"runner.data_wait_seconds: must be >= 0, got {runner.data_wait_seconds}")
+    if not runner.online_poll_seconds > 0:
+        raise ConfigError("runner.online_poll_seconds: must be > 0")
     if runner.thread_num < 1:
         raise ConfigError("runner.thread_num: must be >= 1")
     if hyper.sparse_dim < 2:

@@ -1,6 +1,7 @@
 """Hour directories `<dataset>/YYYYMMDD/HH/`, ready when their `donefile` exists.
 
-Offline: the hours START..END that are ready, the rest skipped and reported.
+Offline: the hours START..END that are ready once END is (or the wait is over), the rest
+skipped and reported.
 Online: hours from START on, waiting for each one's donefile in turn.
 """
 
@@ -58,6 +59,32 @@ def ready_hours(data: Store, start: str, end: str) -> tuple[list[str], list[str]
     for hour in hour_range(start, end):
         (ready if is_ready(data, hour) else skipped).append(hour)
     return ready, skipped
+
+
+def wait_for_range(
+    data: Store,
+    start: str,
+    end: str,
+    wait_seconds: float,
+    poll_seconds: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> tuple[list[str], list[str]]:
+    """Offline: (ready, skipped) hours of START..END once END's donefile exists (hours are
+    written in order, so a missing earlier hour will not come), or every hour is ready, or
+    `wait_seconds` have passed: a job started before its data waits for it."""
+    deadline = clock() + wait_seconds
+    waited = False
+    while True:
+        ready, skipped = ready_hours(data, start, end)
+        if not skipped or end in ready or clock() >= deadline:
+            return ready, skipped
+        if not waited:
+            log.info(
+                "offline: waiting up to %.0fs for %s", wait_seconds, data.uri(f"{end}/{DONEFILE}")
+            )
+            waited = True
+        sleep(poll_seconds)
 
 
 def wait_for_hours(

@@ -21,6 +21,10 @@ attempts. Each trainer writes `pass-<N>/trainer-<i>.json` after its pass (and af
 client has flushed its pushes), trainer 0 `pass-<N>/result.json`; after a failed result
 the others acknowledge it (`pass-<N>/ack-<i>.json`) once they have logged it, so the job
 is not torn down before every trainer has said why.
+
+**The offline plan.** Trainer 0 alone waits for the data and writes the hours to train in
+`plan.json`; the others read it, so a donefile that appears meanwhile cannot make two
+trainers train different hours.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from typing import Any
 from elasticctr_common.storage import Store
 
 WELCOME = "join/welcome.json"
+PLAN = "plan.json"
 
 
 class SyncTimeout(TimeoutError):
@@ -136,6 +141,20 @@ class PassSync:
                     f"(their markers: {self.store.uri('join')})"
                 )
             self.sleep(self.poll_seconds)
+
+    # the offline plan ---------------------------------------------------------------
+
+    def publish_plan(self, payload: dict[str, Any]) -> None:
+        """Trainer 0: the hours every trainer trains (decided once, after waiting for data)."""
+        self._write(PLAN, payload)
+
+    def wait_plan(self, extra_seconds: float) -> dict[str, Any]:
+        """Trainers i > 0: trainer 0's plan, which may wait `extra_seconds` for data first."""
+        timeout, self.timeout = self.timeout, self.timeout + extra_seconds
+        try:
+            return self._wait([PLAN], "the offline plan from trainer 0")[0]
+        finally:
+            self.timeout = timeout
 
     # passes -------------------------------------------------------------------------
 

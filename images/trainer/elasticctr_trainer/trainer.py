@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import paddle
 from elasticctr_common.slotconf import read_slot_conf
-from elasticctr_common.storage import open_store
+from elasticctr_common.storage import Store, open_store
 from numpy.typing import NDArray
 from paddle.distributed import fleet
 
@@ -38,7 +38,7 @@ from . import checkpoint as ckpt
 from .config import TrainerConfig
 from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
-from .hours import next_hour, ready_hours, wait_for_hours
+from .hours import next_hour, wait_for_hours, wait_for_range
 from .lines import LineParser, NotText
 from .metrics import MetricsLogger, auc_from_histograms
 from .modelcheck import check_model
@@ -67,27 +67,52 @@ class PlannedPass:
 
 
 def plan_passes(
-    config: TrainerConfig, last: ckpt.Checkpoint | None, logger: MetricsLogger
+    config: TrainerConfig,
+    last: ckpt.Checkpoint | None,
+    logger: MetricsLogger,
+    sync: PassSync,
+    trainer: int,
 ) -> Iterator[PlannedPass]:
     runner = config.runner
     data = open_store(runner.train_data_uri)
     done = last.pass_id if last else 0
     if runner.mode == "offline":
-        assert runner.end_date_hr is not None  # config.py requires it offline
-        ready, skipped = ready_hours(data, runner.start_date_hr, runner.end_date_hr)
-        if skipped:
-            logger.event("skipped_hours", {"hours": skipped, "reason": "no donefile"})
-        if not ready:
-            span = f"{runner.start_date_hr}..{runner.end_date_hr}"
-            raise FileNotFoundError(f"{data.uri()}: no hour of {span} has a donefile")
-        for pass_id in range(done + 1, runner.passes + 1):
-            yield PlannedPass(pass_id, ready)
+        if done < runner.passes:  # a job resumed after its last pass has nothing to wait for
+            hours = offline_hours(config, data, logger, sync, trainer)
+            for pass_id in range(done + 1, runner.passes + 1):
+                yield PlannedPass(pass_id, hours)
         return
     start = next_hour(last.hour) if last and last.hour else runner.start_date_hr
     for offset, hour in enumerate(
         wait_for_hours(data, start, runner.end_date_hr, runner.online_poll_seconds)
     ):
         yield PlannedPass(done + 1 + offset, [hour])
+
+
+def offline_hours(
+    config: TrainerConfig, data: Store, logger: MetricsLogger, sync: PassSync, trainer: int
+) -> list[str]:
+    """The hours of START..END to train: trainer 0 waits for them and publishes its plan."""
+    runner = config.runner
+    assert runner.end_date_hr is not None  # config.py requires it offline
+    span = f"{runner.start_date_hr}..{runner.end_date_hr}"
+    if trainer == 0:
+        ready, skipped = wait_for_range(
+            data,
+            runner.start_date_hr,
+            runner.end_date_hr,
+            runner.data_wait_seconds,
+            runner.online_poll_seconds,
+        )
+        sync.publish_plan({"hours": ready, "skipped": skipped})
+        if skipped:
+            logger.event("skipped_hours", {"hours": skipped, "reason": "no donefile"})
+    else:
+        ready = list(sync.wait_plan(runner.data_wait_seconds)["hours"])
+    if not ready:
+        waited = f" after waiting {runner.data_wait_seconds:.0f}s" if trainer == 0 else ""
+        raise FileNotFoundError(f"{data.uri()}: no hour of {span} has a donefile{waited}")
+    return ready
 
 
 def pipe_command(config: TrainerConfig, report_dir: str) -> str:
@@ -355,7 +380,8 @@ class Trainer:
         self.start_worker()
         failed = True
         try:
-            for planned in plan_passes(self.config, last, self.logger):
+            passes = plan_passes(self.config, last, self.logger, self.sync, self.role.index)
+            for planned in passes:
                 payload = self.train_pass(planned)
                 self.sync.trainer_done(planned.pass_id, self.role.index, payload)
                 if self.role.index == 0:

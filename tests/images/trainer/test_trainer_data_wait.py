@@ -1,0 +1,132 @@
+"""An offline job started before its data: trainer 0 waits for the end hour's donefile (or
+the wait runs out), then every trainer trains the hours trainer 0 planned."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from elasticctr_common.storage import open_store
+from elasticctr_trainer.config import ConfigError, parse_config
+from elasticctr_trainer.hours import wait_for_range
+from elasticctr_trainer.trainer import offline_hours
+
+from tests.images.trainer.test_trainer_units import RUNNER, FakeClock, joined_pair
+
+
+class Silent:
+    """The metrics logger's event interface, recorded."""
+
+    def __init__(self) -> None:
+        self.events: list[tuple[str, dict]] = []
+
+    def event(self, name: str, payload: dict) -> None:
+        self.events.append((name, payload))
+
+
+def config(tmp_path, **runner):
+    return parse_config(
+        {
+            "runner": {
+                **RUNNER,
+                "train_data_uri": f"file://{tmp_path}/data",
+                "start_date_hr": "20191221/00",
+                "end_date_hr": "20191221/02",
+                **runner,
+            }
+        }
+    )
+
+
+def test_waits_until_the_end_hour_is_done(tmp_path):
+    data = open_store(f"file://{tmp_path}")
+    data.write_text("20191221/00/donefile", "")
+    clock = FakeClock()
+    slept = []
+
+    def sleep(seconds):  # the end hour lands while the job waits; hour 01 never does
+        slept.append(seconds)
+        clock.sleep(seconds)
+        data.write_text("20191221/02/donefile", "")
+
+    ready, skipped = wait_for_range(data, "20191221/00", "20191221/02", 600, 5, clock, sleep)
+    assert (ready, skipped) == (["20191221/00", "20191221/02"], ["20191221/01"])
+    assert slept == [5]
+
+
+def test_gives_up_after_the_wait_with_what_is_ready(tmp_path):
+    data = open_store(f"file://{tmp_path}")
+    data.write_text("20191221/01/donefile", "")
+    clock = FakeClock()
+    ready, skipped = wait_for_range(data, "20191221/00", "20191221/02", 60, 7, clock, clock.sleep)
+    assert ready == ["20191221/01"] and skipped == ["20191221/00", "20191221/02"]
+    assert 60 <= clock.now - 1000 < 67
+
+
+def test_no_wait_when_every_hour_is_there_or_the_wait_is_zero(tmp_path):
+    data = open_store(f"file://{tmp_path}")
+    for hour in ("20191221/00", "20191221/01"):
+        data.write_text(f"{hour}/donefile", "")
+
+    def never(_: float) -> None:
+        raise AssertionError("slept")
+
+    assert wait_for_range(data, "20191221/00", "20191221/01", 600, 5, sleep=never)[1] == []
+    assert wait_for_range(data, "20191221/00", "20191221/02", 0, 5, sleep=never)[1] == [
+        "20191221/02"
+    ]
+
+
+def test_every_trainer_trains_trainer_0s_plan(tmp_path):
+    """Trainer 1 reads the plan even though an hour lands after trainer 0 decided."""
+    cfg = config(tmp_path, data_wait_seconds=0)
+    data = open_store(cfg.runner.train_data_uri)
+    data.write_text("20191221/00/donefile", "")
+    zero, (one,) = joined_pair(open_store(f"file://{tmp_path}/sync"))
+    logger = Silent()
+    assert offline_hours(cfg, data, logger, zero, 0) == ["20191221/00"]
+    data.write_text("20191221/02/donefile", "")
+    assert offline_hours(cfg, data, Silent(), one, 1) == ["20191221/00"]
+    assert logger.events == [
+        ("skipped_hours", {"hours": ["20191221/01", "20191221/02"], "reason": "no donefile"})
+    ]
+
+
+def test_the_others_wait_for_trainer_0_while_it_waits_for_data(tmp_path):
+    cfg = config(tmp_path, data_wait_seconds=30, online_poll_seconds=0.05)
+    data = open_store(cfg.runner.train_data_uri)
+    zero, (one,) = joined_pair(open_store(f"file://{tmp_path}/sync"))
+    one.timeout = 0.2  # the peers' timeout alone would run out while trainer 0 waits
+    planned: list[list[str]] = []
+    follower = threading.Thread(
+        target=lambda: planned.append(offline_hours(cfg, data, Silent(), one, 1))
+    )
+    follower.start()
+    timer = threading.Timer(0.5, lambda: data.write_text("20191221/02/donefile", ""))
+    timer.start()
+    assert offline_hours(cfg, data, Silent(), zero, 0) == ["20191221/02"]
+    follower.join(timeout=30)
+    timer.join()
+    assert planned == [["20191221/02"]]
+
+
+def test_no_data_at_all_fails_every_trainer_naming_the_dataset(tmp_path):
+    cfg = config(tmp_path, data_wait_seconds=0)
+    data = open_store(cfg.runner.train_data_uri)
+    zero, (one,) = joined_pair(open_store(f"file://{tmp_path}/sync"))
+    with pytest.raises(FileNotFoundError, match=r"/data: no hour of 20191221/00\.\.20191221/02"):
+        offline_hours(cfg, data, Silent(), zero, 0)
+    with pytest.raises(FileNotFoundError, match="no hour of"):
+        offline_hours(cfg, data, Silent(), one, 1)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("data_wait_seconds", -1, "runner.data_wait_seconds: must be >= 0, got -1"),
+        ("online_poll_seconds", 0, "runner.online_poll_seconds: must be > 0"),
+    ],
+)
+def test_bad_wait_settings_name_the_key(tmp_path, key, value, message):
+    with pytest.raises(ConfigError, match=message):
+        config(tmp_path, **{key: value})
