@@ -125,7 +125,8 @@ class LocalCluster:
         say: Callable[[str], None] = print,
     ) -> State:
         """Start the cluster (or find it running); `load_images(containerd_socket)` runs
-        once containerd answers, before the kubelet starts."""
+        once containerd answers, before the kubelet starts (on a running cluster: now, so
+        that changed workload code reaches the node; pods already running keep theirs)."""
         if os.geteuid() != 0:
             raise ClusterError("the local cluster needs root (containerd, iptables, mounts)")
         bins = binaries()
@@ -133,6 +134,8 @@ class LocalCluster:
             running = self.status()
             if running.get("healthy"):
                 say(f"already up: {self.layout.kubeconfig}")
+                if load_images is not None:
+                    load_images(self.layout.containerd_socket)
                 return State.load(self.layout.state_file)
             raise ClusterError(
                 f"another cluster holds {LOCK_FILE} ({LOCK_FILE.read_text().strip()}); "

@@ -24,6 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     gen = commands.add_parser("generate", help="write synthetic ElasticCTR data")
     gen.add_argument("--out", required=True, help="storage URI (file://, s3://, hdfs://)")
     gen.add_argument("--slots", type=int, default=8)
+    gen.add_argument(
+        "--first-slot", type=int, default=101, help="slot ids FIRST.. (1: stacks/slot.txt's)"
+    )
     gen.add_argument("--vocab", type=int, default=200, help="feasigns per slot")
     gen.add_argument("--start", default="20191221/00", help="first hour, YYYYMMDD/HH")
     gen.add_argument("--hours", type=int, default=2)
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
         model = generate(
             args.out, args.slots, args.vocab, args.start, args.hours, args.examples_per_hour,
-            args.files_per_hour, args.heldout, args.seed, args.missing_hour,
+            args.files_per_hour, args.heldout, args.seed, args.missing_hour, args.first_slot,
         )  # fmt: skip
         summary = {"out": args.out, "slots": model.slots}
         if args.heldout:

@@ -35,14 +35,14 @@ class SyntheticModel:
     @classmethod
     def create(
         cls, slot_count: int, vocab: int, seed: int, logit_std: float = 1.5, bias: float = -1.0,
-        max_feasigns: int = 2, empty_slot_prob: float = 0.05,
+        max_feasigns: int = 2, empty_slot_prob: float = 0.05, first_slot: int = 101,
     ) -> SyntheticModel:  # fmt: skip
         rng = np.random.default_rng(seed)
         mean_feasigns = (1 - empty_slot_prob) * (1 + max_feasigns) / 2
         weight_std = logit_std / np.sqrt(slot_count * mean_feasigns)
         popularity = 1.0 / np.sqrt(np.arange(1, vocab + 1))
         return cls(
-            slots=[101 + i for i in range(slot_count)],
+            slots=[first_slot + i for i in range(slot_count)],
             feasigns=[
                 rng.integers(1, 2**64 - 1, vocab, dtype=np.uint64) for _ in range(slot_count)
             ],
@@ -117,8 +117,9 @@ def bayes_auc(model: SyntheticModel, lines: list[str]) -> float:
 def generate(
     out_uri: str, slot_count: int, vocab: int, start: str, hours: int, examples_per_hour: int,
     files_per_hour: int, heldout: int, seed: int, missing_hours: list[str] | None = None,
+    first_slot: int = 101,
 ) -> SyntheticModel:  # fmt: skip
-    model = SyntheticModel.create(slot_count, vocab, seed)
+    model = SyntheticModel.create(slot_count, vocab, seed, first_slot=first_slot)
     rng = np.random.default_rng(seed + 1)
     out = open_store(out_uri)
     out.write_text("slot.conf", "".join(f"{s}\n" for s in model.slots))

@@ -1,0 +1,295 @@
+"""The ElasticCTR lifecycle in pods, on the local cluster, as a user runs it: data in with
+the client's `upload`, the offline job trained by Volcano, version 1 rolled out by cube and
+served, `predict`/`status`/`logs`, then a rescale to 3 trainers with a second pass while a
+load generator sends requests. The phases run in order on the session's stack; each is
+timed (printed, and written to $ELASTICCTR_LIFECYCLE_REPORT when set).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.cluster import LocalStack, pods, wait_for
+from tests.support.lifecycle import (
+    LoadGenerator,
+    Timings,
+    get_json,
+    instances_of,
+    pod_ip,
+    podgroups_of,
+    run_module,
+    service_url,
+    try_json,
+    volcano_job,
+    workload_env,
+)
+
+pytestmark = [pytest.mark.cluster, pytest.mark.lifecycle, pytest.mark.slow]
+NS = LocalStack.NAMESPACE
+JOB = "elasticctr-train"
+# The local stack's hours (stacks/Pulumi.local.yaml data.start..end) and its slot.conf.
+START, HOURS = "20191221/00", 6
+EXAMPLES_PER_HOUR, HELDOUT = 10000, 4000
+
+
+class Lifecycle:
+    """What the phases hand on: the stack, the generated data, the timings."""
+
+    def __init__(self, stack: LocalStack, work: Path) -> None:
+        self.stack, self.work = stack, work
+        self.timings = Timings()
+        self.truth: dict[str, Any] = {}
+        self.token: str | None = None
+        self.failed = False
+
+    def done(self, phase: str, started: float) -> None:
+        self.timings.phase(phase, started)
+        self.failed = False
+
+    def urls(self) -> dict[str, str]:
+        return {
+            "serving": service_url(self.stack, "serving"),
+            "transfer": service_url(self.stack, "cube-transfer"),
+            "mlflow": service_url(self.stack, "mlflow"),
+        }
+
+    def heldout(self) -> Path:
+        return self.work / "data" / "heldout" / "part-00000"
+
+    def job_done(self) -> dict[str, Any] | None:
+        job = volcano_job(self.stack, JOB)
+        phase = (job or {}).get("status", {}).get("state", {}).get("phase")
+        assert phase not in ("Failed", "Aborted", "Terminated"), f"the job ended {phase}"
+        return job if phase == "Completed" else None
+
+    def committed(self, version: int) -> dict[str, Any] | None:
+        status = try_json(f"{self.urls()['transfer']}/status")
+        return status if status and status.get("committed") == version else None
+
+    def serving_version(self) -> int | None:
+        status = try_json(f"{self.urls()['serving']}/status", self.token)
+        return status.get("version") if status else None
+
+
+@pytest.fixture(scope="module")
+def life(local_stack: LocalStack, tmp_path_factory: pytest.TempPathFactory) -> Any:
+    state = Lifecycle(local_stack, tmp_path_factory.mktemp("lifecycle"))
+    outputs = local_stack.project.run("stack", "output", "--json", "--show-secrets").json()
+    state.token = outputs.get("serving_token") or None
+    yield state
+    print(f"\n[lifecycle] phases (s): {state.timings.phases}\n[lifecycle] {state.timings.figures}")
+    report = os.environ.get("ELASTICCTR_LIFECYCLE_REPORT")
+    if report:
+        state.timings.report(Path(report))
+
+
+@pytest.fixture(autouse=True)
+def in_order(life: Lifecycle) -> Any:
+    """A phase after a failed one would only fail for that reason: it is skipped instead.
+    A phase counts as passed once it reaches `life.done`."""
+    if life.failed:
+        pytest.skip("an earlier lifecycle phase failed")
+    life.failed = True
+    yield
+
+
+def test_1_data_in(life: Lifecycle) -> None:
+    started = time.monotonic()
+    data = life.work / "data"
+    generated = run_module(
+        "elasticctr_trainer", "generate", "--out", f"file://{data}", "--slots", "26",
+        "--first-slot", "1", "--vocab", "50", "--start", START, "--hours", str(HOURS),
+        "--examples-per-hour", str(EXAMPLES_PER_HOUR), "--files-per-hour", "2",
+        "--heldout", str(HELDOUT),
+    )  # fmt: skip
+    life.truth = json.loads(generated.stdout.strip().splitlines()[-1])
+    assert (data / "slot.conf").read_text().split() == Path("stacks/slot.txt").read_text().split()
+    # The namenode's pod address: the host is not in the cluster's DNS; the datanode it
+    # names is a pod address too, which the node routes to.
+    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
+    uploaded = run_module(
+        "elasticctr_client", "upload", str(data / "train"),
+        "--dest", f"hdfs://{namenode}:8020/train_data",
+    )  # fmt: skip
+    assert f"{HOURS} hours ready" in uploaded.stdout + uploaded.stderr, uploaded.stderr
+    life.done("1 data in", started)
+
+
+def test_2_train(life: Lifecycle) -> None:
+    started = time.monotonic()
+    stack = life.stack
+    job = wait_for(lambda: volcano_job(stack, JOB), 60, "the Volcano Job")
+    groups = podgroups_of(stack, job["metadata"]["uid"])
+    assert len(groups) == 1 and groups[0]["spec"]["minMember"] == 3  # 1 pserver + 2 trainers
+    running = wait_for(
+        lambda: (
+            podgroups_of(stack, job["metadata"]["uid"])[0]["status"].get("phase")
+            in ("Running", "Completed")
+            or None
+        ),
+        300,
+        "the PodGroup to run (gang-scheduled)",
+    )
+    assert running
+    done = wait_for(life.job_done, 900, "the offline job to complete", interval=5)
+    assert done["status"]["state"]["phase"] == "Completed"
+    members = pods(stack.api(), NS, f"volcano.sh/job-name={JOB}")
+    assert len(members) == 3
+    for pod in members:
+        for status in pod.status.container_statuses:
+            terminated = status.state.terminated
+            assert terminated and terminated.exit_code == 0, (pod.metadata.name, status.state)
+    # The trainers' metrics in MLflow, read through its REST API.
+    mlflow = life.urls()["mlflow"]
+    experiment = get_json(f"{mlflow}/api/2.0/mlflow/experiments/get-by-name?experiment_name={JOB}")[
+        "experiment"
+    ]
+    runs = _search_runs(mlflow, experiment["experiment_id"])
+    assert len(runs) >= 2, runs
+    metric_keys = {m["key"] for r in runs for m in r["data"].get("metrics", [])}
+    assert "auc" in metric_keys or any("auc" in k for k in metric_keys), metric_keys
+    life.done("2 train (data in HDFS to the job complete)", started)
+
+
+def _search_runs(mlflow: str, experiment_id: str) -> list[dict[str, Any]]:
+    import urllib.request
+
+    body = json.dumps({"experiment_ids": [experiment_id], "max_results": 100}).encode()
+    request = urllib.request.Request(
+        f"{mlflow}/api/2.0/mlflow/runs/search", body, {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return list(json.loads(response.read()).get("runs", []))
+
+
+def test_3_roll_out_and_predict(life: Lifecycle) -> None:
+    started = time.monotonic()
+    wait_for(lambda: life.committed(1), 300, "cube to commit version 1 on every shard")
+    wait_for(lambda: life.serving_version() == 1, 300, "serving to load version 1")
+    life.timings.phase("3a roll out version 1 (job complete to serving it)", started)
+    urls = life.urls()
+    token_args = ["--token", life.token] if life.token else []
+    predicted = run_module(
+        "elasticctr_client", *token_args, "predict", str(life.heldout()),
+        "--serving-url", urls["serving"], "--no-progress",
+    )  # fmt: skip
+    auc = float(predicted.stdout.split("AUC: ")[1].split()[0])
+    bayes = float(life.truth["heldout_bayes_auc"])
+    life.timings.figures["auc"] = {"model": auc, "bayes_optimal": round(bayes, 4)}
+    assert "model version 1" in predicted.stdout
+    assert auc >= bayes - 0.03, f"AUC {auc:.4f}, Bayes-optimal {bayes:.4f}"
+    status = run_module(
+        "elasticctr_client", *token_args, "status", "--json", "--mlflow-url", urls["mlflow"],
+        "--serving-url", urls["serving"], "--transfer-url", urls["transfer"],
+        "--experiment", JOB,
+    )  # fmt: skip
+    report = json.loads(status.stdout)
+    assert _versions_in(report) == {1}, report  # cube and serving agree on version 1
+    lines = _logs(life)
+    assert any(line.startswith("[trainer-0]") for line in lines), lines[:20]
+    assert any(line.startswith("[cube-transfer]") for line in lines), lines[:20]
+    life.done("3 roll out and predict", started)
+
+
+def _versions_in(report: Any) -> set[int]:
+    """Every integer under a key named like a version, anywhere in `status --json`."""
+    found: set[int] = set()
+
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if ("version" in key or key == "committed") and isinstance(value, int):
+                    found.add(value)
+                walk(value)
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(report)
+    return found
+
+
+def _logs(life: Lifecycle) -> list[str]:
+    """`logs` for a while against the cluster (kubeconfig, namespace, job), then Ctrl-C."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "elasticctr_client",
+            "logs",
+            "--namespace",
+            NS,
+            "--job",
+            JOB,
+            "--kubeconfig",
+            str(life.stack.cluster.kubeconfig),
+            "--tail",
+            "20",
+            "--wait",
+            "10",
+        ],
+        env=workload_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = process.communicate(timeout=15)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    return out.splitlines()
+
+
+def test_4_rescale_under_load(life: Lifecycle) -> None:
+    started = time.monotonic()
+    lines = life.heldout().read_text().splitlines()[:32]
+    load = LoadGenerator(life.urls()["serving"], life.token, instances_of(lines)).start()
+    try:
+        project = life.stack.project
+        project.config_set("trainers", "3")
+        project.config_set("training.passes", "2", path=True)
+        project.run("up", "--yes", "--skip-preview", timeout=1200)
+        job = wait_for(
+            lambda: (
+                (j := volcano_job(life.stack, JOB)) and j["spec"]["tasks"][1]["replicas"] == 3 and j
+            ),
+            120,
+            "the replaced job with 3 trainers",
+        )
+        assert job["spec"]["minAvailable"] == 4
+        wait_for(life.job_done, 900, "the rescaled job to complete", interval=5)
+        wait_for(lambda: life.committed(2), 300, "cube to commit version 2")
+        wait_for(lambda: life.serving_version() == 2, 300, "serving to load version 2")
+        time.sleep(3)  # requests answered by version 2
+    finally:
+        load.stop()
+    life.timings.figures["requests during rescale"] = load.summary()
+    members = pods(life.stack.api(), NS, f"volcano.sh/job-name={JOB}")
+    assert len([p for p in members if "-trainer-" in p.metadata.name]) == 3
+    resumed = _trainer0_events(life, "resume")
+    assert resumed and resumed[-1]["after_pass"] == 1, resumed
+    assert load.failed == 0 and load.ok > 0, load.summary()
+    assert load.versions >= {1, 2}, load.versions
+    life.done("4 rescale to 3 trainers, pass 2, version 2 served", started)
+
+
+def _trainer0_events(life: Lifecycle, event: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    text = client.CoreV1Api(life.stack.api()).read_namespaced_pod_log(f"{JOB}-trainer-0", NS)
+    found = []
+    for line in text.splitlines():
+        if line.startswith("{") and f'"event": "{event}"' in line:
+            found.append(json.loads(line))
+    return found

@@ -1,0 +1,194 @@
+"""What the lifecycle tests (tests/lifecycle) do as a user would: the project's client and
+generator as processes on the host, the cluster's Services at their ClusterIPs (the node
+reaches them through kube-proxy, as a pod would), Volcano's objects through the API.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from elasticctr_client.predict import INFERENCE_PATH
+
+from tests.support.cluster import ROOT, LocalStack, pods
+
+# The workload packages, importable by the host's processes as in their images.
+PYTHONPATH = os.pathsep.join(
+    str(ROOT / "images" / part) for part in ("trainer", "common", "client", "serving", "cube")
+)
+VOLCANO = ("batch.volcano.sh", "v1alpha1", "jobs")
+PODGROUPS = ("scheduling.volcano.sh", "v1beta1", "podgroups")
+
+
+def workload_env() -> dict[str, str]:
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, "PYTHONUNBUFFERED": "1"}
+    for key in [k for k in env if k.startswith(("PADDLE_", "TRAINING_ROLE", "KUBECONFIG"))]:
+        del env[key]
+    return env
+
+
+def run_module(module: str, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess:
+    """`python -m module argv...` with the workload packages; fails with its output."""
+    result = subprocess.run(
+        [sys.executable, "-m", module, *argv],
+        env=workload_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise AssertionError(
+            f"{module} {' '.join(argv)}: exit {result.returncode}\n"
+            f"{result.stdout[-3000:]}\n{result.stderr[-3000:]}"
+        )
+    return result
+
+
+def service_url(stack: LocalStack, name: str, port_name: str | None = None) -> str:
+    """http://<ClusterIP>:<port> of the Service `name` (its first port, or `port_name`)."""
+    from kubernetes import client
+
+    service = client.CoreV1Api(stack.api()).read_namespaced_service(name, stack.NAMESPACE)
+    ports = service.spec.ports
+    port = next(p for p in ports if port_name in (None, p.name))
+    return f"http://{service.spec.cluster_ip}:{port.port}"
+
+
+def pod_ip(stack: LocalStack, selector: str) -> str:
+    running = [p for p in pods(stack.api(), stack.NAMESPACE, selector) if p.status.pod_ip]
+    assert running, f"no pod with an address for {selector}"
+    return str(running[0].status.pod_ip)
+
+
+def get_json(url: str, token: str | None = None, timeout: float = 10) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as r:
+        return json.loads(r.read())
+
+
+def try_json(url: str, token: str | None = None) -> Any:
+    try:
+        return get_json(url, token)
+    except (OSError, ValueError):
+        return None
+
+
+def volcano_job(stack: LocalStack, name: str) -> dict[str, Any] | None:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    group, version, plural = VOLCANO
+    try:
+        return dict(
+            client.CustomObjectsApi(stack.api()).get_namespaced_custom_object(
+                group, version, stack.NAMESPACE, plural, name
+            )
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+
+
+def podgroups_of(stack: LocalStack, job_uid: str) -> list[dict[str, Any]]:
+    from kubernetes import client
+
+    group, version, plural = PODGROUPS
+    listed = client.CustomObjectsApi(stack.api()).list_namespaced_custom_object(
+        group, version, stack.NAMESPACE, plural
+    )
+    return [
+        g
+        for g in listed["items"]
+        if any(o.get("uid") == job_uid for o in g["metadata"].get("ownerReferences", []))
+    ]
+
+
+@dataclass
+class LoadGenerator:
+    """Predict requests to serving, one batch after another, until stopped; counts each
+    request's outcome (a failure is any error: refused, HTTP status, err_code, timeout)."""
+
+    url: str
+    token: str | None
+    instances: list[dict[str, Any]]
+    ok: int = 0
+    failed: int = 0
+    errors: dict[str, int] = field(default_factory=dict)
+    versions: set[int] = field(default_factory=set)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> LoadGenerator:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> LoadGenerator:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=60)
+        return self
+
+    def _run(self) -> None:
+        body = json.dumps({"instances": self.instances}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        while not self._stop.is_set():
+            request = urllib.request.Request(self.url.rstrip("/") + INFERENCE_PATH, body, headers)
+            try:
+                with urllib.request.urlopen(request, timeout=10) as response:
+                    answer = json.loads(response.read())
+                if answer.get("err_code", 0) != 0 or len(answer["predictions"]) != len(
+                    self.instances
+                ):
+                    raise ValueError(f"err_code {answer.get('err_code')}")
+                self.ok += 1
+                if answer.get("version") is not None:
+                    self.versions.add(int(answer["version"]))
+            except (OSError, ValueError, KeyError) as err:
+                reason = type(err).__name__
+                if isinstance(err, urllib.error.HTTPError):
+                    reason = f"HTTP {err.code}"
+                self.errors[reason] = self.errors.get(reason, 0) + 1
+                self.failed += 1
+                time.sleep(0.05)
+            time.sleep(0.02)
+
+    def summary(self) -> dict[str, Any]:
+        return {"ok": self.ok, "failed": self.failed, "errors": self.errors}
+
+
+def instances_of(lines: list[str]) -> list[dict[str, Any]]:
+    """Serving's request instances for ElasticCTR lines (`show click feasign:slot ...`)."""
+    instances = []
+    for line in lines:
+        slots: dict[str, list[int]] = {}
+        for token in line.split()[2:]:
+            feasign, slot = token.split(":")
+            slots.setdefault(slot, []).append(int(feasign))
+        instances.append({"slots": [{"slot_name": s, "feasigns": f} for s, f in slots.items()]})
+    return instances
+
+
+@dataclass
+class Timings:
+    phases: dict[str, float] = field(default_factory=dict)
+    figures: dict[str, Any] = field(default_factory=dict)
+
+    def phase(self, name: str, started: float) -> None:
+        self.phases[name] = round(time.monotonic() - started, 1)
+        print(f"\n[lifecycle] {name}: {self.phases[name]} s", flush=True)
+
+    def report(self, path: Path) -> None:
+        path.write_text(json.dumps({"phases": self.phases, "figures": self.figures}, indent=2))
