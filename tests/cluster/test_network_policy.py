@@ -10,6 +10,7 @@ connections to pod IPs and Service names and reports what happened.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -141,8 +142,30 @@ def test_paths_the_design_needs_are_open(local_stack: LocalStack, probes: dict[s
         "probe-cube": [f"minio.{svc}:9000"],
     }
     for probe, targets in wanted.items():
-        result = _reach(local_stack, probe, probes[probe], targets)
-        assert result == dict.fromkeys(targets, "open"), f"{probe}: {result}"
+        # kube-router learns of a new pod (the probe) within its sync: a path may open a
+        # few seconds late, never stay shut. How late is printed.
+        started, result = time.monotonic(), {}
+        while time.monotonic() - started < 30:
+            result = _reach(local_stack, probe, probes[probe], targets)
+            if result == dict.fromkeys(targets, "open"):
+                break
+            time.sleep(2)
+        print(f"\n[network] {probe}: all open after {time.monotonic() - started:.1f}s")
+        assert result == dict.fromkeys(targets, "open"), (
+            f"{probe}: {result}; endpoints: {_endpoints(local_stack)}"
+        )
+
+
+def _endpoints(stack: LocalStack) -> dict[str, str]:
+    """Each workload pod's readiness and restarts: a closed path to a pod that was not
+    ready is not the policy's doing."""
+    return {
+        p.metadata.name: ",".join(
+            f"{c.name} ready={c.ready} restarts={c.restart_count}"
+            for c in p.status.container_statuses or []
+        )
+        for p in pods(stack.api(), NS)
+    }
 
 
 def test_paths_it_does_not_need_are_refused(

@@ -5,14 +5,18 @@ reaches them through kube-proxy, as a pod would), Volcano's objects through the 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from typing import Any
 from elasticctr_client.predict import INFERENCE_PATH
 
 from tests.support.cluster import ROOT, LocalStack, pods
+from tests.support.pulumi_cli import search_path
 
 # The workload packages, importable by the host's processes as in their images.
 PYTHONPATH = os.pathsep.join(
@@ -61,6 +66,27 @@ def service_url(stack: LocalStack, name: str, port_name: str | None = None) -> s
     ports = service.spec.ports
     port = next(p for p in ports if port_name in (None, p.name))
     return f"http://{service.spec.cluster_ip}:{port.port}"
+
+
+@contextlib.contextmanager
+def port_forward(stack: LocalStack, target: str, port: int) -> Iterator[str]:
+    """`kubectl port-forward <target> :<port>` as a user runs it (MLflow answers only its
+    own host names and localhost); yields http://127.0.0.1:<local port>."""
+    kubectl = shutil.which("kubectl", path=search_path())
+    assert kubectl, "kubectl is missing (tools/build-tools.sh builds it)"
+    process = subprocess.Popen(
+        [kubectl, "--kubeconfig", str(stack.cluster.kubeconfig), "-n", stack.NAMESPACE,
+         "port-forward", "--address", "127.0.0.1", target, f":{port}"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True,
+    )  # fmt: skip
+    try:
+        assert process.stdout is not None
+        first = process.stdout.readline()  # "Forwarding from 127.0.0.1:40123 -> 5000"
+        assert first.startswith("Forwarding from 127.0.0.1:"), first
+        yield f"http://127.0.0.1:{first.split(':')[1].split()[0]}"
+    finally:
+        os.killpg(process.pid, signal.SIGTERM)
+        process.wait(timeout=30)
 
 
 def pod_ip(stack: LocalStack, selector: str) -> str:
