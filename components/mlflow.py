@@ -45,19 +45,22 @@ class Mlflow(pulumi.ComponentResource):
         super().__init__("elasticctr:mlflow:Mlflow", name, None, opts)
         target = args.target
         host = pulumi.Output.concat("mlflow.", target.namespace)
-        # MLflow 3 answers only the Host names it is told about (DNS-rebinding guard).
+        # MLflow 3 answers only the Host names it is told about (DNS-rebinding guard): its
+        # Service's names, and loopback on any port (`kubectl port-forward svc/mlflow N:5000`).
         allowed_hosts = host.apply(
             lambda h: ",".join(
-                f"{name}{port}"
-                for name in (
-                    "mlflow",
-                    h,
-                    f"{h}.svc",
-                    f"{h}.svc.cluster.local",
-                    "localhost",
-                    "127.0.0.1",
-                )
-                for port in ("", f":{PORT}")
+                [
+                    *(
+                        f"{name}{port}"
+                        for name in ("mlflow", h, f"{h}.svc", f"{h}.svc.cluster.local")
+                        for port in ("", f":{PORT}")
+                    ),
+                    *(
+                        f"{name}{port}"
+                        for name in ("localhost", "127.0.0.1")
+                        for port in ("", ":*")
+                    ),
+                ]
             )
         )
         volume = k8s.core.v1.PersistentVolumeClaim(

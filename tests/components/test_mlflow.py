@@ -20,6 +20,13 @@ def test_server_arguments_and_storage() -> None:
         next(a for a in arguments if a.startswith("--allowed-hosts=")).split("=", 1)[1].split(",")
     )
     assert {"mlflow", "mlflow:5000", "mlflow.test-ns.svc.cluster.local:5000"} <= set(hosts)
+    # MLflow's own check: a port-forward on any local port passes, other names do not.
+    from mlflow.server.security_utils import is_allowed_host_header
+
+    for host in ("127.0.0.1:8080", "localhost:5000", "mlflow.test-ns.svc:5000"):
+        assert is_allowed_host_header(hosts, host), host
+    for host in ("evil.example:5000", "10.96.0.5:5000"):
+        assert not is_allowed_host_header(hosts, host), host
     assert env_of(container)["MLFLOW_S3_ENDPOINT_URL"] == STORE.endpoint
     volume = graph.one("kubernetes:core/v1:PersistentVolumeClaim")
     assert volume.retain_on_delete is True
