@@ -19,11 +19,11 @@ import logging
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from elasticctr_common.storage import open_store
+from elasticctr_common.storage import StorageError, open_store
 from elasticctr_common.versions import DonefileError, Version, read_versions
 
 from .builder import BuildError, build, publish
@@ -276,6 +276,30 @@ def routes(t: Transfer, control: bool = False) -> dict[tuple[str, str], Handler]
     return {**reads, ("POST", "/rollback"): rollback if control else elsewhere}
 
 
+# How long start-up waits for the bucket: a new stack's storage users are made by a Job
+# that may finish after this pod starts (a refused key, then a working one).
+STORAGE_WAIT_SECONDS = 600.0
+
+
+def _with_storage_retry(
+    make: Callable[[], Transfer], uri: str, wait: float = STORAGE_WAIT_SECONDS
+) -> Transfer:
+    """`make()` (which reads the committed state from the bucket), retried while the
+    bucket refuses us, with growing pauses up to 10 s; the last error after `wait`."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    deadline, pause = time.monotonic() + wait, 1.0
+    while True:
+        try:
+            return make()
+        except (ClientError, BotoCoreError, StorageError, OSError) as err:
+            if time.monotonic() + pause > deadline:
+                raise
+            log.warning("waiting for %s (%s); again in %.0fs", uri, err, pause)
+            time.sleep(pause)
+            pause = min(pause * 2, 10.0)
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="elasticctr_cube transfer", description=__doc__)
     env_option(p, "--model-uri", "MODEL_URI", help="where the trainer's donefile is")
@@ -341,16 +365,19 @@ def main(argv: list[str] | None = None) -> int:
         reader_quiet=args.reader_quiet,
         drain_timeout=args.drain_timeout,
     )
-    transfer = Transfer(
-        model_uri=args.model_uri,
-        cube_uri=args.cube_uri,
-        conf=conf,
-        work_dir=args.work_dir,
-        keep=args.keep,
-        max_attempts=args.max_attempts,
-        retry_seconds=args.retry_seconds,
-        unload_previous_after=args.unload_previous_after,
-        runner=runner,
+    transfer = _with_storage_retry(
+        lambda: Transfer(
+            model_uri=args.model_uri,
+            cube_uri=args.cube_uri,
+            conf=conf,
+            work_dir=args.work_dir,
+            keep=args.keep,
+            max_attempts=args.max_attempts,
+            retry_seconds=args.retry_seconds,
+            unload_previous_after=args.unload_previous_after,
+            runner=runner,
+        ),
+        args.cube_uri,
     )
     serve(args.host, args.port, routes(transfer))
     serve(args.control_host, args.control_port, routes(transfer, control=True))
