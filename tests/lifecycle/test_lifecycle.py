@@ -39,7 +39,9 @@ NS = LocalStack.NAMESPACE
 JOB = "elasticctr-train"
 # The local stack's hours (stacks/Pulumi.local.yaml data.start..end) and its slot.conf.
 START, HOURS = "20191221/00", 6
-EXAMPLES_PER_HOUR, HELDOUT = 10000, 4000
+# Enough examples that one pass comes within 0.03 of Bayes with room to spare (0.023 at
+# 10,000 per hour, 3 runs).
+EXAMPLES_PER_HOUR, HELDOUT = 20000, 4000
 
 
 class Lifecycle:
@@ -326,7 +328,7 @@ def _trainer0_events(life: Lifecycle, event: str) -> list[dict[str, Any]]:
 
 def _delete_under_load(life: Lifecycle, selector: str, ready: Any) -> dict[str, Any]:
     """Delete the pod of `selector` while the load generator runs; the failed requests,
-    and how long until `ready()` and requests succeed again."""
+    and how long until `ready(uid of the deleted pod)` and requests succeed again."""
     from kubernetes import client
 
     lines = life.heldout().read_text().splitlines()[:32]
@@ -335,10 +337,11 @@ def _delete_under_load(life: Lifecycle, selector: str, ready: Any) -> dict[str, 
         time.sleep(3)
         before = load.ok
         assert before > 0 and load.failed == 0, load.summary()
-        victim = pods(life.stack.api(), NS, selector)[0].metadata.name
+        pod = pods(life.stack.api(), NS, selector)[0]
+        victim = pod.metadata.name
         deleted = time.monotonic()
         client.CoreV1Api(life.stack.api()).delete_namespaced_pod(victim, NS)
-        wait_for(ready, 300, f"{selector} back", interval=0.5)
+        wait_for(lambda: ready(pod.metadata.uid), 300, f"{selector} back", interval=0.5)
         ok_at_recovery = load.ok
         wait_for(lambda: load.ok > ok_at_recovery + 10, 120, "requests answered again", 0.2)
         recovered = round(time.monotonic() - deleted, 1)
@@ -353,9 +356,10 @@ def test_6a_serving_pod_deleted_under_load(life: Lifecycle) -> None:
     started = time.monotonic()
     selector = "app.kubernetes.io/component=serving"
 
-    def replaced_and_ready() -> bool:
+    def replaced_and_ready(deleted_uid: str) -> bool:
         return any(
-            p.metadata.deletion_timestamp is None
+            p.metadata.uid != deleted_uid
+            and p.metadata.deletion_timestamp is None
             and all(c.ready for c in p.status.container_statuses or [])
             and p.status.phase == "Running"
             and life.serving_version() == 2
@@ -374,8 +378,8 @@ def test_6b_cube_shard_pod_deleted_under_load(life: Lifecycle) -> None:
     started = time.monotonic()
     selector = "app.kubernetes.io/component=cube,statefulset.kubernetes.io/pod-name=cube-0-0"
 
-    def shard_back() -> bool:
-        found = pods(life.stack.api(), NS, selector)
+    def shard_back(deleted_uid: str) -> bool:  # the same name again, a new pod
+        found = [p for p in pods(life.stack.api(), NS, selector) if p.metadata.uid != deleted_uid]
         return bool(found) and all(c.ready for c in found[0].status.container_statuses or [])
 
     result = _delete_under_load(life, selector, shard_back)
