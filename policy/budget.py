@@ -82,13 +82,15 @@ def validate_training_budget(args: ResourceValidationArgs, report: ReportViolati
         if cpu is not None and cpu > limits["maxPodCpu"]:
             report(
                 f"{label}: task {pod.task} pods ask for {show(cpu)} CPU cores each, above the "
-                f"budget of {show(limits['maxPodCpu'])} (policy config maxPodCpu)."
+                f"budget of {show(limits['maxPodCpu'])} (policy config maxPodCpu).",
+                None,
             )
         if memory is not None and memory / GIB > limits["maxPodMemoryGiB"]:
             report(
                 f"{label}: task {pod.task} pods ask for {show(round(memory / GIB, 2))} GiB of "
                 f"memory each, above the budget of {show(limits['maxPodMemoryGiB'])} GiB "
-                "(policy config maxPodMemoryGiB)."
+                "(policy config maxPodMemoryGiB).",
+                None,
             )
         if replicas is None or cpu is None or memory is None:
             totals_known = False  # not known yet (preview), or the resources rule reports it
@@ -101,13 +103,15 @@ def validate_training_budget(args: ResourceValidationArgs, report: ReportViolati
     if job["cpu"] > limits["maxJobCpu"]:
         report(
             f"{label}: its {show(pods)} pods ask for {show(job['cpu'])} CPU cores together, "
-            f"above the budget of {show(limits['maxJobCpu'])} (policy config maxJobCpu)."
+            f"above the budget of {show(limits['maxJobCpu'])} (policy config maxJobCpu).",
+            None,
         )
     if job["memory"] / GIB > limits["maxJobMemoryGiB"]:
         report(
             f"{label}: its {show(pods)} pods ask for {show(round(job['memory'] / GIB, 2))} GiB "
             f"of memory together, above the budget of {show(limits['maxJobMemoryGiB'])} GiB "
-            "(policy config maxJobMemoryGiB)."
+            "(policy config maxJobMemoryGiB).",
+            None,
         )
 
 

@@ -209,7 +209,8 @@ def validate_no_plaintext_credentials(
             f"{label}: "
             + "; ".join(findings)
             + ". Put credentials in a Secret (a Pulumi secret in the stack config: "
-            "`pulumi config set --secret`) and read them with valueFrom.secretKeyRef."
+            "`pulumi config set --secret`) and read them with valueFrom.secretKeyRef.",
+            None,
         )
 
 

@@ -41,7 +41,8 @@ def validate_image_tag_pinned(args: ResourceValidationArgs, report: ReportViolat
         if text:
             report(
                 f"{label}: {container.label}: {text}. Pin a tag (not latest) or a digest, so "
-                "that a redeploy runs exactly what was reviewed."
+                "that a redeploy runs exactly what was reviewed.",
+                None,
             )
     token = parse_type(args.resource_type)
     if token and (token.package, token.kind) in HELM_RELEASE_KINDS and "helm" in token.module:
@@ -49,7 +50,8 @@ def validate_image_tag_pinned(args: ResourceValidationArgs, report: ReportViolat
         if version is not UNKNOWN and not version:
             report(
                 f'Helm {token.kind.lower()} "{args.name}" has no chart version: the newest chart '
-                "(and its images) would be installed. Pin `version`."
+                "(and its images) would be installed. Pin `version`.",
+                None,
             )
 
 

@@ -6,6 +6,10 @@ resources that do not exist yet); the SDK wraps the properties in proxies that r
 `UnknownValueError` when such a value is read. `get` turns that into `UNKNOWN`, so a rule
 skips what it cannot judge yet: the engine runs the rule again on `pulumi up`, when every
 value is known.
+
+Validators call `report(message, None)`: pulumi_policy types `ReportViolation` as
+`Callable[[str, Optional[str]], None]`, although its urn is optional at run time (and
+ignored for a resource policy).
 """
 
 from __future__ import annotations
@@ -202,7 +206,7 @@ _QUANTITY = re.compile(
     r"^\s*(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)"
     r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|m|k|M|G|T|P|E)?\s*$"
 )
-_SCALE = {
+_SCALE: dict[str | None, float] = {
     None: 1.0,
     "m": 1e-3,
     "k": 1e3,

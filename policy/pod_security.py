@@ -35,7 +35,8 @@ def validate_no_privileged(args: ResourceValidationArgs, report: ReportViolation
             what = "this setting" if len(problems) == 1 else "these settings"
             report(
                 f"{label}: {container.label}: {'; '.join(problems)}. Remove {what}: a "
-                "privileged container can take over its node."
+                "privileged container can take over its node.",
+                None,
             )
 
 
@@ -47,7 +48,8 @@ def validate_no_host_namespaces(args: ResourceValidationArgs, report: ReportViol
             verb = "is" if len(shared) == 1 else "are"
             report(
                 f"{label}: {', '.join(shared)} {verb} true. Pods must not share the node's "
-                "network, PID or IPC namespace; remove the setting."
+                "network, PID or IPC namespace; remove the setting.",
+                None,
             )
 
 
@@ -70,7 +72,7 @@ def validate_run_as_non_root(args: ResourceValidationArgs, report: ReportViolati
         if number(user) == 0:
             problems.append("runAsUser is 0 (root)")
         if problems:
-            report(f"{label}: {container.label}: {'; '.join(problems)}.")
+            report(f"{label}: {container.label}: {'; '.join(problems)}.", None)
 
 
 no_privileged_containers = ResourceValidationPolicy(

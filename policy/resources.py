@@ -27,7 +27,8 @@ def validate_container_resources(args: ResourceValidationArgs, report: ReportVio
             report(
                 f"{object_label(args.resource_type, args.props, args.name)}: {container.label} "
                 f"has no {', '.join(missing)}. Set CPU and memory requests and limits on "
-                "every container (components/kube.py container() does)."
+                "every container (components/kube.py container() does).",
+                None,
             )
 
 

@@ -162,7 +162,8 @@ def validate_bucket_not_public(args: ResourceValidationArgs, report: ReportViola
         if problems:
             report(
                 f'"{args.name}" ({args.resource_type}): {"; ".join(problems)}. Buckets '
-                "stay private: workloads reach them with their own credentials."
+                "stay private: workloads reach them with their own credentials.",
+                None,
             )
         return
     for container in containers(args.resource_type, args.props):
@@ -172,7 +173,8 @@ def validate_bucket_not_public(args: ResourceValidationArgs, report: ReportViola
             report(
                 f"{object_label(args.resource_type, args.props, args.name)}: {container.label} "
                 "runs `mc anonymous set` to open a bucket to anonymous access. Buckets stay "
-                "private."
+                "private.",
+                None,
             )
 
 

@@ -40,13 +40,13 @@ def validate_min_available(args: ResourceValidationArgs, report: ReportViolation
     if UNKNOWN in (min_available, *replicas) or get(args.props, "spec", "tasks") is UNKNOWN:
         return
     if not tasks:
-        report(f"{label}: spec.tasks is empty.")
+        report(f"{label}: spec.tasks is empty.", None)
         return
     missing = [
-        f"spec.tasks[{i}]" for i, r in enumerate(replicas) if number(r) is None or number(r) < 0
+        f"spec.tasks[{i}]" for i, r in enumerate(replicas) if (n := number(r)) is None or n < 0
     ]
     if missing:
-        report(f"{label}: {', '.join(missing)} has no replicas; state every task's replicas.")
+        report(f"{label}: {', '.join(missing)} has no replicas; state every task's replicas.", None)
         return
     total = sum(number(r) or 0 for r in replicas)
     counts = " + ".join(
@@ -54,12 +54,13 @@ def validate_min_available(args: ResourceValidationArgs, report: ReportViolation
         for i, (t, r) in enumerate(zip(tasks, replicas, strict=True))
     )
     if number(min_available) is None:
-        report(f"{label}: spec.minAvailable is not set; set it to {show(total)} ({counts}).")
+        report(f"{label}: spec.minAvailable is not set; set it to {show(total)} ({counts}).", None)
     elif number(min_available) != total:
         report(
             f"{label}: spec.minAvailable is {show(number(min_available) or 0)}, but the tasks "
             f"have {show(total)} replicas ({counts}). Set minAvailable to {show(total)}: the job "
-            "needs every pserver and trainer at once."
+            "needs every pserver and trainer at once.",
+            None,
         )
 
 
@@ -106,7 +107,7 @@ def validate_restart_policy(args: ResourceValidationArgs, report: ReportViolatio
     problems = list(_restart_problems(args.props, args.resource_type))
     if problems:
         label = object_label(args.resource_type, args.props, args.name)
-        report(f"{label}: {'; '.join(problems)}.")
+        report(f"{label}: {'; '.join(problems)}.", None)
 
 
 volcano_min_available = ResourceValidationPolicy(

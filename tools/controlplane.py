@@ -43,9 +43,10 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 BUILD_TOOLS = REPO_ROOT / "tools" / "build-tools.sh"
@@ -247,7 +248,7 @@ def _pid_is(pid: int, exe: str, marker: str) -> bool:
     )
 
 
-def terminate_pids(procs: Sequence[dict], timeout: float = 20.0) -> list[int]:
+def terminate_pids(procs: Sequence[dict[str, Any]], timeout: float = 20.0) -> list[int]:
     """SIGTERM each {pid, exe, marker} (in the given order), SIGKILL what outlives `timeout`.
 
     Returns the PIDs that are still alive afterwards (normally none)."""
@@ -282,7 +283,7 @@ class _Server:
     exe: str
     args: list[str]
     log: Path
-    proc: subprocess.Popen | None = None
+    proc: subprocess.Popen[bytes] | None = None
 
 
 @dataclass
@@ -328,7 +329,7 @@ class ControlPlane:
     def __enter__(self) -> ControlPlane:
         return self.start()
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stop()
 
     def start(self) -> ControlPlane:
@@ -542,7 +543,8 @@ class ControlPlane:
         self._servers.append(server)
         self._write_state()
 
-    def _wait(self, name: str, ready) -> None:
+    # `ready` is called with no arguments (`...`: the lambdas bind loop values as defaults).
+    def _wait(self, name: str, ready: Callable[..., object]) -> None:
         server = next(s for s in self._servers if s.name == name)
         deadline = time.monotonic() + self.start_timeout
         last = ""
@@ -622,9 +624,12 @@ class ControlPlane:
     def _get(self, url: str, verify: bool = True) -> str:
         ctx = self._ssl_context(verify) if url.startswith("https:") else None
         with urllib.request.urlopen(url, timeout=5, context=ctx) as r:
-            return r.read().decode()
+            text: str = r.read().decode()
+            return text
 
-    def request(self, method: str, path: str, body: dict | None = None) -> tuple[int, dict]:
+    def request(
+        self, method: str, path: str, body: dict[str, Any] | None = None
+    ) -> tuple[int, dict[str, Any]]:
         """One call to the API server as the admin user; returns (status, JSON body)."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(
@@ -718,6 +723,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except ControlPlaneError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
+    assert cp.dir is not None  # set by start()
     print(cp.kubeconfig)
     print(
         f"servers: {', '.join(f'{n} (pid {p})' for n, p in cp.pids.items())}; "

@@ -22,7 +22,9 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 IMAGES = ("trainer", "common", "cube", "serving", "client")
@@ -33,7 +35,8 @@ SHARDS = 3
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 class Demo:
@@ -41,7 +44,7 @@ class Demo:
         self.work, self.args = work, args
         self.logs = work / "logs"
         self.logs.mkdir(parents=True, exist_ok=True)
-        self.procs: dict[str, subprocess.Popen] = {}
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.env = {
             **os.environ,
             "PYTHONPATH": PYTHONPATH,
@@ -58,7 +61,7 @@ class Demo:
     def python(self, *argv: str) -> list[str]:
         return [sys.executable, *argv]
 
-    def start(self, name: str, argv: list[str]) -> subprocess.Popen:
+    def start(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
         with open(self.logs / f"{name}.log", "wb") as log:
             # cwd: whatever a process drops where it runs stays in the work directory.
             proc = subprocess.Popen(
@@ -96,7 +99,13 @@ class Demo:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
 
-    def wait_http(self, url: str, what: str, timeout: float, check=lambda body: True) -> dict:
+    def wait_http(
+        self,
+        url: str,
+        what: str,
+        timeout: float,
+        check: Callable[[dict[str, Any]], bool] = lambda body: True,
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():
@@ -104,7 +113,7 @@ class Demo:
                     raise SystemExit(f"{name} exited with {proc.returncode} (log: {self.logs})")
             try:
                 with urllib.request.urlopen(url, timeout=2) as response:
-                    body = json.loads(response.read())
+                    body: dict[str, Any] = json.loads(response.read())
                 if check(body):
                     return body
             except (OSError, ValueError):
@@ -113,7 +122,7 @@ class Demo:
         raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} ({url})")
 
     # -- the pipeline -----------------------------------------------------------------------
-    def generate(self) -> dict:
+    def generate(self) -> dict[str, Any]:
         a = self.args
         self.say(f"generating data: {a.slots} slots, {a.hours} hours x {a.examples} examples")
         out = self.work / "generate.json"
@@ -140,7 +149,9 @@ class Demo:
             ),
             timeout=300,
         )
-        summary = json.loads((self.logs / "generate.log").read_text().strip().splitlines()[-1])
+        summary: dict[str, Any] = json.loads(
+            (self.logs / "generate.log").read_text().strip().splitlines()[-1]
+        )
         out.write_text(json.dumps(summary))
         return summary
 

@@ -99,11 +99,11 @@ def probes(local_stack: LocalStack) -> Iterator[dict[str, str]]:
     for name, (namespace, component) in wanted.items():
         core.create_namespaced_pod(namespace, _probe_pod(name, namespace, component, cube_image))
     for name, (namespace, _) in wanted.items():
-        wait_for(
-            lambda n=name, ns=namespace: core.read_namespaced_pod(n, ns).status.phase == "Running",
-            120,
-            f"probe pod {name} running",
-        )
+
+        def running(n: str = name, ns: str = namespace) -> bool:
+            return bool(core.read_namespaced_pod(n, ns).status.phase == "Running")
+
+        wait_for(running, 120, f"probe pod {name} running")
     try:
         yield {name: namespace for name, (namespace, _) in wanted.items()}
     finally:

@@ -15,7 +15,7 @@ from tests.support.paddle_cube import PythonMeta, cpp_meta
 DOMAIN = "test-ns.svc.cluster.local"
 
 
-def cube_graph(shards: int, replicas: int = 1, **more: Any):  # type: ignore[no-untyped-def]
+def cube_graph(shards: int, replicas: int = 1, **more: Any):
     return run_component(
         lambda t: Cube(
             "cube",
@@ -27,7 +27,7 @@ def cube_graph(shards: int, replicas: int = 1, **more: Any):  # type: ignore[no-
     )  # fmt: skip
 
 
-def shard_sets(graph) -> list[dict[str, Any]]:  # type: ignore[no-untyped-def]
+def shard_sets(graph) -> list[dict[str, Any]]:
     sets = [r.inputs for r in graph.of_type("kubernetes:apps/v1:StatefulSet")]
     return sorted(sets, key=lambda s: s["metadata"]["name"])
 

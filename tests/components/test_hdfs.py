@@ -15,7 +15,7 @@ from components.hdfs import CONF_DIR, NAMENODE_COMMAND, Hdfs, HdfsArgs, hadoop_c
 from tests.support.components import env_of, run_component
 
 
-def in_cluster(datanodes: int = 3, replication: int = 2):  # type: ignore[no-untyped-def]
+def in_cluster(datanodes: int = 3, replication: int = 2):
     return run_component(
         lambda t: Hdfs(
             "hdfs",
@@ -125,7 +125,7 @@ def test_external_address_creates_nothing() -> None:
         lambda t: Hdfs("hdfs", HdfsArgs(target=t, mode="external", address="hdfs://nn.corp:9000/"))
     )
     assert [r.type for r in graph.resources if r.custom] == ["pulumi:providers:kubernetes"]
-    assert graph.one("elasticctr:hdfs:Hdfs").outputs["address"] == "hdfs://nn.corp:9000"
+    assert graph.component_outputs("elasticctr:hdfs:Hdfs")["address"] == "hdfs://nn.corp:9000"
 
 
 def test_replication_above_datanodes_fails() -> None:

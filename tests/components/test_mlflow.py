@@ -31,6 +31,6 @@ def test_server_arguments_and_storage() -> None:
     volume = graph.one("kubernetes:core/v1:PersistentVolumeClaim")
     assert volume.retain_on_delete is True
     assert (
-        graph.one("elasticctr:mlflow:Mlflow").outputs["url"]
+        graph.component_outputs("elasticctr:mlflow:Mlflow")["url"]
         == "http://mlflow.test-ns.svc.cluster.local:5000"
     )

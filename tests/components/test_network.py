@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import cast
+
+import pulumi
 import pytest
 
 from components.hdfs import client_routes
@@ -16,6 +19,9 @@ from components.network import (
     url_route,
 )
 from tests.support.components import run_component
+
+# These policies are made outside any component: parented to the stack itself.
+NO_PARENT = cast(pulumi.Resource, None)
 
 
 @pytest.mark.parametrize(
@@ -72,9 +78,9 @@ def test_rules_name_pods_blocks_or_nothing_for_anywhere() -> None:
 
 def test_policies_of_one_component() -> None:
     def build(target):
-        allow_ingress(target, "in", "mlflow", [5000], ["trainer", Outside("10.0.0.0/8")], None)
-        assert allow_egress(target, "none", "hdfs-namenode", [], None) is None
-        allow_egress(target, "out", "mlflow", [Route(ANYWHERE, (443,))], None)
+        allow_ingress(target, "in", "mlflow", [5000], ["trainer", Outside("10.0.0.0/8")], NO_PARENT)
+        assert allow_egress(target, "none", "hdfs-namenode", [], NO_PARENT) is None
+        allow_egress(target, "out", "mlflow", [Route(ANYWHERE, (443,))], NO_PARENT)
 
     graph = run_component(build)
     ingress, egress = (
@@ -92,4 +98,4 @@ def test_policies_of_one_component() -> None:
 
 def test_ingress_from_nobody_is_a_mistake() -> None:
     with pytest.raises(ValueError, match="no clients"):
-        run_component(lambda t: allow_ingress(t, "in", "mlflow", [5000], [], None))
+        run_component(lambda t: allow_ingress(t, "in", "mlflow", [5000], [], NO_PARENT))

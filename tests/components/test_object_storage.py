@@ -4,7 +4,7 @@ workload's keys; one S3 interface, each workload its own credentials."""
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -79,7 +79,9 @@ def test_minio_makes_a_user_per_workload_with_its_policy() -> None:
         assert set(secret.inputs["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
         assert "stringData" in secret.secret_paths
         env = {e["name"]: e.get("value_from") for e in stores[name].env()}
-        assert set(env["AWS_SECRET_ACCESS_KEY"]["secret_key_ref"]) == {"name", "key"}
+        secret_key = env["AWS_SECRET_ACCESS_KEY"]
+        assert secret_key is not None
+        assert set(secret_key["secret_key_ref"]) == {"name", "key"}
     policies = graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]
     serving = json.loads(policies["serving.json"])["Statement"]
     assert [s["Action"] for s in serving] == [["s3:ListBucket"], ["s3:GetObject"]]
@@ -142,13 +144,13 @@ def test_external_without_keys_relies_on_pod_identity() -> None:
 
 
 def test_missing_or_misplaced_parts_fail_before_any_child() -> None:
-    def make(mode: str, **fields: Any) -> None:
+    def make(mode: Literal["minio", "external"], **fields: Any) -> None:
         run_component(
             lambda t: ObjectStorage(
                 "s",
                 ObjectStorageArgs(
                     target=t, mode=mode, bucket="b", region="r", users=USERS, **fields
-                ),  # type: ignore[arg-type]
+                ),
             )
         )
 

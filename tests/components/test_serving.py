@@ -50,7 +50,9 @@ def test_deployment_autoscaled_with_config_mounted() -> None:
 
 def test_url_of_a_load_balancer() -> None:
     graph = run_component(lambda t: Serving("serving", args(t, service_type="LoadBalancer")))
-    assert graph.one("elasticctr:serving:Serving").outputs["url"] == "http://lb.example.test:8010"
+    assert graph.component_outputs("elasticctr:serving:Serving")["url"] == (
+        "http://lb.example.test:8010"
+    )
 
 
 def test_replicas_above_maximum_fail() -> None:
@@ -108,8 +110,8 @@ def test_auth_gives_the_pods_a_generated_token_from_a_secret() -> None:
     assert env_of(container)["SERVING_AUTH_TOKEN"] == {
         "secretKeyRef": {"name": "serving-auth", "key": "SERVING_AUTH_TOKEN"}
     }
-    component = graph.one("elasticctr:serving:Serving")
-    assert component.outputs["token"] == "g" * 40  # the mocks' generated value
+    outputs = graph.component_outputs("elasticctr:serving:Serving")
+    assert outputs["token"] == "g" * 40  # the mocks' generated value
 
 
 def test_without_auth_no_token() -> None:

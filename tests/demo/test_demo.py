@@ -71,7 +71,9 @@ def test_demo_runs_the_pipeline_and_prints_the_auc(tmp_path):
     print(output[-3000:])
     assert proc.returncode == 0, output[-5000:]
 
-    auc = float(re.search(r"^AUC: (\S+)$", output, re.M).group(1))
+    found = re.search(r"^AUC: (\S+)$", output, re.M)
+    assert found is not None, output[-3000:]
+    auc = float(found.group(1))
     # 2 passes: versions 1 and 2, both rolled out; the client ran on version 2
     meta = json.loads((work / "models" / "2" / "dense" / "meta.json").read_text())
     trainer = np.loadtxt(work / "models" / "2" / "eval" / "predictions.txt")

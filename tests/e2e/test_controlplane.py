@@ -18,6 +18,7 @@ def _load_controlplane():
     spec = importlib.util.spec_from_file_location(
         "controlplane", REPO / "tools" / "controlplane.py"
     )
+    assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules.setdefault("controlplane", module)
     spec.loader.exec_module(module)

@@ -91,6 +91,11 @@ class Lifecycle:
                 return None
             raise
 
+    def items(self, path: str) -> list[dict[str, Any]]:
+        """The items of the list GET `path` answers."""
+        listed: list[dict[str, Any]] = self.call("GET", path)["items"]
+        return listed
+
     def call(self, method: str, path: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
         """One API call as the admin, JSON in and out."""
         response = self.api.call_api(
@@ -359,9 +364,7 @@ def test_services_rbac_and_network_policies(lifecycle: Lifecycle) -> None:
     namespace = lifecycle.custom("/api/v1/namespaces", NAMESPACE)
     assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
 
-    services = {
-        s["metadata"]["name"]: s["spec"] for s in lifecycle.get(f"/api/v1{ns}/services")["items"]
-    }
+    services = {s["metadata"]["name"]: s["spec"] for s in lifecycle.items(f"/api/v1{ns}/services")}
     assert services["cube-headless"]["clusterIP"] == "None"
     assert services["cube-headless"]["publishNotReadyAddresses"] is True
     assert [(p["name"], p["port"]) for p in services["serving"]["ports"]] == [("http", 8010)]
@@ -382,9 +385,7 @@ def test_services_rbac_and_network_policies(lifecycle: Lifecycle) -> None:
     assert binding["subjects"] == [
         {"kind": "ServiceAccount", "name": "elasticctr-viewer", "namespace": NAMESPACE}
     ]
-    accounts = {
-        a["metadata"]["name"]: a for a in lifecycle.get(f"/api/v1{ns}/serviceaccounts")["items"]
-    }
+    accounts = {a["metadata"]["name"]: a for a in lifecycle.items(f"/api/v1{ns}/serviceaccounts")}
     ours = {"training", "cube", "cube-transfer", "serving", "mlflow", "minio", "hdfs"}
     assert ours | {"elasticctr-viewer"} <= set(accounts)
     assert all(accounts[a]["automountServiceAccountToken"] is False for a in ours)
@@ -402,7 +403,7 @@ def test_services_rbac_and_network_policies(lifecycle: Lifecycle) -> None:
 
     policies = {
         p["metadata"]["name"]: p["spec"]
-        for p in lifecycle.get(f"/apis/networking.k8s.io/v1{ns}/networkpolicies")["items"]
+        for p in lifecycle.items(f"/apis/networking.k8s.io/v1{ns}/networkpolicies")
     }
     assert policies["default-deny-ingress"] == {"podSelector": {}, "policyTypes": ["Ingress"]}
     pserver = policies["allow-pserver"]["ingress"][0]
@@ -637,5 +638,5 @@ def test_destroy_leaves_nothing_of_the_stack(
     assert lifecycle.get(f"/api/v1/namespaces/{NAMESPACE}") is None
     selector = "labelSelector=app.kubernetes.io%2Fpart-of%3Delasticctr"
     for path in ("/api/v1/pods", "/api/v1/configmaps", "/apis/apps/v1/deployments"):
-        assert lifecycle.get(f"{path}?{selector}")["items"] == [], path
+        assert lifecycle.items(f"{path}?{selector}") == [], path
     lifecycle.project.run("stack", "rm", "--yes")

@@ -103,7 +103,7 @@ def test_every_resource_belongs_to_a_component(stack_graph: tuple[str, harness.G
 def test_components_register_their_outputs(dev_graph: harness.Graph) -> None:
     for component in (r for r in dev_graph.resources if r.type.startswith("elasticctr:")):
         assert component.outputs is not None, f"{component.type} did not call register_outputs"
-    assert dev_graph.one("elasticctr:cube:Cube").outputs["shards"] == 2
+    assert dev_graph.component_outputs("elasticctr:cube:Cube")["shards"] == 2
 
 
 def test_stack_outputs(stack_graph: tuple[str, harness.Graph]) -> None:

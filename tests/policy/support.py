@@ -79,9 +79,11 @@ def violations(
     rule = POLICIES[policy]
     assert isinstance(rule, ResourceValidationPolicy)
     messages: list[str] = []
-    rule.validate(
-        resource_args(resource_type, props, name, config), lambda m, _urn=None: messages.append(m)
-    )
+
+    def report(message: str, urn: str | None = None) -> None:
+        messages.append(message)
+
+    rule.validate(resource_args(resource_type, props, name, config), report)
     return messages
 
 
@@ -110,9 +112,12 @@ def stack_violations(
     rule = POLICIES[policy]
     assert isinstance(rule, StackValidationPolicy)
     found: list[tuple[str, str | None]] = []
+
+    def report(message: str, urn: str | None = None) -> None:
+        found.append((message, urn))
+
     rule.validate(
-        StackValidationArgs(resources, dict(config) if config is not None else None),
-        lambda message, urn=None: found.append((message, urn)),
+        StackValidationArgs(resources, dict(config) if config is not None else None), report
     )
     return found
 

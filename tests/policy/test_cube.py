@@ -24,7 +24,7 @@ CONF = ("kubernetes:core/v1:ConfigMap", "cube-conf")
 
 def _conf(inputs: dict[str, Any]) -> dict[str, Any]:
     (conf,) = json.loads(inputs["data"]["cube.conf"])  # Paddle's form: a list of dicts
-    return conf  # type: ignore[no-any-return]
+    return conf
 
 
 def _set_conf(inputs: dict[str, Any], conf: dict[str, Any]) -> None:

@@ -28,8 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 POLICY_DIR = ROOT / "policy"
 
 
-def _level(name: str) -> int:
-    return int(analyzer_pb2.EnforcementLevel.Value(name))
+def _level(name: str) -> analyzer_pb2.EnforcementLevel.ValueType:
+    return analyzer_pb2.EnforcementLevel.Value(name)
 
 
 @pytest.fixture(scope="module")

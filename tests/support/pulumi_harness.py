@@ -62,6 +62,12 @@ class Graph:
         assert len(found) == 1, f"expected one {typ} {name or ''}, found {[r.name for r in found]}"
         return found[0]
 
+    def component_outputs(self, typ: str, name: str | None = None) -> dict[str, Any]:
+        """The outputs one component registered (register_outputs)."""
+        outputs = self.one(typ, name).outputs
+        assert outputs is not None, f"{typ} {name or ''} registered no outputs"
+        return outputs
+
     def by_urn(self, urn: str) -> Registered:
         return next(r for r in self.resources if r.urn == urn)
 
@@ -120,8 +126,10 @@ class Mocks(pulumi.runtime.Mocks):
         outputs.update(cloud_mocks.resource_outputs(args.typ, args.name, outputs))
         return f"{args.name}-id", outputs
 
-    def call(self, args: pulumi.runtime.MockCallArgs) -> dict[str, Any]:
-        return cloud_mocks.call_outputs(args.token)
+    def call(
+        self, args: pulumi.runtime.MockCallArgs
+    ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        return cloud_mocks.call_outputs(args.token), []  # (outputs, no check failures)
 
 
 class RecordingMonitor(pulumi_mocks.MockMonitor):

@@ -72,6 +72,7 @@ def test_stop_ends_the_whole_process_group():
     server = ShellServer(f"sleep 600 & exec {sys.executable} -m http.server -b 127.0.0.1 PORT")
     with server:
         assert server.running
+        assert server.proc is not None and server.workdir is not None
         group = server.proc.pid
         workdir = server.workdir
         assert len(_live_members(group)) == 2  # the server and its background `sleep`
@@ -180,6 +181,6 @@ def test_mlflow_allowed_hosts_keep_loopback(tmp_path):
 
 
 def test_hdfs_names_a_missing_java(monkeypatch):
-    monkeypatch.setattr(services.shutil, "which", lambda name, **kw: None)
+    monkeypatch.setattr("tests.support.services.shutil.which", lambda name, **kw: None)
     reason = services.HdfsMiniCluster.missing_prerequisite()
     assert reason is not None and "java" in reason

@@ -69,7 +69,7 @@ def test_every_from_of_the_projects_dockerfiles_has_a_base_stand_in_of_that_exac
 
 
 def stack_image_sections() -> list[dict[str, Any]]:
-    sections = [{}]  # the defaults
+    sections: list[dict[str, Any]] = [{}]  # the defaults
     for stack in sorted((ROOT / "stacks").glob("Pulumi.*.yaml")):
         config = yaml.safe_load(stack.read_text()).get("config", {})
         sections.append(config.get("elasticctr:images", {}))

@@ -15,7 +15,9 @@ import signal
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 from .endpoints import (
     BUCKET,
@@ -97,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
 
 
-def _outputs(args) -> StackOutputs:
+def _outputs(args: argparse.Namespace) -> StackOutputs:
     """The stack's outputs. `status` given some endpoints as flags reports on those even
     when the stack cannot be read (no login, no stack here): a warning, not an error."""
     try:
@@ -110,7 +112,7 @@ def _outputs(args) -> StackOutputs:
         return StackOutputs({}, args.stack)
 
 
-def run_predict(args, outputs: StackOutputs) -> int:
+def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
     from .predict import PredictError, predict, report
 
     url = outputs.get(args.serving_url, SERVING_URL, "--serving-url")
@@ -141,12 +143,12 @@ def run_predict(args, outputs: StackOutputs) -> int:
     return 0 if summary.examples else 1
 
 
-def _token(args, outputs: StackOutputs) -> str | None:
+def _token(args: argparse.Namespace, outputs: StackOutputs) -> str | None:
     value = args.token or os.environ.get(TOKEN_ENV) or outputs.values.get(SERVING_TOKEN)
     return str(value) if value else None
 
 
-def _lines(files: list[str]):
+def _lines(files: list[str]) -> Iterator[str]:
     for name in files:
         if name == "-":
             yield from sys.stdin
@@ -155,7 +157,7 @@ def _lines(files: list[str]):
                 yield from f
 
 
-def run_logs(args, outputs: StackOutputs) -> int:
+def run_logs(args: argparse.Namespace, outputs: StackOutputs) -> int:
     from .logs import api_client, follow_logs
 
     namespace = outputs.get(args.namespace, NAMESPACE, "--namespace")
@@ -176,10 +178,10 @@ def run_logs(args, outputs: StackOutputs) -> int:
         return follow_logs(api, namespace, job, args.tail, args.wait)
 
 
-def run_status(args, outputs: StackOutputs) -> int:
+def run_status(args: argparse.Namespace, outputs: StackOutputs) -> int:
     from . import status
 
-    sources: dict[str, tuple] = {}
+    sources: dict[str, tuple[Any, ...]] = {}  # part: (function, *args)
     mlflow = args.mlflow_url or outputs.values.get(MLFLOW_URL)
     if mlflow:
         experiment = args.experiment or outputs.values.get(TRAINING_JOB) or "elasticctr-train"
@@ -199,7 +201,7 @@ def run_status(args, outputs: StackOutputs) -> int:
     return 1 if any("error" in part for part in result.values()) else 0
 
 
-def run_upload(args, outputs: StackOutputs) -> int:
+def run_upload(args: argparse.Namespace, outputs: StackOutputs) -> int:
     from elasticctr_common.slotconf import SlotConfError
 
     from .upload import upload

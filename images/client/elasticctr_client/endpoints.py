@@ -11,6 +11,7 @@ import json
 import shutil
 import subprocess
 from dataclasses import dataclass
+from typing import Any
 
 SERVING_URL = "serving_url"
 SERVING_TOKEN = "serving_token"  # secret: read with --show-secrets
@@ -38,7 +39,7 @@ class EndpointError(Exception):
 
 @dataclass
 class StackOutputs:
-    values: dict
+    values: dict[str, Any]
     stack: str | None
 
     @classmethod

@@ -13,7 +13,7 @@ import queue
 import sys
 import threading
 import time
-from typing import Any
+from typing import Any, TextIO
 
 TRANSFER_SELECTOR = "app.kubernetes.io/component=cube-transfer"
 
@@ -41,7 +41,7 @@ def api_client(
     return client.CoreV1Api()
 
 
-def _pod_name(api, namespace: str, name: str | None, selector: str | None) -> str | None:
+def _pod_name(api: Any, namespace: str, name: str | None, selector: str | None) -> str | None:
     from kubernetes.client.exceptions import ApiException
 
     if name:
@@ -58,7 +58,17 @@ def _pod_name(api, namespace: str, name: str | None, selector: str | None) -> st
     return chosen[0].metadata.name if chosen else None
 
 
-def _follow(api, namespace, label, name, selector, tail, out: queue.Queue, stop, wait):
+def _follow(
+    api: Any,
+    namespace: str,
+    label: str,
+    name: str | None,
+    selector: str | None,
+    tail: int,
+    out: queue.Queue[tuple[str, str | None]],
+    stop: threading.Event,
+    wait: float,
+) -> None:
     """Put `(label, line)` on `out`; `(label, None)` at the end of the stream."""
     try:
         pod = None
@@ -94,9 +104,14 @@ def _follow(api, namespace, label, name, selector, tail, out: queue.Queue, stop,
 
 
 def follow_logs(
-    api, namespace: str, job: str, tail: int = 100, wait: float = 300.0, stream=sys.stdout
+    api: Any,
+    namespace: str,
+    job: str,
+    tail: int = 100,
+    wait: float = 300.0,
+    stream: TextIO = sys.stdout,
 ) -> int:
-    lines: queue.Queue = queue.Queue()
+    lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
     stop = threading.Event()
     sources = {
         "trainer-0": (f"{job}-trainer-0", None),

@@ -16,6 +16,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from typing import Any, TextIO
 
 from elasticctr_common.lines import BadLine, split_line
 
@@ -65,7 +66,9 @@ def parse_line(line: str, number: int, slots: set[str] | None) -> Example | str:
     return Example(number, parsed.label, grouped)
 
 
-def read_examples(lines: Iterable[str], slots: set[str] | None, summary: Summary) -> Iterator:
+def read_examples(
+    lines: Iterable[str], slots: set[str] | None, summary: Summary
+) -> Iterator[Example]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -76,14 +79,17 @@ def read_examples(lines: Iterable[str], slots: set[str] | None, summary: Summary
             yield parsed
 
 
-def post_json(url: str, body: dict, timeout: float, token: str | None = None) -> dict:
+def post_json(
+    url: str, body: dict[str, Any], timeout: float, token: str | None = None
+) -> dict[str, Any]:
     request = urllib.request.Request(
         url, data=json.dumps(body).encode(), method="POST", headers=auth_header(token)
     )
     request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
+            answer: dict[str, Any] = json.loads(response.read())
+            return answer
     except urllib.error.HTTPError as err:
         detail = err.read().decode(errors="replace")
         with contextlib.suppress(ValueError):
@@ -111,7 +117,7 @@ def predict(
     batch_size: int = 64,
     timeout: float = 30.0,
     total: int | None = None,
-    out=None,
+    out: TextIO | None = None,
     progress: bool = True,
     token: str | None = None,
 ) -> Summary:
@@ -132,12 +138,12 @@ def predict(
     return summary
 
 
-def _with_end(items: Iterator) -> Iterator:
+def _with_end(items: Iterator[Example]) -> Iterator[Example | None]:
     yield from items
     yield None
 
 
-def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out,
+def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out: TextIO | None,
           token: str | None = None) -> None:  # fmt: skip
     instances = [
         {"slots": [{"slot_name": s, "feasigns": f} for s, f in e.slots.items()]} for e in batch
@@ -179,7 +185,7 @@ def auc(labels: list[int], scores: list[float]) -> float:
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
 
 
-def report(summary: Summary, seconds: float, stream=sys.stdout) -> None:
+def report(summary: Summary, seconds: float, stream: TextIO = sys.stdout) -> None:
     skipped = sum(summary.skipped.values())
     versions = ",".join(str(v) for v in sorted(summary.versions)) or "?"
     rate = summary.examples / seconds if seconds > 0 else 0.0

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import sys
 import time
+from typing import TextIO
 
 
 class Progress:
     WIDTH = 30
 
-    def __init__(self, total: int | None, unit: str, enabled: bool = True, stream=None):
+    def __init__(
+        self, total: int | None, unit: str, enabled: bool = True, stream: TextIO | None = None
+    ) -> None:
         self.total, self.unit, self.done = total, unit, 0
         self.stream = stream or sys.stderr
         self.enabled = enabled

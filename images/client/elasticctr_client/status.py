@@ -35,7 +35,7 @@ def call(method: str, url: str, body: Any = None, timeout: float = 10.0,
         raise RuntimeError(f"{url}: {err}{unreachable_hint(url)}") from None
 
 
-def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict:
+def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict[str, Any]:
     base = mlflow_url.rstrip("/") + "/api/2.0/mlflow"
     query = urllib.parse.urlencode({"experiment_name": experiment})
     try:
@@ -67,20 +67,20 @@ def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict:
     return {"experiment": experiment, "runs": sorted(out, key=lambda r: r["run"])}
 
 
-def serving(serving_url: str, token: str | None = None, timeout: float = 10.0) -> dict:
+def serving(serving_url: str, token: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
     url = serving_url.rstrip("/") + "/status"
     status = call("GET", url, timeout=timeout, headers=auth_header(token))
     keep = ("version", "cube_committed", "cube_source", "slots", "rejected", "last_error")
     return {k: status.get(k) for k in keep}
 
 
-def transfer(transfer_url: str, timeout: float = 10.0) -> dict:
+def transfer(transfer_url: str, timeout: float = 10.0) -> dict[str, Any]:
     status = call("GET", transfer_url.rstrip("/") + "/status", timeout=timeout)
     keep = ("committed", "previous", "phase", "kept_versions", "last_error", "shards")
     return {k: status.get(k) for k in keep}
 
 
-def collect(sources: dict[str, tuple], timeout: float) -> dict:
+def collect(sources: dict[str, tuple[Any, ...]], timeout: float) -> dict[str, Any]:
     """{part: result or {"error": ...}} for sources {part: (function, *args)}."""
     report: dict[str, Any] = {}
     for part, (function, *args) in sources.items():
@@ -91,7 +91,7 @@ def collect(sources: dict[str, tuple], timeout: float) -> dict:
     return report
 
 
-def render(report: dict) -> str:
+def render(report: dict[str, Any]) -> str:
     lines = []
     train = report.get("training")
     if train is not None:

@@ -13,6 +13,7 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TextIO
 
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import open_store
@@ -35,7 +36,9 @@ def hour_dirs(source: Path) -> list[Path]:
     return [h for d in days for h in sorted(d.iterdir()) if h.is_dir() and HOUR.match(h.name)]
 
 
-def upload(source: Path, dest_uri: str, slot_conf: Path | None = None, log=sys.stderr):
+def upload(
+    source: Path, dest_uri: str, slot_conf: Path | None = None, log: TextIO = sys.stderr
+) -> UploadReport:
     if not source.is_dir():
         raise FileNotFoundError(f"{source} is not a directory")
     hours = hour_dirs(source)

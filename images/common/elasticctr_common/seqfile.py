@@ -21,9 +21,10 @@ from __future__ import annotations
 import os
 import struct
 from collections.abc import Iterable
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import numpy as np
+from numpy.typing import NDArray
 
 BYTES_WRITABLE = "org.apache.hadoop.io.BytesWritable"
 SYNC_SIZE = 16
@@ -78,7 +79,9 @@ class SequenceFileWriter:
         self._out.write(_BE_2INT.pack(record_len, len(key_bytes)) + key_bytes + value)
         self._since_sync += record_len
 
-    def write_arrays(self, keys: np.ndarray, values: np.ndarray) -> None:
+    def write_arrays(
+        self, keys: NDArray[np.integer[Any]], values: NDArray[np.floating[Any]]
+    ) -> None:
         """`keys[i] -> values[i]` for every row; vectorised for the raw framing (the
         trainer's export writes millions of rows)."""
         values = np.ascontiguousarray(values, dtype="<f4").reshape(len(keys), -1)
@@ -109,7 +112,7 @@ class SequenceFileWriter:
             start += len(chunk)
 
 
-def _raw_record(dim: int) -> np.dtype:
+def _raw_record(dim: int) -> np.dtype[np.void]:
     """One raw-framed record: lengths big-endian, key and floats little-endian."""
     return np.dtype(
         [("record_length", ">i4"), ("key_length", ">i4"), ("key", "<u8"), ("value", "<f4", (dim,))]
@@ -118,7 +121,8 @@ def _raw_record(dim: int) -> np.dtype:
 
 def write_sequence_file(
     path: str | os.PathLike[str],
-    records: Iterable[tuple[int, bytes]] | tuple[np.ndarray, np.ndarray],
+    records: Iterable[tuple[int, bytes]]
+    | tuple[NDArray[np.integer[Any]], NDArray[np.floating[Any]]],
     framing: str = RAW,
 ) -> None:
     """Write `records` ((key, value bytes) pairs, or a (keys, values) pair of arrays)."""
@@ -146,7 +150,7 @@ class _Cursor:
         return chunk
 
     def vint(self) -> int:
-        first = struct.unpack(">b", self.take(1, "a VInt"))[0]
+        first: int = struct.unpack(">b", self.take(1, "a VInt"))[0]
         if first >= -112:
             return first
         negative = first < -120
@@ -163,7 +167,7 @@ class _Cursor:
 
 def read_sequence_file(
     data: bytes | memoryview, source: str = "<sequence file>", dim: int | None = None
-) -> tuple[np.ndarray, np.ndarray]:
+) -> tuple[NDArray[np.uint64], NDArray[np.float32]]:
     """Parse a whole SequenceFile: (keys uint64 [n], values float32 [n, dim]).
 
     `dim`, if given, is the expected vector length; otherwise the first record sets it
@@ -188,7 +192,7 @@ def read_sequence_file(
         cur.text("a metadata value")
     sync = bytes(cur.take(SYNC_SIZE, "the sync marker"))
 
-    keys: list[bytes] = []
+    keys: list[memoryview] = []
     values: list[memoryview] = []
     key_len = value_len = prefix = -1
     buf, end = cur.data, len(cur.data)

@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 from elasticctr_common.seqfile import SequenceFileError, read_sequence_file
 from elasticctr_common.storage import Store, open_store
+from numpy.typing import NDArray
 
 from .manifest import MANIFEST, Manifest, ShardEntry, shard_file_name
 from .shardfile import DuplicateKeyError, write_shard_file
@@ -78,7 +79,9 @@ def build(
     return manifest
 
 
-def _spill(spill: Path, keys: np.ndarray, values: np.ndarray, shard_num: int) -> None:
+def _spill(
+    spill: Path, keys: NDArray[np.uint64], values: NDArray[np.float32], shard_num: int
+) -> None:
     shard_of = keys % np.uint64(shard_num)
     for s in range(shard_num):
         mask = shard_of == s
@@ -88,7 +91,9 @@ def _spill(spill: Path, keys: np.ndarray, values: np.ndarray, shard_num: int) ->
             f.write(values[mask].astype("<f4").tobytes())
 
 
-def _write_shard(spill: Path, out: Path, shard: int, shard_num: int, version: int, dim: int):
+def _write_shard(
+    spill: Path, out: Path, shard: int, shard_num: int, version: int, dim: int
+) -> ShardEntry:
     keys_file, values_file = spill / f"{shard}.keys", spill / f"{shard}.values"
     keys = np.fromfile(keys_file, dtype="<u8") if keys_file.exists() else np.zeros(0, "<u8")
     values = np.fromfile(values_file, dtype="<f4") if values_file.exists() else np.zeros(0, "<f4")

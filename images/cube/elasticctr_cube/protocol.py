@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 REQUEST_MAGIC = b"\xcbCQ\x01"
 RESPONSE_MAGIC = b"\xcbCR\x01"
@@ -51,7 +53,7 @@ class ResponseHeader:
         return self.count * self.dim * 4 + (self.count + 7) // 8
 
 
-def encode_request(keys: np.ndarray, version: int | None = None) -> bytes:
+def encode_request(keys: NDArray[np.integer[Any]], version: int | None = None) -> bytes:
     keys = np.ascontiguousarray(keys, dtype="<u8")
     flags = 0 if version is None else FLAG_PINNED
     head = REQUEST_HEADER.pack(REQUEST_MAGIC, flags, version or 0, len(keys), 0)
@@ -65,7 +67,9 @@ def decode_header(data: bytes | bytearray | memoryview) -> ResponseHeader:
     return ResponseHeader(status, version, count, dim, missing)
 
 
-def decode_body(header: ResponseHeader, body: bytes | bytearray | memoryview):
+def decode_body(
+    header: ResponseHeader, body: bytes | bytearray | memoryview
+) -> tuple[NDArray[np.float32], NDArray[np.bool_]]:
     """(values float32 [count, dim], found bool [count]) of an OK response body."""
     n, dim = header.count, header.dim
     values = np.frombuffer(body, dtype="<f4", count=n * dim).reshape(n, dim)

@@ -24,8 +24,10 @@ import struct
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 MAGIC = b"ECUBESH1"
 FORMAT = 1
@@ -86,7 +88,7 @@ class ShardHeader:
         return head + struct.pack("<I", zlib.crc32(head)) + bytes(8)
 
 
-def mix64(keys: np.ndarray) -> np.ndarray:
+def mix64(keys: NDArray[np.integer[Any]]) -> NDArray[np.uint64]:
     z = np.asarray(keys, dtype=np.uint64)
     with np.errstate(over="ignore"):
         z = (z ^ (z >> np.uint64(30))) * _M1
@@ -100,7 +102,7 @@ def bucket_bits_for(key_count: int) -> int:
     return (buckets - 1).bit_length()
 
 
-def buckets_of(keys: np.ndarray, bits: int) -> np.ndarray:
+def buckets_of(keys: NDArray[np.integer[Any]], bits: int) -> NDArray[np.int64]:
     if bits == 0:
         return np.zeros(len(keys), dtype=np.int64)
     return (mix64(keys) >> np.uint64(64 - bits)).astype(np.int64)
@@ -120,8 +122,8 @@ def write_shard_file(
     version: int,
     shard: int,
     shard_num: int,
-    keys: np.ndarray,
-    values: np.ndarray,
+    keys: NDArray[np.integer[Any]],
+    values: NDArray[np.floating[Any]],
 ) -> WrittenShard:
     """Sort `keys`/`values` into the shard layout and write them to `path`."""
     keys = np.asarray(keys, dtype=np.uint64)
@@ -175,7 +177,9 @@ def read_header(data: bytes | memoryview, source: str) -> ShardHeader:
     return ShardHeader(*fields[3:])
 
 
-def read_shard_file(path: str | Path) -> tuple[ShardHeader, np.ndarray, np.ndarray]:
+def read_shard_file(
+    path: str | Path,
+) -> tuple[ShardHeader, NDArray[np.uint64], NDArray[np.float32]]:
     """Check a shard file as the server does; (header, keys, values [n, dim])."""
     data = Path(path).read_bytes()
     header = read_header(data, str(path))

@@ -19,6 +19,7 @@ from collections.abc import Callable
 
 import orjson
 from aiohttp import web
+from aiohttp.typedefs import Handler
 
 from . import native
 from .batcher import Batcher, Prediction, Unavailable
@@ -89,7 +90,7 @@ class ServingApp:
         return app
 
     @web.middleware
-    async def _errors(self, request: web.Request, handler: Callable) -> web.StreamResponse:
+    async def _errors(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Latency and counts of every request; aiohttp's own errors (404, 405) as JSON."""
         started = time.perf_counter()
         path = request.path if request.path in PATHS else "other"
@@ -112,7 +113,7 @@ class ServingApp:
         return hmac.compare_digest(given, self._expected)
 
     @web.middleware
-    async def _auth(self, request: web.Request, handler: Callable) -> web.StreamResponse:
+    async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         if request.path in PROBES or self.authorized(request):
             return await handler(request)
         message = "missing or wrong bearer token (Authorization: Bearer <serving_token>)"
@@ -129,7 +130,13 @@ class ServingApp:
     async def predict(self, request: web.Request) -> web.Response:
         return await self._predict(request, True, plain_answer, plain_error)
 
-    async def _predict(self, request, plain: bool, answer, error) -> web.Response:
+    async def _predict(
+        self,
+        request: web.Request,
+        plain: bool,
+        answer: Callable[[Prediction], web.Response],
+        error: Callable[[int, str], web.Response],
+    ) -> web.Response:
         self.batcher.arrive()
         queued = False
         try:

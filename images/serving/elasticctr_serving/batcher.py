@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from elasticctr_cube.client import CubeClient, CubeError, CubeRequestError, CubeVersionError
+from numpy.typing import NDArray
 
 from .instances import BadRequest, Parsed, merge
 from .metrics import ServingMetrics
@@ -45,7 +46,7 @@ from .native import parser
 log = logging.getLogger("elasticctr_serving.batcher")
 
 
-def _deliver(outcomes: list[tuple[_Pending, object]]) -> None:
+def _deliver(outcomes: list[tuple[_Pending, Prediction | BaseException]]) -> None:
     """Answer the requests of a batch (on their event loop)."""
     for pending, outcome in outcomes:
         if pending.future.done():  # the client went away and its handler was cancelled
@@ -63,20 +64,24 @@ class Unavailable(Exception):
 @dataclass
 class Prediction:
     version: int
-    probabilities: np.ndarray  # [n, 2]
+    probabilities: NDArray[np.float32]  # [n, 2]
 
 
 @dataclass
 class _Pending:
     parsed: Parsed
     model: DenseModel  # the model the request was parsed for (its slots)
-    future: asyncio.Future  # of the event loop that queued it
+    future: asyncio.Future[Prediction]  # of the event loop that queued it
     queued: float = field(default_factory=time.monotonic)
 
 
 def pool(
-    keys_values: np.ndarray, slots: np.ndarray, rows: np.ndarray, slot_count: int, count: int
-) -> np.ndarray:
+    keys_values: NDArray[np.float32],
+    slots: NDArray[np.int32],
+    rows: NDArray[np.int32],
+    slot_count: int,
+    count: int,
+) -> NDArray[np.float32]:
     """Sum the vectors of each (slot, instance): float32 [slot_count, count, dim], each
     slot's block contiguous, as the predictor's inputs want them."""
     dim = keys_values.shape[1]
@@ -129,7 +134,7 @@ class Batcher:
             self.arriving -= 1
             self._cond.notify_all()
 
-    def submit(self, parsed: Parsed, model: DenseModel) -> asyncio.Future:
+    def submit(self, parsed: Parsed, model: DenseModel) -> asyncio.Future[Prediction]:
         """Queue a request parsed for `model` (the handler called arrive() before); the
         future is the event loop's and gets the Prediction or the error."""
         pending = _Pending(parsed, model, asyncio.get_running_loop().create_future())
@@ -181,9 +186,11 @@ class Batcher:
             except RuntimeError:  # the loop is closed: the server is stopping
                 return
 
-    def _execute(self, worker: int, batch: list[_Pending]) -> list[tuple[_Pending, object]]:
+    def _execute(
+        self, worker: int, batch: list[_Pending]
+    ) -> list[tuple[_Pending, Prediction | BaseException]]:
         """Each request's Prediction, or the exception it must raise."""
-        outcomes: list[tuple[_Pending, object]] = []
+        outcomes: list[tuple[_Pending, Prediction | BaseException]] = []
         try:
             # A request parsed for another model's slots (a switch in between) runs alone,
             # on the model it was parsed for, if that one can still be served.
@@ -206,7 +213,7 @@ class Batcher:
 
     def _isolated(
         self, worker: int, model: DenseModel, pending: list[_Pending]
-    ) -> list[tuple[_Pending, object]]:
+    ) -> list[tuple[_Pending, Prediction | BaseException]]:
         """The requests' outcomes; if they fail together for a reason that may be one
         request's (not cube being unavailable), each runs again alone."""
         try:
@@ -219,14 +226,14 @@ class Batcher:
                     log.exception("request failed")
                 return [(pending[0], err)]
         self.metrics.isolated.inc(len(pending))
-        outcomes: list[tuple[_Pending, object]] = []
+        outcomes: list[tuple[_Pending, Prediction | BaseException]] = []
         for p in pending:
             outcomes += self._isolated(worker, model, [p])
         return outcomes
 
     def _predict(
         self, worker: int, model: DenseModel, pending: list[_Pending]
-    ) -> list[tuple[_Pending, object]]:
+    ) -> list[tuple[_Pending, Prediction | BaseException]]:
         now = time.monotonic()
         self.metrics.stage_seconds.inc(sum(now - p.queued for p in pending), "queue")
         count, keys, slots, rows = merge([p.parsed for p in pending])
@@ -251,7 +258,7 @@ class Batcher:
         m.batches.inc()
         m.examples.inc(count)
         m.batch_size.observe(count)
-        outcomes: list[tuple[_Pending, object]] = []
+        outcomes: list[tuple[_Pending, Prediction | BaseException]] = []
         start = 0
         for p in pending:
             end = start + p.parsed.count
@@ -259,7 +266,15 @@ class Batcher:
             start = end
         return outcomes
 
-    def _infer(self, worker, model: DenseModel, count, keys, slots, rows) -> np.ndarray:
+    def _infer(
+        self,
+        worker: int,
+        model: DenseModel,
+        count: int,
+        keys: NDArray[np.uint64],
+        slots: NDArray[np.int32],
+        rows: NDArray[np.int32],
+    ) -> NDArray[np.float32]:
         stage = self.metrics.stage_seconds
         started = time.perf_counter()
         native = parser()

@@ -23,13 +23,17 @@ import array
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
+from typing import Any
 
 import numpy as np
 import orjson
+from numpy.typing import NDArray
 
 from .native import parser
 
 MAX_FEASIGN = 2**64 - 1
+# (instance, slot index, count, slot name) of one slot's feasigns in a request
+Entry = tuple[int, int, int, str]
 
 
 class BadRequest(Exception):
@@ -43,9 +47,9 @@ class BadRequest(Exception):
 @dataclass
 class Parsed:
     count: int  # instances
-    keys: np.ndarray  # uint64 sparse keys, padding (0) removed
-    slots: np.ndarray  # int32 slot index (model input order) of each key
-    rows: np.ndarray  # int32 instance index of each key
+    keys: NDArray[np.uint64]  # sparse keys, padding (0) removed
+    slots: NDArray[np.int32]  # slot index (model input order) of each key
+    rows: NDArray[np.int32]  # instance index of each key
 
 
 class SlotSpace:
@@ -87,7 +91,7 @@ def load_json(body: bytes) -> object:
         raise BadRequest(f"malformed JSON: {err}") from None
 
 
-def instances_of(request: object, max_instances: int) -> list:
+def instances_of(request: object, max_instances: int) -> list[Any]:
     if not isinstance(request, dict) or "instances" not in request:
         raise BadRequest('the body must be a JSON object with an "instances" list')
     instances = request["instances"]
@@ -114,8 +118,8 @@ def parse_elasticctr(
         except (KeyError, TypeError, AttributeError, OverflowError, BadRequest):
             pass  # something is off: the careful loop below finds and names it
     index = space.index
-    feasigns: list = []
-    entries: list[tuple[int, int, int, str]] = []  # (instance, slot index, count, slot name)
+    feasigns: list[Any] = []  # JSON values, checked when converted
+    entries: list[Entry] = []  # (instance, slot index, count, slot name)
     for i, instance in enumerate(instances):
         slots = instance.get("slots") if isinstance(instance, dict) else None
         if not isinstance(slots, list):
@@ -131,7 +135,7 @@ def parse_elasticctr(
     return _finish(len(instances), feasigns, entries, space)
 
 
-def _parse_elasticctr_quickly(instances: list, space: SlotSpace) -> Parsed:
+def _parse_elasticctr_quickly(instances: list[Any], space: SlotSpace) -> Parsed:
     """The usual, well-formed request with as little work per slot as Python allows: every
     pass is a C-level map, no bytecode runs per slot or feasign (~3x less time than the
     careful loop). Any exception sends the request to the careful loop."""
@@ -164,8 +168,8 @@ def parse_plain(
 ) -> Parsed:
     instances = instances_of(request, max_instances)
     index = space.index
-    feasigns: list = []
-    entries: list[tuple[int, int, int, str]] = []
+    feasigns: list[Any] = []  # JSON values, checked when converted
+    entries: list[Entry] = []
     for i, instance in enumerate(instances):
         if not isinstance(instance, dict):
             raise BadRequest(f"instance {i}: expected an object of slot -> feasign list")
@@ -177,7 +181,15 @@ def parse_plain(
     return _finish(len(instances), feasigns, entries, space)
 
 
-def _add(feasigns, entries, index, i, name, values, space: SlotSpace) -> None:
+def _add(
+    feasigns: list[Any],
+    entries: list[Entry],
+    index: dict[str, int],
+    i: int,
+    name: object,
+    values: object,
+    space: SlotSpace,
+) -> None:
     slot = index.get(name if isinstance(name, str) else str(name))
     if slot is None:
         known = ", ".join(str(s) for s in space.slots)
@@ -188,7 +200,7 @@ def _add(feasigns, entries, index, i, name, values, space: SlotSpace) -> None:
     entries.append((i, slot, len(values), str(name)))
 
 
-def _finish(count: int, feasigns: list, entries: list, space: SlotSpace) -> Parsed:
+def _finish(count: int, feasigns: list[Any], entries: list[Entry], space: SlotSpace) -> Parsed:
     raw = _as_uint64(feasigns)
     if raw is None:
         raw = _convert_slowly(feasigns, entries)
@@ -198,7 +210,13 @@ def _finish(count: int, feasigns: list, entries: list, space: SlotSpace) -> Pars
     return _keys(count, raw, slots, rows, space)
 
 
-def _keys(count, raw: np.ndarray, slots, rows, space: SlotSpace) -> Parsed:
+def _keys(
+    count: int,
+    raw: NDArray[np.uint64],
+    slots: NDArray[np.int32],
+    rows: NDArray[np.int32],
+    space: SlotSpace,
+) -> Parsed:
     keys = raw % np.uint64(space.sparse_dim)
     real = keys != 0
     if not real.all():
@@ -206,7 +224,7 @@ def _keys(count, raw: np.ndarray, slots, rows, space: SlotSpace) -> Parsed:
     return Parsed(count, keys, slots, rows)
 
 
-def _as_uint64(feasigns: list) -> np.ndarray | None:
+def _as_uint64(feasigns: list[Any]) -> NDArray[np.uint64] | None:
     """The feasigns as uint64 if all are ints in range (no bool, float or str), else None."""
     if not all(type(f) is int for f in feasigns):
         return None
@@ -220,7 +238,7 @@ def _as_uint64(feasigns: list) -> np.ndarray | None:
             return None
 
 
-def _convert_slowly(feasigns: list, entries: list) -> np.ndarray:
+def _convert_slowly(feasigns: list[Any], entries: list[Entry]) -> NDArray[np.uint64]:
     """The feasigns as uint64, accepting decimal strings (protobuf's JSON form of uint64);
     a BadRequest naming the first value that is not an unsigned 64-bit integer."""
     out = np.empty(len(feasigns), dtype=np.uint64)
@@ -247,7 +265,9 @@ def _feasign(value: object) -> int | None:
     return None
 
 
-def merge(parts: list[Parsed]) -> tuple[int, np.ndarray, np.ndarray, np.ndarray]:
+def merge(
+    parts: list[Parsed],
+) -> tuple[int, NDArray[np.uint64], NDArray[np.int32], NDArray[np.int32]]:
     """One batch of several requests: (instances, keys, slots, rows), rows renumbered."""
     if len(parts) == 1:
         p = parts[0]

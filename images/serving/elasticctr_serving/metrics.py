@@ -35,7 +35,9 @@ def _number(value: float) -> str:
 class _Metric:
     kind = ""
 
-    def __init__(self, registry: Registry, name: str, help_text: str, labels: Iterable[str]):
+    def __init__(
+        self, registry: Registry, name: str, help_text: str, labels: Iterable[str]
+    ) -> None:
         self.name, self.help, self.label_names = name, help_text, tuple(labels)
         self._lock = registry.lock
         registry.metrics.append(self)
@@ -43,12 +45,17 @@ class _Metric:
     def header(self) -> list[str]:
         return [f"# HELP {self.name} {self.help}", f"# TYPE {self.name} {self.kind}"]
 
+    def render(self) -> list[str]:
+        raise NotImplementedError
+
 
 class Counter(_Metric):
     kind = "counter"
 
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
+    def __init__(
+        self, registry: Registry, name: str, help_text: str, labels: Iterable[str]
+    ) -> None:
+        super().__init__(registry, name, help_text, labels)
         self.values: dict[tuple[str, ...], float] = {}
 
     def inc(self, amount: float = 1.0, *labels: str) -> None:
@@ -77,7 +84,14 @@ class Gauge(Counter):
 class Histogram(_Metric):
     kind = "histogram"
 
-    def __init__(self, registry, name, help_text, labels=(), buckets=LATENCY_BUCKETS):
+    def __init__(
+        self,
+        registry: Registry,
+        name: str,
+        help_text: str,
+        labels: Iterable[str] = (),
+        buckets: Iterable[float] = LATENCY_BUCKETS,
+    ) -> None:
         super().__init__(registry, name, help_text, labels)
         self.buckets = tuple(buckets)
         self.series: dict[tuple[str, ...], list[float]] = {}  # counts per bucket, +Inf, sum

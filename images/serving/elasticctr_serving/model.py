@@ -29,10 +29,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import paddle.inference as paddle_infer
 from elasticctr_common.storage import Store
+from numpy.typing import NDArray
 
 from .instances import SlotSpace
 
@@ -46,17 +48,17 @@ class ModelError(Exception):
 @dataclass
 class DenseModel:
     version: int
-    meta: dict
+    meta: dict[str, Any]  # meta.json
     space: SlotSpace
     embedding_dim: int
-    predictors: list  # one per batch worker
+    predictors: list[paddle_infer.Predictor]  # one per batch worker
     loaded_at: float
     load_seconds: float
 
     def __post_init__(self) -> None:
-        self._handles: dict[int, tuple[list, object]] = {}
+        self._handles: dict[int, tuple[list[paddle_infer.Tensor], paddle_infer.Tensor]] = {}
 
-    def predict(self, worker: int, pooled: np.ndarray) -> np.ndarray:
+    def predict(self, worker: int, pooled: NDArray[np.float32]) -> NDArray[np.float32]:
         """[slots, n, dim] pooled embeddings -> [n, 2] class probabilities."""
         predictor = self.predictors[worker]
         handles = self._handles.get(worker)
@@ -68,12 +70,13 @@ class DenseModel:
         for handle, values in zip(inputs, pooled, strict=True):
             handle.copy_from_cpu(values)  # sets the shape too
         predictor.run()
-        return output.copy_to_cpu()  # type: ignore[attr-defined]
+        probabilities: NDArray[np.float32] = output.copy_to_cpu()
+        return probabilities
 
-    def _output_name(self, predictor) -> str:
-        names = predictor.get_output_names()
-        fetch = self.meta.get("fetch_name")
-        return fetch if fetch in names else names[0]
+    def _output_name(self, predictor: paddle_infer.Predictor) -> str:
+        names: list[str] = predictor.get_output_names()
+        fetch: str | None = self.meta.get("fetch_name")
+        return fetch if fetch is not None and fetch in names else names[0]
 
 
 def load_model(
@@ -144,7 +147,7 @@ ONEDNN_FUSES = (
 )
 
 
-def _create_predictor(version: int, program: bytes, params: bytes):
+def _create_predictor(version: int, program: bytes, params: bytes) -> paddle_infer.Predictor:
     config = paddle_infer.Config()
     config.set_model_buffer(program, len(program), params, len(params))
     config.disable_gpu()
@@ -186,7 +189,7 @@ def _smoke_test(model: DenseModel) -> None:
 CHILD_TIMEOUT = 300.0
 
 
-def _check_in_child(version: int, meta: dict, program: bytes, params: bytes) -> None:
+def _check_in_child(version: int, meta: dict[str, Any], program: bytes, params: bytes) -> None:
     """Load and probe the model in a child process: a crash there rejects the version."""
     with tempfile.TemporaryDirectory(prefix=f"elasticctr-check-{version}-") as tmp:
         Path(tmp, "model.pdmodel").write_bytes(program)

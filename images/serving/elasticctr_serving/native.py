@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 from elasticctr_common.cargo import cargo_build
+from numpy.typing import NDArray
 
 log = logging.getLogger("elasticctr_serving.native")
 PARSER_DIR = Path(__file__).resolve().parent.parent / "parser"
@@ -91,7 +92,7 @@ class NativeParser:
 
     def parse(
         self, body: bytes, names: bytes, plain: bool, max_instances: int
-    ) -> tuple[int, np.ndarray, np.ndarray, np.ndarray] | None:
+    ) -> tuple[int, NDArray[np.uint64], NDArray[np.int32], NDArray[np.int32]] | None:
         """(instances, raw uint64 feasigns, int32 slot index, int32 instance index), or
         None when the body is not in the parser's subset (the Python code decides)."""
         cap = len(body) // 2 + 1  # every feasign takes a digit and a separator
@@ -114,7 +115,7 @@ class NativeParser:
             scratch.rows[:n].copy(),
         )
 
-    def unique(self, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def unique(self, keys: NDArray[np.uint64]) -> tuple[NDArray[np.uint64], NDArray[np.int64]]:
         """(distinct keys in order of first appearance, int64 position of each key among
         them): what np.unique(keys, return_inverse=True) says, in another order, faster."""
         keys = np.ascontiguousarray(keys, dtype=np.uint64)
@@ -127,13 +128,13 @@ class NativeParser:
 
     def pool(
         self,
-        values: np.ndarray,
-        inverse: np.ndarray,
-        slots: np.ndarray,
-        rows: np.ndarray,
+        values: NDArray[np.float32],
+        inverse: NDArray[np.int64],
+        slots: NDArray[np.int32],
+        rows: NDArray[np.int32],
         slot_count: int,
         count: int,
-    ) -> np.ndarray:
+    ) -> NDArray[np.float32]:
         """batcher.pool(values[inverse], slots, rows, slot_count, count), bit for bit."""
         values = np.ascontiguousarray(values, dtype=np.float32)
         inverse = np.ascontiguousarray(inverse, dtype=np.int64)

@@ -23,6 +23,7 @@ import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from elasticctr_common.storage import Store
@@ -42,9 +43,10 @@ class Rejection:
     attempts: int
 
 
-def get_json(url: str, timeout: float) -> dict:
+def get_json(url: str, timeout: float) -> dict[str, Any]:
     with urllib.request.urlopen(url, timeout=timeout) as response:
-        return orjson.loads(response.read())
+        body: dict[str, Any] = orjson.loads(response.read())
+        return body
 
 
 class ModelManager:
@@ -71,7 +73,7 @@ class ModelManager:
         self.cube_version: int | None = None
         self.cube_source = ""
         self.last_error: str | None = None
-        self.history: list[dict] = []
+        self.history: list[dict[str, Any]] = []
         self._wake = threading.Event()
         self._stop = threading.Event()
         self.thread = threading.Thread(target=self._follow, name="rollout", daemon=True)
@@ -196,7 +198,7 @@ class ModelManager:
             error,
         )
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         active = self._active
         return {
             "version": active.version if active else None,

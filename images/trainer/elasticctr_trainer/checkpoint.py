@@ -21,9 +21,11 @@ import os
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from elasticctr_common.storage import Store
+from numpy.typing import NDArray
 
 log = logging.getLogger(__name__)
 INDEX = "index"
@@ -72,13 +74,13 @@ def own_part_files(directory: str, rank: int) -> list[Path]:
 # trainer 0 -------------------------------------------------------------------------
 
 
-def save_dense(store: Store, pass_id: int, arrays: dict[str, np.ndarray]) -> None:
+def save_dense(store: Store, pass_id: int, arrays: dict[str, NDArray[Any]]) -> None:
     buffer = io.BytesIO()
     np.savez(buffer, **arrays)
     store.write_bytes(f"pass-{pass_id}/dense.npz", buffer.getvalue())
 
 
-def load_dense(store: Store, pass_id: int) -> dict[str, np.ndarray]:
+def load_dense(store: Store, pass_id: int) -> dict[str, NDArray[Any]]:
     with np.load(io.BytesIO(store.read_bytes(f"pass-{pass_id}/dense.npz"))) as data:
         return {name: data[name] for name in data.files}
 

@@ -17,6 +17,7 @@ from functools import cached_property
 
 import numpy as np
 from elasticctr_common.storage import open_store
+from numpy.typing import NDArray
 
 from .hours import format_hour, parse_hour
 from .metrics import auc
@@ -25,9 +26,9 @@ from .metrics import auc
 @dataclass
 class SyntheticModel:
     slots: list[int]
-    feasigns: list[np.ndarray]  # per slot: uint64 vocabulary
-    weights: list[np.ndarray]  # per slot: float weight of each feasign
-    popularity: np.ndarray  # probability of each vocabulary rank
+    feasigns: list[NDArray[np.uint64]]  # per slot: uint64 vocabulary
+    weights: list[NDArray[np.float64]]  # per slot: float weight of each feasign
+    popularity: NDArray[np.float64]  # probability of each vocabulary rank
     bias: float
     max_feasigns: int
     empty_slot_prob: float
@@ -53,7 +54,7 @@ class SyntheticModel:
             empty_slot_prob=empty_slot_prob,
         )
 
-    def sample(self, count: int, rng: np.random.Generator) -> tuple[list[str], np.ndarray]:
+    def sample(self, count: int, rng: np.random.Generator) -> tuple[list[str], NDArray[np.float64]]:
         """`count` lines and their true click probabilities."""
         logits = np.full(count, self.bias)
         tokens: list[list[str]] = [[] for _ in range(count)]

@@ -55,7 +55,8 @@ def data_files(data: Store, hour: str) -> list[str]:
 
 def ready_hours(data: Store, start: str, end: str) -> tuple[list[str], list[str]]:
     """(ready, skipped) hours of START..END for offline training."""
-    ready, skipped = [], []
+    ready: list[str] = []
+    skipped: list[str] = []
     for hour in hour_range(start, end):
         (ready if is_ready(data, hour) else skipped).append(hour)
     return ready, skipped

@@ -53,7 +53,7 @@ def run_local(config: str, pservers: int, trainers: int, log_dir: str) -> int:
     logs.mkdir(parents=True, exist_ok=True)
     envs = process_envs(pservers, trainers, free_ports(pservers))
     pythonpath = os.pathsep.join(p for p in sys.path if p)
-    procs: dict[str, subprocess.Popen] = {}
+    procs: dict[str, subprocess.Popen[bytes]] = {}
     command = [sys.executable, "-m", "elasticctr_trainer", "run", "--config", config]
     signal.signal(signal.SIGTERM, _exit_on_signal)
     try:
@@ -76,7 +76,7 @@ def _exit_on_signal(signum: int, frame: object) -> None:
     raise SystemExit(128 + signum)  # runs run_local's `finally`, which stops the processes
 
 
-def _supervise(procs: dict[str, subprocess.Popen]) -> int:
+def _supervise(procs: dict[str, subprocess.Popen[bytes]]) -> int:
     """1 as soon as any process fails; 0 once every trainer finished (trainer 0 stops the
     pservers at the end, so they exit 0 too)."""
     trainers = [p for n, p in procs.items() if n.startswith("trainer-")]
@@ -99,7 +99,7 @@ def _supervise(procs: dict[str, subprocess.Popen]) -> int:
         time.sleep(0.2)
 
 
-def _stop(procs: dict[str, subprocess.Popen]) -> None:
+def _stop(procs: dict[str, subprocess.Popen[bytes]]) -> None:
     for proc in procs.values():
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGTERM)

@@ -45,7 +45,7 @@ def build_training_program(hyper: HyperParameters, slot_count: int, pservers: in
     return net
 
 
-def dense_parameter_names(program) -> list[str]:
+def dense_parameter_names(program: paddle.static.Program) -> list[str]:
     from .model import SPARSE_TABLE
 
     return [p.name for p in program.all_parameters() if p.name != SPARSE_TABLE]

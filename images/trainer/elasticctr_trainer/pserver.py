@@ -26,7 +26,7 @@ from .roles import Role
 log = logging.getLogger(__name__)
 
 
-def start_sync_helper(config: TrainerConfig, role: Role) -> subprocess.Popen:
+def start_sync_helper(config: TrainerConfig, role: Role) -> subprocess.Popen[bytes]:
     command = [
         sys.executable, "-m", "elasticctr_trainer", "pserver-sync",
         "--checkpoint-uri", config.runner.checkpoint_uri,

@@ -15,6 +15,7 @@ import json
 import re
 import threading
 import urllib.parse
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -100,7 +101,7 @@ class FakeBaidu:
             if rule_method == method and re.fullmatch(rule_path, path):
                 del self.injected[index]
                 return status, {"code": code, "message": message, "requestId": "req-injected"}
-        routes = [
+        routes: list[tuple[str, str, Callable[..., tuple[int, Any]]]] = [
             ("POST", r"/v2/cluster", self._create_cluster),
             ("GET", r"/v2/cluster/(?P<cid>[\w-]+)", self._get_cluster),
             ("DELETE", r"/v2/cluster/(?P<cid>[\w-]+)", self._delete_cluster),

@@ -93,15 +93,15 @@ def test_bad_args_fail_before_any_child(build: object, message: str) -> None:
 
 
 def test_aws_without_a_bucket_makes_no_bucket_and_no_pod_identity_role() -> None:
-    graph = harness.run(
-        lambda: EksCluster(
+    def program() -> None:
+        EksCluster(
             "c",
             EksClusterArgs(
                 "n", "us-west-2", "1.33", (NodePoolSpec("cpu", "m6i.large", 1, 1, 1, 50),)
             ),
-        ),
-        {},
-    )
+        )
+
+    graph = harness.run(program, {})
     assert not graph.of_type("aws:s3/bucket:Bucket")
     assert not graph.of_type("aws:eks/podIdentityAssociation:PodIdentityAssociation")
     outputs = graph.one("elasticctr:cluster:EksCluster").outputs

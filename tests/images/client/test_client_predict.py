@@ -66,7 +66,9 @@ def test_predict_prints_probabilities_and_the_auc(stack, data, tmp_path):
     assert np.array_equal(rows[:, 0], labels)
     assert np.max(np.abs(rows[:, 1] - probs)) <= 1e-5
     assert set(rows[:, 2]) == {1}
-    auc = float(re.search(r"^AUC: (\S+)$", done.stdout, re.M).group(1))
+    found = re.search(r"^AUC: (\S+)$", done.stdout, re.M)
+    assert found is not None, done.stdout
+    auc = float(found.group(1))
     assert auc == pytest.approx(rank_auc(labels, probs), abs=1e-4)
     assert f"examples: {len(probs)} (model version 1), skipped lines: 8" in done.stdout
     assert "unknown slot 999" in done.stdout

@@ -7,8 +7,7 @@ import pytest
 from elasticctr_client import upload as upload_module
 from elasticctr_common.storage import LocalStore, open_store
 
-from tests.images.client.conftest import run_client
-from tests.images.client.test_client_predict import fake_pulumi
+from tests.images.client.conftest import fake_pulumi, run_client
 
 
 @pytest.fixture

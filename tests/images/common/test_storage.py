@@ -7,7 +7,6 @@ import re
 import threading
 
 import pytest
-from elasticctr_common import storage
 from elasticctr_common.storage import (
     TMP_PREFIX,
     HdfsStore,
@@ -155,7 +154,7 @@ def _fail_commit(store, monkeypatch) -> None:
         raise OSError("injected failure")
 
     if isinstance(store, LocalStore):
-        monkeypatch.setattr(storage.os, "replace", boom)
+        monkeypatch.setattr("elasticctr_common.storage.os.replace", boom)
     elif isinstance(store, HdfsStore):
         monkeypatch.setattr(store.client, "rename", boom)
     else:
@@ -204,6 +203,7 @@ def test_hdfs_user_comes_from_hdfs_ugi(hdfs_cluster, monkeypatch):
     monkeypatch.delenv("HADOOP_USER_NAME")
     monkeypatch.setenv("HDFS_UGI", f"{hdfs_cluster.user},secret")
     store = open_store(f"{hdfs_cluster.url}/ugi-test")
+    assert isinstance(store, HdfsStore)
     store.write_text("f", "x")
     assert store.client.get_file_info(store._path("f")).owner == hdfs_cluster.user
 

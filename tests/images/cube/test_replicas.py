@@ -24,7 +24,8 @@ class Readers:
     """Threads seeking random keys until stopped; every failure is kept."""
 
     def __init__(self, cluster, tables, threads: int = 3, **client) -> None:
-        self.stop, self.errors, self.reads = threading.Event(), [], [0]
+        self.stop, self.reads = threading.Event(), [0]
+        self.errors: list[str] = []
         self.latencies: list[float] = []
         self.clients = [cluster.client(**client) for _ in range(threads)]
         self.threads = [

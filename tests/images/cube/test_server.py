@@ -6,6 +6,7 @@ import base64
 import socket
 import sys
 import time
+from typing import Any
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ MISSING = 4294967295  # Paddle's cube answers status -1 as uint32 for a missing 
 @pytest.fixture
 def shard_files(tmp_path):
     """Shard 0 of 2 for versions 1..3 (only keys k % 2 == 0)."""
-    files = {}
+    files: dict[int | str, Any] = {}
     for version in (1, 2, 3):
         keys, values = model_table(version, n=400)
         mine = keys % 2 == 0

@@ -10,7 +10,8 @@ import pytest
 from elasticctr_cube.server import build_server
 from elasticctr_serving.native import NativeParser, build_parser
 
-from tests.images.serving.servingtest import CubeCluster, Processes, Serving, publish
+from tests.images.cube.cubetest import CubeCluster
+from tests.images.serving.servingtest import Processes, Serving, publish
 
 
 @pytest.fixture(scope="session")

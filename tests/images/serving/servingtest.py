@@ -43,13 +43,13 @@ def http(method: str, url: str, body: bytes | dict | None = None, timeout: float
     request.add_header("Content-Type", "application/json")
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
-            status, raw, headers = response.status, response.read(), response.headers
+            status, raw, answer_headers = response.status, response.read(), response.headers
     except urllib.error.HTTPError as err:
-        status, raw, headers = err.code, err.read(), err.headers
+        status, raw, answer_headers = err.code, err.read(), err.headers
     try:
-        return status, json.loads(raw), headers
+        return status, json.loads(raw), answer_headers
     except ValueError:
-        return status, raw.decode(errors="replace"), headers
+        return status, raw.decode(errors="replace"), answer_headers
 
 
 class Serving:

@@ -87,7 +87,7 @@ instance = st.one_of(
 @settings(max_examples=500, deadline=None)
 @given(st.lists(instance, min_size=1, max_size=4))
 def test_quick_and_careful_parsing_give_the_same_answer(instances):
-    results = []
+    results: list[tuple[object, ...]] = []
     for quick in (True, False):
         try:
             p = parse_elasticctr({"instances": instances}, SPACE, 10, quick=quick)
@@ -225,7 +225,7 @@ def test_native_parser_takes_the_usual_requests(native_parser):
             got = native_parse(native_parser, body, form)
             assert got is not None and got == python_parse(body, form)
     # Left to the Python code, which answers or names the problem:
-    for body, plain in [
+    for body, is_plain in [
         (b'{"instances": [{"slots": [{"slot_name": "101", "feasigns": ["5"]}]}]}', False),
         (b'{"instances": [{"slots": [{"slot_name": "1\\u00301", "feasigns": [5]}]}]}', False),
         (b'{"instances": [{"slots": [{"slot_name": "101", "feasigns": [1.5]}]}]}', False),
@@ -233,7 +233,7 @@ def test_native_parser_takes_the_usual_requests(native_parser):
         (b'{"instances": [{"101": []}]}', True),
         (b'{"instances": [' + b'{"101": [1]},' * 10 + b'{"101": [1]}]}', True),
     ]:
-        assert native_parse(native_parser, body, plain) is None
+        assert native_parse(native_parser, body, is_plain) is None
 
 
 def test_parse_request_gives_the_same_answer_on_both_paths(native_parser):

@@ -4,6 +4,7 @@ cube's (cube.conf max_keys), and a request that fails in its batch fails alone."
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 
 import numpy as np
 import pytest
@@ -15,7 +16,7 @@ pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"
 
 
-def together(url: str, bodies: list[bytes | dict]) -> list[tuple[int, dict]]:
+def together(url: str, bodies: Sequence[bytes | dict]) -> list[tuple[int, dict]]:
     """Send every body at once (so that serving batches them); the answers in order."""
     answers: list = [None] * len(bodies)
 

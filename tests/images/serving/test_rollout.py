@@ -14,18 +14,16 @@ import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
 
+from tests.images.cube.cubetest import CubeCluster, free_port, wait_until
 from tests.images.serving.conftest import start_stack
 from tests.images.serving.make_model import default_spec, make_versions
 from tests.images.serving.servingtest import (
-    CubeCluster,
     Load,
     Serving,
     expected,
-    free_port,
     http,
     probe_instances,
     publish,
-    wait_until,
 )
 
 pytestmark = pytest.mark.slow

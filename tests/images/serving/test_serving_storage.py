@@ -7,14 +7,13 @@ import numpy as np
 import pytest
 from elasticctr_common.storage import open_store
 
+from tests.images.cube.cubetest import CubeCluster, wait_until
 from tests.images.serving.servingtest import (
-    CubeCluster,
     Serving,
     expected,
     http,
     probe_instances,
     publish,
-    wait_until,
 )
 
 pytestmark = pytest.mark.slow

@@ -155,6 +155,7 @@ def test_a_version_that_fails_the_model_check_is_not_published(synthetic, tmp_pa
 
     client = MlflowClient(tracking_uri=mlflow_server.tracking_uri)
     experiment = client.get_experiment_by_name("model-check-test")
+    assert experiment is not None
     runs = client.search_runs([experiment.experiment_id], "attributes.status = 'FAILED'")
     trainer_0 = [r for r in runs if r.info.run_name == "trainer-0"]
     assert len(trainer_0) == 1

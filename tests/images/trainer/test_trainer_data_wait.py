@@ -4,23 +4,26 @@ the wait runs out), then every trainer trains the hours trainer 0 planned."""
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_trainer.config import ConfigError, parse_config
 from elasticctr_trainer.hours import wait_for_range
+from elasticctr_trainer.metrics import MetricsLogger
 from elasticctr_trainer.trainer import offline_hours
 
 from tests.images.trainer.test_trainer_units import RUNNER, FakeClock, joined_pair
 
 
-class Silent:
-    """The metrics logger's event interface, recorded."""
+class Silent(MetricsLogger):
+    """The metrics logger's event interface, recorded (no stdout, no MLflow)."""
 
     def __init__(self) -> None:
+        self.mlflow = None
         self.events: list[tuple[str, dict]] = []
 
-    def event(self, name: str, payload: dict) -> None:
+    def event(self, name: str, payload: dict[str, Any]) -> None:
         self.events.append((name, payload))
 
 

@@ -88,6 +88,7 @@ def test_metrics_reach_mlflow(job, mlflow_server):
 
     client = MlflowClient(tracking_uri=mlflow_server.tracking_uri)
     experiment = client.get_experiment_by_name("trainer-job-test")
+    assert experiment is not None
     runs = client.search_runs([experiment.experiment_id])
     assert sorted(r.info.run_name for r in runs) == ["trainer-0", "trainer-1"]
     for run in runs:
