@@ -6,9 +6,9 @@ S3 test server takes any key)."""
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
-from elasticctr_cube import transfer as transfer_module
 from elasticctr_cube.cubeconf import CubeConf
 from elasticctr_cube.rollout import RolloutRunner
 from elasticctr_cube.transfer import Transfer, _with_storage_retry
@@ -41,7 +41,7 @@ def test_waits_for_the_bucket_then_starts(s3_server, s3_env, monkeypatch, tmp_pa
         pauses.append(seconds)
         monkeypatch.setenv("AWS_ENDPOINT_URL", s3_env["AWS_ENDPOINT_URL"])
 
-    monkeypatch.setattr(transfer_module.time, "sleep", sleep)
+    monkeypatch.setattr(time, "sleep", sleep)
     started = _with_storage_retry(lambda: make(bucket, tmp_path), "s3://b/cube", wait=60)
     # (botocore retries a refused connection itself first, with pauses under a second)
     assert isinstance(started, Transfer) and [p for p in pauses if p >= 1] == [1.0]
@@ -53,8 +53,8 @@ def test_gives_up_with_the_storage_error(s3_server, s3_env, monkeypatch, tmp_pat
     bucket = s3_server.create_bucket()
     monkeypatch.setenv("AWS_ENDPOINT_URL", closed_port())
     clock = [0.0]
-    monkeypatch.setattr(transfer_module.time, "monotonic", lambda: clock[0])
-    monkeypatch.setattr(transfer_module.time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(time, "sleep", lambda s: clock.__setitem__(0, clock[0] + s))
     with pytest.raises(EndpointConnectionError):
         _with_storage_retry(lambda: make(bucket, tmp_path), "s3://b/cube", wait=30)
     assert 20 <= clock[0] <= 30
