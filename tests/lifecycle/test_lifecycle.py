@@ -246,7 +246,7 @@ def _versions_in(report: Any) -> set[int]:
     return found
 
 
-def _logs(life: Lifecycle) -> list[str]:
+def _logs(life: Lifecycle, tail: int = 20) -> list[str]:
     """`logs` for a while against the cluster (kubeconfig, namespace, job), then Ctrl-C."""
     process = subprocess.Popen(
         [
@@ -261,7 +261,7 @@ def _logs(life: Lifecycle) -> list[str]:
             "--kubeconfig",
             str(life.stack.cluster.kubeconfig),
             "--tail",
-            "20",
+            str(tail),
             "--wait",
             "10",
         ],
@@ -316,8 +316,12 @@ def test_4_rescale_under_load(life: Lifecycle) -> None:
 
 def _trainer0_events(life: Lifecycle, event: str) -> list[dict[str, Any]]:
     from kubernetes import client
+    from kubernetes.client.rest import ApiException
 
-    text = client.CoreV1Api(life.stack.api()).read_namespaced_pod_log(f"{JOB}-trainer-0", NS)
+    try:
+        text = client.CoreV1Api(life.stack.api()).read_namespaced_pod_log(f"{JOB}-trainer-0", NS)
+    except ApiException:  # not there yet, or its container not started: nothing logged
+        return []
     found = []
     marker = f'{{"event": "{event}"'
     for line in text.splitlines():  # glog's stderr lines may share a line with ours
@@ -386,3 +390,91 @@ def test_6b_cube_shard_pod_deleted_under_load(life: Lifecycle) -> None:
     life.timings.figures["cube shard pod deleted"] = result
     assert life.committed(2), "the transfer's committed version changed"
     life.done("6b cube shard pod deleted under load", started)
+
+
+def _up(life: Lifecycle, **config: str) -> None:
+    for key, value in config.items():
+        life.stack.project.config_set(key, value, path="." in key)
+    life.stack.project.run("up", "--yes", "--skip-preview", timeout=1200)
+
+
+def _replaced(life: Lifecycle, old_uid: str) -> dict[str, Any]:
+    return dict(
+        wait_for(
+            lambda: (j := volcano_job(life.stack, JOB)) and j["metadata"]["uid"] != old_uid and j,
+            120,
+            "the replaced job",
+        )
+    )
+
+
+def test_6c_pserver_deleted_mid_pass(life: Lifecycle) -> None:
+    """Volcano restarts the whole Job; it resumes after the last checkpoint (pass 2) and
+    trains pass 3; version 3 reaches serving."""
+    from kubernetes import client
+
+    started = time.monotonic()
+    old = volcano_job(life.stack, JOB)
+    assert old is not None
+    _up(life, **{"training.passes": "3"})
+    job = _replaced(life, old["metadata"]["uid"])
+    wait_for(
+        lambda: any(e["pass"] == 3 for e in _trainer0_events(life, "pass_start")),
+        600,
+        "trainer 0 to start pass 3",
+        interval=1,
+    )
+    deleted = time.monotonic()
+    client.CoreV1Api(life.stack.api()).delete_namespaced_pod(f"{JOB}-pserver-0", NS)
+    done = wait_for(life.job_done, 900, "the restarted job to complete", interval=5)
+    assert done["metadata"]["uid"] == job["metadata"]["uid"]
+    assert done["status"].get("retryCount", 0) >= 1, done["status"]  # Volcano restarted it
+    resumed = _trainer0_events(life, "resume")
+    assert resumed and resumed[-1]["after_pass"] == 2, resumed
+    assert {e["step"] for e in _trainer0_events(life, "metrics")} == {3}
+    wait_for(lambda: life.committed(3), 300, "cube to commit version 3")
+    wait_for(lambda: life.serving_version() == 3, 300, "serving to load version 3")
+    life.timings.figures["pserver deleted mid-pass"] = {
+        "restarts": done["status"].get("retryCount"),
+        "version_3_served_after_s": round(time.monotonic() - deleted, 1),
+    }
+    life.done("6c pserver deleted mid-pass", started)
+
+
+def test_6d_bad_data_hour_ends_the_job_and_serving_keeps_its_version(life: Lifecycle) -> None:
+    """An hour with more bad lines than max_bad_line_fraction: the Job ends (exit code 3,
+    TerminateJob, no retry), version 3 keeps serving, and `logs` names the file."""
+    started = time.monotonic()
+    bad_hour = "20191221/06"
+    hour_dir = life.work / "bad" / bad_hour
+    hour_dir.mkdir(parents=True)
+    good = life.heldout().read_text().splitlines()[:1000]
+    garbage = [f"not an ElasticCTR line {i}" for i in range(5000)]  # > 1% of the pass
+    (hour_dir / "part-00000").write_text("\n".join(good + garbage) + "\n")
+    (hour_dir / "donefile").write_text("")
+    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
+    run_module(
+        "elasticctr_client", "upload", str(life.work / "bad"),
+        "--dest", f"hdfs://{namenode}:8020/train_data",
+    )  # fmt: skip
+    old = volcano_job(life.stack, JOB)
+    assert old is not None
+    _up(life, **{"data.end": bad_hour, "training.passes": "4"})
+    _replaced(life, old["metadata"]["uid"])
+
+    def ended() -> dict[str, Any] | None:
+        job = volcano_job(life.stack, JOB) or {}
+        phase = job.get("status", {}).get("state", {}).get("phase")
+        return job if phase in ("Terminated", "Failed", "Aborted", "Completed") else None
+
+    job = wait_for(ended, 900, "the job to end on the bad hour", interval=5)
+    assert job["status"]["state"]["phase"] != "Completed", job["status"]
+    assert job["status"].get("retryCount", 0) == 0, job["status"]  # not retried
+    trainer0 = next(p for p in pods(life.stack.api(), NS, f"volcano.sh/job-name={JOB}")
+                    if p.metadata.name == f"{JOB}-trainer-0")  # fmt: skip
+    assert trainer0.status.container_statuses[0].state.terminated.exit_code == 3
+    assert life.committed(3) and life.serving_version() == 3
+    lines = _logs(life, tail=300)
+    assert any(f"{bad_hour}/part-00000" in line for line in lines), lines[-30:]
+    life.timings.figures["bad data hour"] = {"job": job["status"]["state"]["phase"]}
+    life.done("6d bad data hour", started)

@@ -632,7 +632,10 @@ fn pool_into(
 mod tests {
     use super::*;
 
-    fn parse(body: &str, plain: bool) -> Option<(i64, Vec<u64>, Vec<i32>, Vec<i32>)> {
+    /// What one parse gives: the example count, raw keys, slots and rows.
+    type Parsed = (i64, Vec<u64>, Vec<i32>, Vec<i32>);
+
+    fn parse(body: &str, plain: bool) -> Option<Parsed> {
         let names = b"101\n102\n103\n12345678901";
         let cap = body.len() / 2 + 1;
         let (mut raw, mut slots, mut rows) = (vec![0u64; cap], vec![0i32; cap], vec![0i32; cap]);
@@ -797,7 +800,7 @@ mod tests {
         }
         let eleven = format!(
             r#"{{"instances": [{}]}}"#,
-            vec![r#"{"101": [1]}"#; 11].join(",")
+            [r#"{"101": [1]}"#; 11].join(",")
         );
         assert_eq!(parse(&eleven, true), None);
     }
