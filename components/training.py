@@ -90,7 +90,8 @@ def trainer_config(args: TrainingArgs, train_data_uri: str) -> dict[str, Any]:
             "mode": args.mode,
             "train_data_uri": train_data_uri,
             "start_date_hr": args.start_date_hr,
-            "end_date_hr": args.end_date_hr,
+            # Online follows new hours for good (data.end is for offline passes only).
+            "end_date_hr": args.end_date_hr if args.mode == "offline" else None,
             "slot_conf": f"{kube.CONFIG_DIR}/slot.conf",
             "passes": args.passes,
             "model_uri": args.store.uri(MODELS),

@@ -160,19 +160,22 @@ def test_2_train(life: Lifecycle) -> None:
             f"{mlflow}/api/2.0/mlflow/experiments/get-by-name?experiment_name={JOB}"
         )["experiment"]
         runs = _search_runs(mlflow, experiment["experiment_id"])
-    # One finished run per trainer with its metrics. A job Volcano restarted (a pod failed)
-    # leaves the earlier attempt's runs too: counted and reported, with the job's events.
-    finished = [r for r in runs if r["info"]["status"] == "FINISHED"]
-    assert sorted(r["info"]["run_name"] for r in finished) == ["trainer-0", "trainer-1"], [
-        (r["info"]["run_name"], r["info"]["status"]) for r in runs
-    ]
-    for run in finished:
-        keys = {m["key"] for m in run["data"].get("metrics", [])}
-        assert {"auc", "loss"} <= keys, (run["info"]["run_name"], keys)
+    # Each trainer's run has its metrics. A job Volcano restarted (a pod failed) leaves the
+    # earlier attempt's runs too: counted and reported with the job's events, first.
     restarts = done["status"].get("retryCount", 0)
     life.timings.figures["job restarts"] = restarts
     if restarts or len(runs) > 2:
         print(f"\n[lifecycle] the job restarted: {len(runs)} runs; events: {_events(stack)}")
+    with_metrics = {
+        r["info"]["run_name"]: {m["key"] for m in r["data"].get("metrics", [])}
+        for r in runs
+        if r["info"]["status"] == "FINISHED" and r["data"].get("metrics")
+    }
+    assert sorted(with_metrics) == ["trainer-0", "trainer-1"], [
+        (r["info"]["run_name"], r["info"]["status"]) for r in runs
+    ]
+    for name, keys in with_metrics.items():
+        assert {"auc", "loss"} <= keys, (name, keys)
     life.done("2 train (data in HDFS to the job complete)", started)
 
 
@@ -478,3 +481,39 @@ def test_6d_bad_data_hour_ends_the_job_and_serving_keeps_its_version(life: Lifec
     assert any(f"{bad_hour}/part-00000" in line for line in lines), lines[-30:]
     life.timings.figures["bad data hour"] = {"job": job["status"]["state"]["phase"]}
     life.done("6d bad data hour", started)
+
+
+def test_online_mode_follows_a_new_hour(life: Lifecycle) -> None:
+    """A stack switched to online mode: its Job waits for the next hour's donefile, trains
+    it when it appears and the new version reaches serving, with no command in between."""
+    started = time.monotonic()
+    new_hour = "20191221/07"
+    old = volcano_job(life.stack, JOB)
+    assert old is not None
+    _up(life, **{"training.mode": "online", "training.passes": "1", "data.start": new_hour})
+    _replaced(life, old["metadata"]["uid"])
+    wait_for(
+        lambda: (volcano_job(life.stack, JOB) or {}).get("status", {}).get("running") == 4,
+        300,
+        "the online job running (1 pserver + 3 trainers), waiting for its hour",
+    )
+    out = life.work / "online"
+    run_module(
+        "elasticctr_trainer", "generate", "--out", f"file://{out}", "--slots", "26",
+        "--first-slot", "1", "--vocab", "50", "--start", new_hour, "--hours", "1",
+        "--examples-per-hour", "5000", "--files-per-hour", "1", "--heldout", "0",
+    )  # fmt: skip
+    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
+    uploaded = time.monotonic()
+    run_module(
+        "elasticctr_client", "upload", str(out / "train"),
+        "--dest", f"hdfs://{namenode}:8020/train_data",
+    )  # fmt: skip
+    wait_for(lambda: life.committed(4), 600, "cube to commit the new hour's version 4")
+    wait_for(lambda: life.serving_version() == 4, 300, "serving to load version 4")
+    life.timings.figures["online: donefile to version served (s)"] = round(
+        time.monotonic() - uploaded, 1
+    )
+    passes = _trainer0_events(life, "pass_start")
+    assert [(e["pass"], e["hours"]) for e in passes] == [(4, [new_hour])], passes
+    life.done("5 online: a new hour trained and served", started)

@@ -55,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
         # current directory: keep them in the scratch directory, not wherever we started.
         os.makedirs(config.runner.work_dir, exist_ok=True)
         os.chdir(config.runner.work_dir)
+        code = 0
         if role.is_server:
             from .pserver import run_pserver
 
@@ -66,8 +67,14 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 run_trainer(config, role)
             except PassFailed:  # logged by the trainer already; a code of its own for Volcano
-                return BAD_DATA_EXIT_CODE
-        return 0
+                code = BAD_DATA_EXIT_CODE
+        # Done, and everything is written: leave without the interpreter's teardown, where
+        # Paddle's and brpc's static destructors run after the servers stopped. Should one
+        # crash there, the pod would fail and Volcano restart the whole finished Job.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        logging.shutdown()
+        os._exit(code)
     if args.command == "local":
         from .local import run_local
 
