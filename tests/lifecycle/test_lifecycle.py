@@ -327,7 +327,7 @@ def _trainer0_events(life: Lifecycle, event: str) -> list[dict[str, Any]]:
         return []
     found = []
     marker = f'{{"event": "{event}"'
-    for line in text.splitlines():  # glog's stderr lines may share a line with ours
+    for line in (text or "").splitlines():  # glog's stderr may share a line with ours
         if marker in line:
             found.append(json.JSONDecoder().raw_decode(line[line.index(marker) :])[0])
     return found
