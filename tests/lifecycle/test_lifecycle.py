@@ -425,10 +425,14 @@ def test_6c_pserver_deleted_mid_pass(life: Lifecycle) -> None:
         lambda: any(e["pass"] == 3 for e in _trainer0_events(life, "pass_start")),
         600,
         "trainer 0 to start pass 3",
-        interval=1,
+        interval=0.5,
     )
     deleted = time.monotonic()
-    client.CoreV1Api(life.stack.api()).delete_namespaced_pod(f"{JOB}-pserver-0", NS)
+    # At once, as a node would lose it (a graceful delete leaves it serving for its grace
+    # period, long enough for the pass to finish).
+    client.CoreV1Api(life.stack.api()).delete_namespaced_pod(
+        f"{JOB}-pserver-0", NS, grace_period_seconds=0
+    )
     done = wait_for(life.job_done, 900, "the restarted job to complete", interval=5)
     assert done["metadata"]["uid"] == job["metadata"]["uid"]
     assert done["status"].get("retryCount", 0) >= 1, done["status"]  # Volcano restarted it
