@@ -11,6 +11,8 @@ otherwise fall back to a silent single-process run.
 from __future__ import annotations
 
 import os
+import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -99,3 +101,23 @@ def role_from_env(env: Mapping[str, str] | None = None) -> Role:
         )
     bind_host = env.get("POD_IP", "").strip() or None
     return Role(True, index, endpoints, trainers, bind_host=bind_host)
+
+
+def wait_for_pservers(endpoints: list[str], timeout: float, poll_seconds: float = 1.0) -> None:
+    """Until every pserver `host:port` accepts a connection. A trainer's client connects
+    once, at `init_worker`: a pserver still starting (its host name not yet in DNS, its
+    port not yet open) would fail the trainer, and Volcano restart the whole Job."""
+    deadline = time.monotonic() + timeout
+    waiting = list(endpoints)
+    while waiting:
+        host, port = waiting[0].rsplit(":", 1)
+        try:
+            socket.create_connection((host, int(port)), timeout=2).close()
+            waiting.pop(0)
+            continue
+        except OSError as err:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"pservers {', '.join(waiting)} not reachable after {timeout:.0f}s ({err})"
+                ) from None
+        time.sleep(poll_seconds)

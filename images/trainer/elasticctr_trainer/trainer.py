@@ -43,7 +43,7 @@ from .lines import LineParser, NotText
 from .metrics import MetricsLogger, auc_from_histograms
 from .modelcheck import check_model
 from .program import build_training_program, dense_parameter_names, init_fleet
-from .roles import Role
+from .roles import Role, wait_for_pservers
 from .staging import collect_reports, split_files, stage
 from .sync import PassSync
 
@@ -183,6 +183,7 @@ class Trainer:
         this with Gloo barriers, which are no-ops here: unordered, a trainer could pull the
         pservers' zero-initialised dense table and train on it until trainer 0's values
         arrived."""
+        wait_for_pservers(self.role.pserver_endpoints, self.config.runner.sync_timeout_seconds)
         if self.role.index == 0:
             fleet.init_worker()
             attempt = self.sync.welcome(self.role.trainers)
