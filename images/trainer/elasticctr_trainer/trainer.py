@@ -105,10 +105,11 @@ def offline_hours(
             runner.online_poll_seconds,
         )
         sync.publish_plan({"hours": ready, "skipped": skipped})
-        if skipped:
-            logger.event("skipped_hours", {"hours": skipped, "reason": "no donefile"})
     else:
-        ready = list(sync.wait_plan(runner.data_wait_seconds)["hours"])
+        plan = sync.wait_plan(runner.data_wait_seconds)
+        ready, skipped = list(plan["hours"]), list(plan.get("skipped", []))
+    if skipped:  # in every trainer's log: any of them is where a user may look
+        logger.event("skipped_hours", {"hours": skipped, "reason": "no donefile"})
     if not ready:
         waited = f" after waiting {runner.data_wait_seconds:.0f}s" if trainer == 0 else ""
         raise FileNotFoundError(f"{data.uri()}: no hour of {span} has a donefile{waited}")
