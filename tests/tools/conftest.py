@@ -37,7 +37,9 @@ def require_builder() -> None:
         pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+# Per module: it is stopped before the cluster session's last test checks that no
+# containerd of the tests is left running.
+@pytest.fixture(scope="module")
 def private_containerd() -> Iterator[PrivateContainerd]:
     require_builder()
     with PrivateContainerd() as containerd:
