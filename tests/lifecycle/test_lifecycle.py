@@ -287,10 +287,7 @@ def test_4_rescale_under_load(life: Lifecycle) -> None:
     lines = life.heldout().read_text().splitlines()[:32]
     load = LoadGenerator(life.urls()["serving"], life.token, instances_of(lines)).start()
     try:
-        project = life.stack.project
-        project.config_set("trainers", "3")
-        project.config_set("training.passes", "2", path=True)
-        project.run("up", "--yes", "--skip-preview", timeout=1200)
+        _up(life, trainers="3", **{"training.passes": "2"})
         job = wait_for(
             lambda: (
                 (j := volcano_job(life.stack, JOB)) and j["spec"]["tasks"][1]["replicas"] == 3 and j

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elasticctr_client.predict import INFERENCE_PATH
+from elasticctr_client.predict import INFERENCE_PATH, parse_line
 
 from tests.support.cluster import ROOT, LocalStack, pods
 from tests.support.pulumi_cli import search_path
@@ -196,15 +196,15 @@ class LoadGenerator:
 
 
 def instances_of(lines: list[str]) -> list[dict[str, Any]]:
-    """Serving's request instances for ElasticCTR lines (`show click feasign:slot ...`)."""
-    instances = []
-    for line in lines:
-        slots: dict[str, list[int]] = {}
-        for token in line.split()[2:]:
-            feasign, slot = token.split(":")
-            slots.setdefault(slot, []).append(int(feasign))
-        instances.append({"slots": [{"slot_name": s, "feasigns": f} for s, f in slots.items()]})
-    return instances
+    """Serving's request instances for ElasticCTR lines, read by the client's own reader."""
+    examples = [parse_line(line, number, None) for number, line in enumerate(lines, 1)]
+    bad = [e for e in examples if isinstance(e, str)]
+    assert not bad, bad
+    return [
+        {"slots": [{"slot_name": s, "feasigns": f} for s, f in e.slots.items()]}
+        for e in examples
+        if not isinstance(e, str)
+    ]
 
 
 @dataclass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import re
+from collections.abc import Mapping
 
 import numpy as np
 import pytest
@@ -21,23 +22,12 @@ pytestmark = pytest.mark.slow
 
 
 def test_pass_fails_over_the_bad_line_threshold(synthetic, tmp_path):
-    data = tmp_path / "data" / "20191221" / "00"
-    data.mkdir(parents=True)
     good = (synthetic.root / "heldout" / "part-00000").read_text().splitlines()[:1000]
-    (data / "part-00000").write_text("".join(f"{line}\n" for line in good))
-    (data / "part-00001").write_text("".join(f"{line}\n" for line in good[:900]) + "1 x\n" * 100)
-    (data / "donefile").write_text("")
-    runner = {
-        "train_data_uri": f"file://{tmp_path}/data",
-        "start_date_hr": "20191221/00",
-        "end_date_hr": "20191221/00",
-        "slot_conf": synthetic.slot_conf,
-        "model_uri": f"file://{tmp_path}/models",
-        "checkpoint_uri": f"file://{tmp_path}/checkpoints",
-        "work_dir": str(tmp_path / "scratch"),
-        "max_bad_line_fraction": 0.02,
+    files = {
+        "part-00000": "".join(f"{line}\n" for line in good).encode(),
+        "part-00001": ("".join(f"{line}\n" for line in good[:900]) + "1 x\n" * 100).encode(),
     }
-    config = write_config(tmp_path / "trainer.json", runner)
+    data, config = one_hour_job(synthetic, tmp_path, files, max_bad_line_fraction=0.02)
     job = LocalJob(config, tmp_path / "logs", pservers=1, trainers=2)
     assert job.wait() == 1
     # Exit code 3, which the Volcano Job answers with TerminateJob instead of a restart.
@@ -51,7 +41,7 @@ def test_pass_fails_over_the_bad_line_threshold(synthetic, tmp_path):
     assert not (tmp_path / "checkpoints" / "index").exists()
 
 
-def one_hour_job(synthetic, tmp_path, files: dict[str, bytes | None], **runner_extra):
+def one_hour_job(synthetic, tmp_path, files: Mapping[str, bytes | None], **runner_extra):
     """An hour of the given files (None: a dangling symbolic link, a file listed but gone
     before the pipe reads it); 1 pserver, 2 trainers."""
     data = tmp_path / "data" / "20191221" / "00"

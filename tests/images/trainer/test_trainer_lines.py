@@ -152,18 +152,23 @@ def test_a_gz_file_reaches_the_pipe_as_it_is(tmp_path):
     assert staged.uri_of[str(hour / "part-00000.gz")] == data.uri("20191221/00/part-00000.gz")
 
 
+def run_pipe(slot_conf: Path, data: Path, reports: Path) -> subprocess.CompletedProcess[bytes]:
+    """The trainer's pipe as Paddle runs it, `(cmd) < file`, for slot_conf and sparse_dim 1000."""
+    command = [
+        sys.executable, "-m", "elasticctr_trainer.pipe", "--slot-conf", str(slot_conf),
+        "--sparse-dim", "1000", "--report-dir", str(reports),
+    ]  # fmt: skip
+    with open(data, "rb") as stdin:
+        return subprocess.run(command, stdin=stdin, capture_output=True, env=trainer_env())
+
+
 def test_pipe_command_names_the_file_it_reads(tmp_path):
     """Paddle runs the pipe as `(cmd) < file`: the report names the data file."""
     (tmp_path / "slot.conf").write_text("101\n102\n103\n")
     data = tmp_path / "part-00000"
     data.write_text("1 0 5:101\nbroken\n")
     reports = tmp_path / "reports"
-    command = [
-        sys.executable, "-m", "elasticctr_trainer.pipe", "--slot-conf",
-        str(tmp_path / "slot.conf"), "--sparse-dim", "1000", "--report-dir", str(reports),
-    ]  # fmt: skip
-    with open(data, "rb") as stdin:
-        out = subprocess.run(command, stdin=stdin, capture_output=True, env=trainer_env())
+    out = run_pipe(tmp_path / "slot.conf", data, reports)
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.decode() == "1 0 1 1 1 0 1 5 1 0 1 0\n"
     (report_file,) = reports.glob("*.json")
@@ -177,12 +182,7 @@ def test_pipe_command_reports_a_gzip_file_as_failed(tmp_path):
     data = tmp_path / "part-00000"
     data.write_bytes(gzip.compress(b"1 0 5:101\n" * 1000))
     reports = tmp_path / "reports"
-    command = [
-        sys.executable, "-m", "elasticctr_trainer.pipe", "--slot-conf",
-        str(tmp_path / "slot.conf"), "--sparse-dim", "1000", "--report-dir", str(reports),
-    ]  # fmt: skip
-    with open(data, "rb") as stdin:
-        out = subprocess.run(command, stdin=stdin, capture_output=True, env=trainer_env())
+    out = run_pipe(tmp_path / "slot.conf", data, reports)
     assert out.returncode == 0 and out.stdout == b"", out.stderr.decode()
     (report_file,) = reports.glob("*.json")
     report = json.loads(report_file.read_text())
