@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -156,12 +157,12 @@ class Demo:
         return summary
 
     def start_cube(self) -> Path:
-        from elasticctr_cube.server import build_server, server_binary
+        from elasticctr_cube.server import BINARY_NAME, build_server, server_binary
 
-        try:
+        if os.environ.get("ELASTICCTR_CUBE_SERVER_BIN") or shutil.which(BINARY_NAME):
             binary = server_binary()
-        except Exception:
-            self.say("building the native cube-server (cargo, once)")
+        else:  # cargo's incremental build: a no-op when current, a rebuild after a pull
+            self.say("building the native cube-server (cargo)")
             binary = build_server()
         self.env["ELASTICCTR_CUBE_SERVER_BIN"] = binary
         nodes = [
