@@ -357,14 +357,6 @@ class DataConfig(Section):
             ) from err
         return value
 
-    @model_validator(mode="after")
-    def _ordered(self) -> DataConfig:
-        if self.end < self.start:
-            raise Problem(
-                "end", f"must not be before start ({self.start}), got {json.dumps(self.end)}"
-            )
-        return self
-
 
 DEFAULT_REGISTRY = "docker.io/elasticctr"
 
@@ -713,6 +705,12 @@ class StackConfig(Section):
 
     @model_validator(mode="after")
     def _cross_checks(self) -> StackConfig:
+        # data.end bounds an offline job only: a stack switched to online keeps its old end.
+        if self.training.mode == "offline" and self.data.end < self.data.start:
+            raise Problem(
+                "data.end",
+                f"must not be before start ({self.data.start}), got {json.dumps(self.data.end)}",
+            )
         if self.training.mode == "online" and self.training.passes != 1:
             raise Problem(
                 "training.passes",

@@ -310,6 +310,17 @@ def test_values_refused_later_are_refused_now(config: dict[str, Any], expected: 
     assert problems_of({f"elasticctr:{k}": v for k, v in config.items()}) == [expected]
 
 
+def test_an_online_stack_may_keep_an_end_before_its_start() -> None:
+    """data.end bounds offline jobs only ("ignored online"): a stack switched to online
+    with a later start and its old end is accepted."""
+    online = {
+        "training": {"mode": "online"},
+        "data": {"start": "20191221/07", "end": "20191221/06"},
+    }
+    graph = harness.run(main, {f"elasticctr:{k}": v for k, v in online.items()})
+    assert graph.one("kubernetes:batch.volcano.sh/v1alpha1:Job").inputs["spec"]["minAvailable"] == 4
+
+
 def test_a_job_name_whose_pod_host_names_fit_is_accepted() -> None:
     # 52 + len("-trainer-9") = 62: fits.
     graph = harness.run(

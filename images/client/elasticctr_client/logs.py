@@ -3,8 +3,10 @@
 Trainer 0 is the Volcano pod `<job>-trainer-0`; the transfer is the pod of the Deployment
 labelled `app.kubernetes.io/component=cube-transfer` (components/cube.py). Both streams
 are followed at once through the Kubernetes API (the official Python client), each line
-prefixed by its source. A pod that does not exist yet is waited for; following ends when
-both streams have ended (the pods finished) or on Ctrl-C.
+prefixed by its source. A pod of the job that failed is shown too: the trainer that met a
+bad data file is not always trainer 0, and Volcano keeps a failed pod after ending the job
+(the running ones it deletes). A pod that does not exist yet is waited for; following ends
+when every stream has ended (the pods finished) or on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -56,6 +58,12 @@ def _pod_name(api: Any, namespace: str, name: str | None, selector: str | None) 
     running = [p for p in pods if p.status and p.status.phase == "Running"]
     chosen = (running or pods)[:1]
     return chosen[0].metadata.name if chosen else None
+
+
+def _failed_pods(api: Any, namespace: str, job: str) -> list[str]:
+    """The job's pods that failed (Volcano labels its pods with the job's name)."""
+    pods = api.list_namespaced_pod(namespace, label_selector=f"volcano.sh/job-name={job}").items
+    return sorted(p.metadata.name for p in pods if p.status and p.status.phase == "Failed")
 
 
 def _follow(
@@ -113,10 +121,12 @@ def follow_logs(
 ) -> int:
     lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
     stop = threading.Event()
-    sources = {
+    sources: dict[str, tuple[str | None, str | None]] = {
         "trainer-0": (f"{job}-trainer-0", None),
         "transfer": (None, TRANSFER_SELECTOR),
     }
+    for failed in _failed_pods(api, namespace, job):
+        sources.setdefault(failed.removeprefix(f"{job}-"), (failed, None))
     for label, (name, selector) in sources.items():
         threading.Thread(
             target=_follow,

@@ -1,6 +1,6 @@
 """`logs` through the real Kubernetes Python client, against a small fake API server
-(pods and their log streams; no cluster runs here): trainer 0 and the transfer are
-followed at once, each line prefixed, until both streams end."""
+(pods and their log streams; no cluster runs here): trainer 0, the transfer and any
+failed pod of the job are followed at once, each line prefixed, until every stream ends."""
 
 from __future__ import annotations
 
@@ -20,7 +20,11 @@ NAMESPACE, JOB = "elasticctr", "elasticctr-train"
 PODS = {
     f"{JOB}-trainer-0": ["pass 1 started", "pass 1 auc 0.71", "exported version 1"],
     "cube-transfer-5d8f": ["following donefile", "version 1 committed"],
+    # The trainer that met the bad file: Failed, kept by Volcano after TerminateJob.
+    f"{JOB}-trainer-2": ["bad lines: hdfs://nn:8020/train_data/20191221/06/part-00000"],
+    f"{JOB}-trainer-1": ["still training"],  # Running: not shown
 }
+FAILED = {f"{JOB}-trainer-2"}
 
 
 class FakeApi(BaseHTTPRequestHandler):
@@ -35,7 +39,12 @@ class FakeApi(BaseHTTPRequestHandler):
             return self._json(404, {"kind": "Status", "code": 404})
         if len(parts) == 5:
             selector = parse_qs(url.query).get("labelSelector", [""])[0]
-            items = [self._pod(n) for n in PODS if "cube-transfer" in selector and "transfer" in n]
+            if selector == f"volcano.sh/job-name={JOB}":
+                items = [self._pod(n) for n in PODS if n.startswith(f"{JOB}-")]
+            else:
+                items = [
+                    self._pod(n) for n in PODS if "cube-transfer" in selector and "transfer" in n
+                ]
             return self._json(200, {"kind": "PodList", "apiVersion": "v1", "items": items})
         name = parts[5]
         if name not in PODS:
@@ -59,7 +68,7 @@ class FakeApi(BaseHTTPRequestHandler):
             "kind": "Pod",
             "apiVersion": "v1",
             "metadata": {"name": name, "namespace": NAMESPACE},
-            "status": {"phase": "Running"},
+            "status": {"phase": "Failed" if name in FAILED else "Running"},
         }
 
     def _json(self, code: int, body: dict) -> None:
@@ -123,6 +132,9 @@ def test_logs_follow_trainer0_and_the_transfer(kubeconfig):
     assert trainer == [f"[trainer-0] {line}" for line in PODS[f"{JOB}-trainer-0"]]
     assert transfer == [f"[transfer] {line}" for line in PODS["cube-transfer-5d8f"]]
     assert any("tailLines=100" in r for r in FakeApi.requests)
+    # The failed trainer names its file; a running one other than trainer 0 is not shown.
+    assert "[trainer-2] bad lines: hdfs://nn:8020/train_data/20191221/06/part-00000" in lines
+    assert not any(line.startswith("[trainer-1]") for line in lines)
 
 
 def test_logs_says_when_a_pod_never_appears(kubeconfig):
