@@ -443,3 +443,93 @@ def test_6c_pserver_deleted_mid_pass(life: Lifecycle) -> None:
         "version_3_served_after_s": round(time.monotonic() - deleted, 1),
     }
     life.done("6c pserver deleted mid-pass", started)
+
+
+def test_6d_bad_data_hour_ends_the_job_and_serving_keeps_its_version(life: Lifecycle) -> None:
+    """An hour with more bad lines than max_bad_line_fraction: the Job ends (exit code 3,
+    TerminateJob, no retry), version 3 keeps serving, and `logs` names the file (from the
+    failed trainer's pod, which Volcano keeps)."""
+    started = time.monotonic()
+    bad_hour = "20191221/06"
+    hour_dir = life.work / "bad" / bad_hour
+    hour_dir.mkdir(parents=True)
+    good = life.heldout().read_text().splitlines()[:1000]
+    garbage = [f"not an ElasticCTR line {i}" for i in range(5000)]  # > 1% of the lines
+    (hour_dir / "part-00000").write_text("\n".join(good + garbage) + "\n")
+    (hour_dir / "donefile").write_text("")
+    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
+    run_module(
+        "elasticctr_client", "upload", str(life.work / "bad"),
+        "--dest", f"hdfs://{namenode}:8020/train_data",
+    )  # fmt: skip
+    old = volcano_job(life.stack, JOB)
+    assert old is not None
+    # A pass of the bad hour alone: the threshold is judged once the pass's data is read.
+    _up(life, **{"data.start": bad_hour, "data.end": bad_hour, "training.passes": "4"})
+    _replaced(life, old["metadata"]["uid"])
+
+    def ended() -> dict[str, Any] | None:
+        job = volcano_job(life.stack, JOB) or {}
+        phase = job.get("status", {}).get("state", {}).get("phase")
+        return job if phase in ("Terminated", "Failed", "Aborted", "Completed") else None
+
+    job = wait_for(ended, 900, "the job to end on the bad hour", interval=5)
+    ended_after = round(time.monotonic() - started, 1)
+    assert job["status"]["state"]["phase"] == "Terminated", job["status"]
+    assert job["status"].get("retryCount", 0) == 0, job["status"]  # not retried
+    exit_codes = {
+        p.metadata.name: s.state.terminated.exit_code
+        for p in pods(life.stack.api(), NS, f"volcano.sh/job-name={JOB}")
+        for s in p.status.container_statuses or []
+        if s.state.terminated
+    }
+    failed = [name for name, code in exit_codes.items() if code == 3]
+    assert failed, exit_codes
+    assert life.committed(3) and life.serving_version() == 3
+    lines = _logs(life, tail=300)
+    named = [line for line in lines if f"{bad_hour}/part-00000" in line]
+    assert named, lines[-30:]
+    life.timings.figures["bad data hour"] = {
+        "job": job["status"]["state"]["phase"],
+        "exit_codes": exit_codes,
+        "ended_after_s": ended_after,
+        "logs": named[0][:200],
+    }
+    life.done("6d bad data hour", started)
+
+
+def test_5_online_mode_follows_a_new_hour(life: Lifecycle) -> None:
+    """A stack switched to online mode: its Job waits for the next hour's donefile, trains
+    it when it appears and the new version reaches serving, with no command in between.
+    Last of the phases: an online Job runs for good."""
+    started = time.monotonic()
+    new_hour = "20191221/07"
+    old = volcano_job(life.stack, JOB)
+    assert old is not None
+    _up(life, **{"training.mode": "online", "training.passes": "1", "data.start": new_hour})
+    _replaced(life, old["metadata"]["uid"])
+    wait_for(
+        lambda: (volcano_job(life.stack, JOB) or {}).get("status", {}).get("running") == 4,
+        300,
+        "the online job running (1 pserver + 3 trainers), waiting for its hour",
+    )
+    out = life.work / "online"
+    run_module(
+        "elasticctr_trainer", "generate", "--out", f"file://{out}", "--slots", "26",
+        "--first-slot", "1", "--vocab", "50", "--start", new_hour, "--hours", "1",
+        "--examples-per-hour", "5000", "--files-per-hour", "1", "--heldout", "0",
+    )  # fmt: skip
+    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
+    uploaded = time.monotonic()
+    run_module(
+        "elasticctr_client", "upload", str(out / "train"),
+        "--dest", f"hdfs://{namenode}:8020/train_data",
+    )  # fmt: skip
+    wait_for(lambda: life.committed(4), 600, "cube to commit the new hour's version 4")
+    wait_for(lambda: life.serving_version() == 4, 300, "serving to load version 4")
+    life.timings.figures["online: donefile to version served (s)"] = round(
+        time.monotonic() - uploaded, 1
+    )
+    passes = _trainer0_events(life, "pass_start")
+    assert [(e["pass"], e["hours"]) for e in passes] == [(4, [new_hour])], passes
+    life.done("5 online: a new hour trained and served", started)
