@@ -241,6 +241,7 @@ class Cube(pulumi.ComponentResource):
                 f"--port={SERVER_PORT}",
                 f"--control-port={SERVER_CONTROL_PORT}",
                 f"--max-keys={MAX_KEYS}",
+                f"--shutdown-delay={kube.SHUTDOWN_DELAY_SECONDS}",
             ],
             env=shard_env,
             ports={"server": SERVER_PORT},

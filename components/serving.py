@@ -87,7 +87,7 @@ class Serving(pulumi.ComponentResource):
             "serving",
             args.image,
             ["python", "-m", "elasticctr_serving"],
-            args=[f"--port={PORT}"],
+            args=[f"--port={PORT}", f"--shutdown-delay={kube.SHUTDOWN_DELAY_SECONDS}"],
             env=[
                 *kube.env(
                     {

@@ -18,10 +18,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import open_store
 
 from .cliargs import env_option
-from .httpjson import ApiError, Handler, HttpCallError, call, serve
+from .httpjson import ApiError, Handler, HttpCallError, call, drain_all, serve
 from .manifest import read_current, read_manifest
 from .shardfile import sha256_of
 
@@ -317,10 +318,14 @@ def main(argv: list[str] | None = None) -> int:
         data_dir=args.data_dir,
         load_timeout=args.load_timeout,
     )
-    serve(args.host, args.port, routes(agent))
+    stop = StopSignal().install()
+    server = serve(args.host, args.port, routes(agent))
     log.info(
         "shard %s of %s on port %s, server %s", args.shard, args.shard_num, args.port, args.server
     )
-    while True:
+    while not stop.is_set():
         agent.restore_once()
-        time.sleep(args.restore_interval)
+        stop.wait(args.restore_interval)
+    log.info("stopping: draining requests in flight")
+    drain_all([server], DRAIN_SECONDS)
+    return 0

@@ -23,13 +23,14 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import StorageError, open_store
 from elasticctr_common.versions import DonefileError, Version, read_versions
 
 from .builder import BuildError, build, publish
 from .cliargs import env_option
 from .cubeconf import CubeConf
-from .httpjson import ApiError, Handler, serve
+from .httpjson import ApiError, Handler, drain_all, serve
 from .manifest import MANIFEST, ManifestError, read_manifest, write_current
 from .rollout import Rollout, RolloutRunner
 
@@ -379,8 +380,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         args.cube_uri,
     )
-    serve(args.host, args.port, routes(transfer))
-    serve(args.control_host, args.control_port, routes(transfer, control=True))
+    stop = StopSignal().install()
+    servers = [
+        serve(args.host, args.port, routes(transfer)),
+        serve(args.control_host, args.control_port, routes(transfer, control=True)),
+    ]
     transfer.reconcile()
     log.info(
         "following %s/donefile, %s shards, port %s, control %s:%s",
@@ -390,9 +394,14 @@ def main(argv: list[str] | None = None) -> int:
         args.control_host,
         args.control_port,
     )
-    while True:
+    # A rollout under way when SIGTERM comes finishes first (or is cut by the grace
+    # period's SIGKILL: the next transfer's reconcile repairs that).
+    while not stop.is_set():
         try:
             transfer.poll_once()
         except Exception:  # e.g. the cube store is unreachable: log, keep following
             log.exception("poll failed")
-        time.sleep(args.poll_seconds)
+        stop.wait(args.poll_seconds)
+    log.info("stopping: draining requests in flight")
+    drain_all(servers, DRAIN_SECONDS)
+    return 0

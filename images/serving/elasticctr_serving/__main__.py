@@ -61,6 +61,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a rejected version is tried again after this long",
     )
     p.add_argument(
+        "--shutdown-delay",
+        type=float,
+        default=0.0,
+        help="seconds serving goes on, not ready, after SIGTERM before it stops accepting",
+    )
+    p.add_argument(
         "--cube-timeout",
         type=float,
         default=None,
@@ -80,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ info logs, per predictor
 
     from aiohttp import web
+    from elasticctr_common.shutdown import DRAIN_SECONDS
     from elasticctr_common.slotconf import read_slot_conf
     from elasticctr_common.storage import open_store
     from elasticctr_cube.client import CubeClient
@@ -121,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
         max_instances=args.max_instances,
         token=os.environ.get("SERVING_AUTH_TOKEN", ""),
     )
+    application = app.build()
+    app.stop_on_signal(application, args.shutdown_delay)
     manager.start()
     logging.getLogger("elasticctr_serving").info(
         "serving on %s:%d, models %s, cube %d shards, transfer %s, %s",
@@ -132,7 +141,15 @@ def main(argv: list[str] | None = None) -> int:
         "bearer token required" if os.environ.get("SERVING_AUTH_TOKEN") else "no authentication",
     )
     try:
-        web.run_app(app.build(), host=args.host, port=args.port, access_log=None, print=None)
+        web.run_app(
+            application,
+            host=args.host,
+            port=args.port,
+            access_log=None,
+            print=None,
+            handle_signals=False,  # app.stop_on_signal's, with the not-ready delay
+            shutdown_timeout=DRAIN_SECONDS,
+        )
     finally:
         manager.stop()
         batcher.stop()
