@@ -26,6 +26,7 @@ from aiohttp.web_runner import GracefulExit
 
 from . import native
 from .batcher import Batcher, Prediction, Unavailable
+from .feasign_check import ReducedFeasignCheck
 from .instances import BadRequest, parse_request
 from .metrics import ServingMetrics
 from .rollout import ModelManager
@@ -82,6 +83,7 @@ class ServingApp:
         self.max_body_bytes, self.max_instances = max_body_bytes, max_instances
         self.started_at = time.time()
         self.stopping = False
+        self.feasigns = ReducedFeasignCheck()
         self._expected = f"Bearer {token}".encode() if token else b""
 
     def build(self) -> web.Application:
@@ -182,6 +184,7 @@ class ServingApp:
                 raise Unavailable("no model version is loaded yet")
             parse_started = time.perf_counter()
             parsed = parse_request(body, model.space, self.max_instances, plain)
+            self.feasigns.observe(model.space.sparse_dim, len(parsed.keys), parsed.largest_feasign)
             self.metrics.stage_seconds.inc(time.perf_counter() - parse_started, "parse")
             if len(parsed.keys) > self.batcher.max_keys:
                 raise BadRequest(
