@@ -12,6 +12,8 @@ import logging
 import os
 import sys
 
+from elasticctr_common.contract import SERVING_PORT, ServingEnv
+
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
 
@@ -19,23 +21,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ.get
     p = argparse.ArgumentParser(prog="python -m elasticctr_serving", description=__doc__)
     p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8010)
-    p.add_argument("--model-uri", default=env("MODEL_URI"), help="the trainer's model URI")
-    p.add_argument("--cube-conf", default=env("CUBE_CONF", "/etc/elasticctr/cube.conf"))
+    p.add_argument("--port", type=int, default=SERVING_PORT)
+    p.add_argument("--model-uri", default=env(ServingEnv.MODEL_URI), help="the trainer's model URI")
+    p.add_argument("--cube-conf", default=env(ServingEnv.CUBE_CONF, "/etc/elasticctr/cube.conf"))
     p.add_argument(
         "--cube-transfer-url",
-        default=env("CUBE_TRANSFER_URL", ""),
+        default=env(ServingEnv.CUBE_TRANSFER_URL, ""),
         help="cube-transfer, whose committed version serving follows",
     )
     p.add_argument(
         "--slot-conf",
-        default=env("SLOT_CONF", ""),
+        default=env(ServingEnv.SLOT_CONF, ""),
         help="models must have been trained on these slots (empty: any)",
     )
     p.add_argument(
         "--sparse-dim",
         type=int,
-        default=int(env("SPARSE_DIM", "0")) or None,
+        default=int(env(ServingEnv.SPARSE_DIM, "0")) or None,
         help="models must map feasigns with this sparse_dim (default: any)",
     )
     p.add_argument(
@@ -126,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics,
         max_body_bytes=args.max_body_bytes,
         max_instances=args.max_instances,
-        token=os.environ.get("SERVING_AUTH_TOKEN", ""),
+        token=os.environ.get(ServingEnv.AUTH_TOKEN, ""),
     )
     application = app.build()
     app.stop_on_signal(application, args.shutdown_delay)
@@ -138,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model_uri,
         conf.shard,
         args.cube_transfer_url or "(none)",
-        "bearer token required" if os.environ.get("SERVING_AUTH_TOKEN") else "no authentication",
+        "bearer token required" if os.environ.get(ServingEnv.AUTH_TOKEN) else "no authentication",
     )
     try:
         web.run_app(
