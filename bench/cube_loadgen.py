@@ -15,9 +15,18 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
+
+Keys = npt.NDArray[np.uint64]
+Values = npt.NDArray[np.float32]
+# A batch as the target's client takes it: a uint64 array, or Redis's 8-byte keys.
+Batch = Keys | list[bytes]
+Fetch = Callable[[Any], Values]
 
 
 @dataclass(frozen=True)
@@ -28,14 +37,14 @@ class Target:
     dim: int
 
 
-def fetcher(target: Target):
+def fetcher(target: Target) -> Fetch:
     if target.kind == "cube":
         from elasticctr_cube.client import CubeClient
         from elasticctr_cube.cubeconf import CubeConf, CubeNode
 
         client = CubeClient(CubeConf("bench", 1, (CubeNode(target.host, target.port),)), timeout=10)
 
-        def fetch(batch):
+        def fetch(batch: Keys) -> Values:
             return client.seek(batch).values
 
         return fetch
@@ -43,34 +52,44 @@ def fetcher(target: Target):
 
     r = redis.Redis(host=target.host, port=target.port, socket_timeout=10)
 
-    def fetch_redis(batch):
-        values = r.mget(batch)
+    def fetch_redis(batch: list[bytes]) -> Values:
+        values: list[bytes] = r.mget(batch)  # type: ignore[assignment]
         return np.frombuffer(b"".join(values), "<f4").reshape(len(values), target.dim)
 
     return fetch_redis
 
 
-def batch_for(target: Target, keys: np.ndarray):
+def batch_for(target: Target, keys: npt.ArrayLike) -> Batch:
     """Keys as the target's client takes them: a uint64 array, or Redis's 8-byte keys."""
-    keys = np.asarray(keys, dtype="<u8")
+    array: Keys = np.asarray(keys, dtype="<u8")
     if target.kind != "redis":
-        return keys
-    blob = keys.tobytes()
+        return array
+    blob = array.tobytes()
     return [blob[i : i + 8] for i in range(0, len(blob), 8)]
 
 
-def _batches(target: Target, keys: np.ndarray, batch: int, count: int, seed: int):
+def _batches(target: Target, keys: Keys, batch: int, count: int, seed: int) -> list[Batch]:
     rng = np.random.default_rng(seed)
     return [batch_for(target, rng.choice(keys, batch)) for _ in range(count)]
 
 
-def _worker(target, keys, batch, seed, start_at, measure_from, stop_at, results):
+def _worker(
+    target: Target,
+    keys: Keys,
+    batch: int,
+    seed: int,
+    start_at: float,
+    measure_from: float,
+    stop_at: float,
+    results: mp.Queue[tuple[list[float], float]],
+) -> None:
     fetch = fetcher(target)
     batches = _batches(target, keys, batch, 64, seed)
     fetch(batches[0])  # connect before the clock starts
     while time.time() < start_at:
         time.sleep(0.001)
-    latencies, i = [], 0
+    latencies: list[float] = []
+    i = 0
     cpu0 = time.process_time()
     while True:
         t0 = time.time()
@@ -87,11 +106,11 @@ def _worker(target, keys, batch, seed, start_at, measure_from, stop_at, results)
 
 
 def run(
-    target: Target, keys: np.ndarray, *, concurrency: int, batch: int, seconds: float, warmup: float
-) -> dict:
+    target: Target, keys: Keys, *, concurrency: int, batch: int, seconds: float, warmup: float
+) -> dict[str, float]:
     """Drive `target` with `concurrency` processes; throughput and latency of the window."""
     ctx = mp.get_context("fork")
-    results = ctx.Queue()
+    results: mp.Queue[tuple[list[float], float]] = ctx.Queue()
     start_at = time.time() + 1.0 + 0.05 * concurrency
     measure_from, stop_at = start_at + warmup, start_at + warmup + seconds
     workers = [

@@ -9,8 +9,10 @@ import socket
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_cube.builder import build
 from elasticctr_cube.httpjson import call
@@ -22,7 +24,8 @@ TICKS = os.sysconf("SC_CLK_TCK")
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def rss_bytes(pid: int) -> int:
@@ -38,7 +41,7 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICKS
 
 
-def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 20.0) -> None:
+def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -52,10 +55,10 @@ def wait_port(port: int, proc: subprocess.Popen, what: str, timeout: float = 20.
 
 
 def start_cube(
-    work: Path, keys: np.ndarray, values: np.ndarray
-) -> tuple[subprocess.Popen, int, dict]:
+    work: Path, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float32]
+) -> tuple[subprocess.Popen[bytes], int, dict[str, float]]:
     """SequenceFile -> builder (1 shard) -> cube-server; returns (process, port, timings)."""
-    timings = {}
+    timings: dict[str, float] = {}
     t = time.perf_counter()
     binary = build_server()
     timings["cargo_build_s"] = time.perf_counter() - t
@@ -85,7 +88,9 @@ def start_cube(
     return proc, port, timings
 
 
-def start_redis(keys: np.ndarray, values: np.ndarray) -> tuple[subprocess.Popen, int, dict]:
+def start_redis(
+    keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float32]
+) -> tuple[subprocess.Popen[bytes], int, dict[str, Any]]:
     """redis-server on loopback, persistence off, loaded by pipelined MSETs."""
     import redis
 
@@ -138,7 +143,7 @@ def start_redis(keys: np.ndarray, values: np.ndarray) -> tuple[subprocess.Popen,
     )
 
 
-def stop(proc: subprocess.Popen | None) -> None:
+def stop(proc: subprocess.Popen[bytes] | None) -> None:
     if proc is not None and proc.poll() is None:
         proc.terminate()
         try:

@@ -17,9 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -34,7 +37,7 @@ import cube_loadgen  # noqa: E402
 import cube_servers  # noqa: E402
 
 
-def table(n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+def table(n: int, dim: int, seed: int = 0) -> tuple[cube_loadgen.Keys, cube_loadgen.Values]:
     rng = np.random.default_rng(seed)
     keys = np.unique(
         rng.integers(0, 2**64 - 1, int(n * 1.001) + 16, dtype=np.uint64, endpoint=True)
@@ -43,7 +46,9 @@ def table(n: int, dim: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     return keys, rng.standard_normal((n, dim)).astype(np.float32)
 
 
-def check_same_answers(targets, keys: np.ndarray, values: np.ndarray) -> None:
+def check_same_answers(
+    targets: Iterable[cube_loadgen.Target], keys: cube_loadgen.Keys, values: cube_loadgen.Values
+) -> None:
     sample = np.random.default_rng(9).choice(len(keys), 1000, replace=False)
     for target in targets:
         got = cube_loadgen.fetcher(target)(cube_loadgen.batch_for(target, keys[sample]))
@@ -92,7 +97,7 @@ def main() -> int:
             levels = [int(x) for x in args.concurrency.split(",")]
             for repeat in range(args.repeat):
                 for c in levels:
-                    row = {"concurrency": c, "repeat": repeat}
+                    row: dict[str, Any] = {"concurrency": c, "repeat": repeat}
                     for name, target, proc in (
                         ("cube", cube, cube_proc),
                         ("redis", redis_t, redis_proc),
@@ -136,7 +141,13 @@ def main() -> int:
     return 0
 
 
-def measure(target, proc, keys, concurrency: int, args) -> dict:
+def measure(
+    target: cube_loadgen.Target,
+    proc: subprocess.Popen[bytes],
+    keys: cube_loadgen.Keys,
+    concurrency: int,
+    args: argparse.Namespace,
+) -> dict[str, float]:
     cpu0 = cube_servers.cpu_seconds(proc.pid)
     result = cube_loadgen.run(
         target,
@@ -153,15 +164,15 @@ def measure(target, proc, keys, concurrency: int, args) -> dict:
     return result
 
 
-def median_row(rows: list[dict]) -> dict:
-    out = {"concurrency": rows[0]["concurrency"]}
+def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"concurrency": rows[0]["concurrency"]}
     for name in ("cube", "redis"):
         out[name] = {k: float(np.median([r[name][k] for r in rows])) for k in rows[0][name]}
     out["ratio"] = out["cube"]["keys_per_s"] / out["redis"]["keys_per_s"]
     return out
 
 
-def print_row(row: dict, header: bool) -> None:
+def print_row(row: dict[str, Any], header: bool) -> None:
     if header:
         print(
             "| concurrency | cube keys/s | cube p50 / p99 ms | cube CPU µs/req server+client "

@@ -29,16 +29,20 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tests.images.serving.servingtest import Load
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)] + [str(REPO / "images" / p) for p in ("serving", "cube", "common")]
 
 
-def counts(load) -> tuple[int, int]:
+def counts(load: Load) -> tuple[int, int]:
     return load.answered(), len(load.errors)
 
 
-def window(load, before: tuple[int, int]) -> dict:
+def window(load: Load, before: tuple[int, int]) -> dict[str, float]:
     answered, failed = (now - then for now, then in zip(counts(load), before, strict=True))
     total = answered + failed
     return {"answered": answered, "failed": failed, "share": failed / total if total else 0.0}

@@ -41,8 +41,13 @@ import subprocess
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
+
+if TYPE_CHECKING:
+    from tests.images.serving.servingtest import Serving
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)] + [str(REPO / "images" / p) for p in ("serving", "cube", "common")]
@@ -97,7 +102,8 @@ class _Connection(asyncio.Protocol):
         self.run, self.next = run, first
         self.buffer, self.need, self.status, self.sent = b"", -1, b"", 0.0
 
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
         self.transport = transport
         transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.send()
@@ -138,7 +144,9 @@ class _Connection(asyncio.Protocol):
 
 
 class _Run:
-    def __init__(self, url: str, payloads: list[bytes], concurrency: int, warmup, seconds):
+    def __init__(
+        self, url: str, payloads: list[bytes], concurrency: int, warmup: float, seconds: float
+    ) -> None:
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
         host = f"{self.host}:{self.port}".encode()
@@ -174,7 +182,7 @@ class _Run:
         self.measure_from = start + self.warmup
         self.stop_at = self.measure_from + self.seconds
         for i in range(self.concurrency):
-            await loop.create_connection(lambda i=i: _Connection(self, i), self.host, self.port)
+            await loop.create_connection(partial(_Connection, self, i), self.host, self.port)
         await asyncio.sleep(max(0.0, self.measure_from - time.perf_counter()))
         cpu = time.process_time()
         await self.finished
@@ -188,7 +196,9 @@ def loadgen_main(args: argparse.Namespace) -> None:
     print(json.dumps({"latencies": run.latencies, "errors": run.errors, "cpu": cpu}))
 
 
-def loadgen(url: str, concurrency: int, args, body_file: Path | None = None) -> subprocess.Popen:
+def loadgen(
+    url: str, concurrency: int, args: argparse.Namespace, body_file: Path | None = None
+) -> subprocess.Popen[str]:
     command = [sys.executable, __file__, "--loadgen", "--url", url, "-c", str(concurrency),
                "--warmup", str(args.warmup), "--seconds", str(args.seconds)]  # fmt: skip
     if body_file is not None:
@@ -202,17 +212,25 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
 
-def run_one(serving, cube_pids, body_file, batch, concurrency, args) -> dict:
+def run_one(
+    serving: Serving,
+    serving_pid: int,
+    cube_pids: list[int],
+    body_file: Path,
+    batch: int,
+    concurrency: int,
+    args: argparse.Namespace,
+) -> dict[str, Any]:
     load = os.getloadavg()[0]
     proc = loadgen(serving.url + "/ElasticCTRPredictionService/inference", concurrency, args,
                    body_file)  # fmt: skip
     # The serving/cube CPU window starts after the warm-up: sample it then.
     time.sleep(args.warmup)
     before = scrape(serving.url)
-    cpu_before = cpu_seconds(serving.pid), sum(cpu_seconds(p) for p in cube_pids)
+    cpu_before = cpu_seconds(serving_pid), sum(cpu_seconds(p) for p in cube_pids)
     out, _ = proc.communicate(timeout=args.warmup + args.seconds + 120)
     after = scrape(serving.url)
-    cpu_after = cpu_seconds(serving.pid), sum(cpu_seconds(p) for p in cube_pids)
+    cpu_after = cpu_seconds(serving_pid), sum(cpu_seconds(p) for p in cube_pids)
     result = json.loads(out)
     lat = result["latencies"]
     examples = len(lat) * batch
@@ -238,9 +256,9 @@ def run_one(serving, cube_pids, body_file, batch, concurrency, args) -> dict:
     }
 
 
-def median_of(runs: list[dict]) -> dict:
+def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """The median of every figure over the repetitions of one cell (p99: also its range)."""
-    out: dict = {"batch": runs[0]["batch"], "concurrency": runs[0]["concurrency"]}
+    out: dict[str, Any] = {"batch": runs[0]["batch"], "concurrency": runs[0]["concurrency"]}
     for key, value in runs[0].items():
         if isinstance(value, float | int) and key not in out:
             out[key] = statistics.median(r[key] for r in runs)
@@ -252,7 +270,7 @@ def median_of(runs: list[dict]) -> dict:
     return out
 
 
-def table(results: list[dict]) -> str:
+def table(results: list[dict[str, Any]]) -> str:
     head = (
         "| batch | conc | req/s | examples/s | p50 ms | p99 ms (each run) | mean predictor "
         "batch | CPU µs/example serving + cube + client | per batch µs: cube / pool / "
@@ -273,7 +291,7 @@ def table(results: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def http_floor(serving, concurrency: int, args) -> dict:
+def http_floor(serving: Serving, concurrency: int, args: argparse.Namespace) -> dict[str, Any]:
     """GET /healthz through the same load generator: what aiohttp costs with no work."""
     out, _ = loadgen(serving.url + "/healthz", concurrency, args).communicate(timeout=300)
     result = json.loads(out)
@@ -346,7 +364,8 @@ def main() -> int:
     from elasticctr_cube.server import build_server
     from elasticctr_serving.native import build_parser
 
-    from tests.images.serving.servingtest import CubeCluster, Processes, Serving, publish
+    from tests.images.cube.cubetest import CubeCluster
+    from tests.images.serving.servingtest import Processes, Serving, publish
 
     build_server()
     build_parser()
@@ -354,8 +373,8 @@ def main() -> int:
     variants = [parse_variant(v) for v in args.variant] or [("this tree", REPO, own)]
     load_before = os.getloadavg()
     started = time.time()
-    runs: dict[str, list[dict]] = {label: [] for label, _, _ in variants}
-    references: list[dict] = []
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in variants}
+    references: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
         root = Path(tmp)
         procs = Processes(root)
@@ -365,7 +384,7 @@ def main() -> int:
             fc = [int(x) for x in args.fc.split(",")]
             publish(cluster, [1], slots=slots, fc_sizes=fc, keys=args.keys)
             cluster.wait_result(1, timeout=120)
-            servers = {}
+            servers: dict[str, tuple[Serving, int]] = {}
             for i, (label, tree, extra) in enumerate(variants):
                 pythonpath = os.pathsep.join(
                     str(tree / "images" / d) for d in ("serving", "client", "cube", "common")
@@ -373,8 +392,7 @@ def main() -> int:
                 serving = Serving(procs, f"serving{i}", cluster, *extra,
                                   env={"PYTHONPATH": pythonpath})  # fmt: skip
                 serving.wait_version(1)
-                serving.pid = procs.procs[f"serving{i}"].pid
-                servers[label] = serving
+                servers[label] = serving, procs.procs[f"serving{i}"].pid
             cube_pids = [procs.procs[f"server{s}"].pid for s in range(3)]
             concurrencies = [int(x) for x in args.concurrency.split(",")]
             batches = [int(b) for b in args.batches.split(",")]
@@ -382,7 +400,7 @@ def main() -> int:
             for batch in batches:
                 body_files[batch] = root / f"bodies-{batch}.jsonl"
                 body_files[batch].write_bytes(b"\n".join(bodies(slots, batch, args.keys)))
-            first = next(iter(servers.values()))
+            first, _ = next(iter(servers.values()))
             for repetition in range(args.repeat):
                 references.append(
                     {
@@ -393,10 +411,12 @@ def main() -> int:
                 )
                 print(json.dumps({"repetition": repetition, **references[-1]}),
                       file=sys.stderr, flush=True)  # fmt: skip
-                for label, serving in servers.items():
+                for label, (serving, serving_pid) in servers.items():
                     for batch in batches:
                         for c in concurrencies:
-                            result = run_one(serving, cube_pids, body_files[batch], batch, c, args)
+                            result = run_one(
+                                serving, serving_pid, cube_pids, body_files[batch], batch, c, args
+                            )
                             runs[label].append({"variant": label, **result})
                             print(json.dumps(runs[label][-1]), file=sys.stderr, flush=True)
         finally:
@@ -407,9 +427,9 @@ def main() -> int:
         f"{args.slots} slots x 9, FC {args.fc}; {args.repeat} runs of {args.seconds:g} s per "
         f"cell (medians; p99 of each run in brackets)"
     )
-    summary = {}
+    summary: dict[str, list[dict[str, Any]]] = {}
     for label, tree, extra in variants:
-        cells = {}
+        cells: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for r in runs[label]:
             cells.setdefault((r["batch"], r["concurrency"]), []).append(r)
         summary[label] = [median_of(cell) for cell in cells.values()]

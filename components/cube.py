@@ -20,6 +20,14 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+from elasticctr_common.contract import (
+    CUBE_AGENT_PORT,
+    CUBE_SERVER_CONTROL_PORT,
+    CUBE_SERVER_PORT,
+    CUBE_TRANSFER_CONTROL_PORT,
+    CUBE_TRANSFER_PORT,
+    CubeEnv,
+)
 
 from components import kube
 from components.bucket_access import CUBE, MODELS, BucketUser
@@ -27,13 +35,13 @@ from components.kube import KubeTarget
 from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
-SERVER_PORT = 8027
-AGENT_PORT = 8001
-TRANSFER_PORT = 8099
+SERVER_PORT = CUBE_SERVER_PORT
+AGENT_PORT = CUBE_AGENT_PORT
+TRANSFER_PORT = CUBE_TRANSFER_PORT
 # Version changes (a server's load/switch/unload, the transfer's rollback) listen on loopback
 # only: the agent shares its server's pod; people reach the rollback with a port-forward.
-SERVER_CONTROL_PORT = 8028
-TRANSFER_CONTROL_PORT = 8098
+SERVER_CONTROL_PORT = CUBE_SERVER_CONTROL_PORT
+TRANSFER_CONTROL_PORT = CUBE_TRANSFER_CONTROL_PORT
 CONFIG_MAP = "cube-conf"
 DICT_NAME = "ctr_embedding"
 # Keys per request a cube-server takes: its --max-keys and cube.conf's max_keys, from which
@@ -223,9 +231,9 @@ class Cube(pulumi.ComponentResource):
         selector = {**kube.labels("cube"), SHARD_LABEL: str(shard)}
         shard_env = kube.env(
             {
-                "CUBE_SHARD_INDEX": str(shard),
-                "CUBE_SHARD_NUM": str(args.shards),
-                "CUBE_DATA_DIR": SHARD_DIR,
+                CubeEnv.SHARD_INDEX: str(shard),
+                CubeEnv.SHARD_NUM: str(args.shards),
+                CubeEnv.DATA_DIR: SHARD_DIR,
                 "HOME": "/tmp",
             }
         )
@@ -241,6 +249,7 @@ class Cube(pulumi.ComponentResource):
                 f"--port={SERVER_PORT}",
                 f"--control-port={SERVER_CONTROL_PORT}",
                 f"--max-keys={MAX_KEYS}",
+                f"--shutdown-delay={kube.SHUTDOWN_DELAY_SECONDS}",
             ],
             env=shard_env,
             ports={"server": SERVER_PORT},
@@ -256,7 +265,11 @@ class Cube(pulumi.ComponentResource):
             args.image,
             ["python", "-m", "elasticctr_cube", "agent"],
             args=[f"--port={AGENT_PORT}", f"--server=http://127.0.0.1:{SERVER_CONTROL_PORT}"],
-            env=[*shard_env, *kube.env({"CUBE_URI": args.store.uri(CUBE)}), *args.store.env()],
+            env=[
+                *shard_env,
+                *kube.env({CubeEnv.CUBE_URI: args.store.uri(CUBE)}),
+                *args.store.env(),
+            ],
             ports={"agent": AGENT_PORT},
             cpu=args.cpu * 0.25,
             mem=args.mem * 0.125,
@@ -335,11 +348,11 @@ class Cube(pulumi.ComponentResource):
             env=[
                 *kube.env(
                     {
-                        "CUBE_CONF": f"{kube.CONFIG_DIR}/cube.conf",
-                        "MODEL_URI": args.transfer_bucket.uri(MODELS),
-                        "CUBE_URI": args.transfer_bucket.uri(CUBE),
-                        "CUBE_KEEP_VERSIONS": str(args.keep_versions),
-                        "CUBE_WORK_DIR": "/tmp/cube-transfer",
+                        CubeEnv.CUBE_CONF: f"{kube.CONFIG_DIR}/cube.conf",
+                        CubeEnv.MODEL_URI: args.transfer_bucket.uri(MODELS),
+                        CubeEnv.CUBE_URI: args.transfer_bucket.uri(CUBE),
+                        CubeEnv.KEEP_VERSIONS: str(args.keep_versions),
+                        CubeEnv.WORK_DIR: "/tmp/cube-transfer",
                         "HOME": "/tmp",
                     }
                 ),

@@ -18,6 +18,10 @@ RUN_AS_USER = 1000
 CONFIG_DIR = "/etc/elasticctr"
 DATA_DIR = "/var/lib/elasticctr"
 PART_OF = "elasticctr"
+# Seconds a server goes on answering, not ready, after SIGTERM before it stops accepting:
+# time for the endpoints to drop the pod, so no client is sent to a closed port. With the
+# drain after it (10 s at most), well inside the default grace period of 30 s.
+SHUTDOWN_DELAY_SECONDS = 5
 # On every node of a cloud stack's pool (components/cluster): `node_pool` selects by it.
 POOL_LABEL = "elasticctr.io/pool"
 

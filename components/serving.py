@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
+from elasticctr_common.contract import SERVING_PORT, ServingEnv
 
 from components import kube
 from components.bucket_access import MODELS, BucketUser
@@ -24,11 +25,11 @@ from components.kube import KubeTarget
 from components.network import ANYWHERE, Outside, Peer, Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
-PORT = 8010
+PORT = SERVING_PORT
 API_PATH = "/ElasticCTRPredictionService/inference"
 SERVICE_ACCOUNT = "serving"
 AUTH_SECRET = "serving-auth"
-TOKEN_KEY = "SERVING_AUTH_TOKEN"  # the Secret's key and the pods' variable
+TOKEN_KEY = ServingEnv.AUTH_TOKEN  # the Secret's key and the pods' variable
 BUCKET_USER = BucketUser(SERVICE_ACCOUNT, ("serving",), read=(MODELS,))  # dense models
 
 
@@ -87,15 +88,15 @@ class Serving(pulumi.ComponentResource):
             "serving",
             args.image,
             ["python", "-m", "elasticctr_serving"],
-            args=[f"--port={PORT}"],
+            args=[f"--port={PORT}", f"--shutdown-delay={kube.SHUTDOWN_DELAY_SECONDS}"],
             env=[
                 *kube.env(
                     {
-                        "MODEL_URI": args.store.uri(MODELS),
-                        "CUBE_CONF": f"{kube.CONFIG_DIR}/cube.conf",
-                        "CUBE_TRANSFER_URL": args.cube_transfer_url,
-                        "SLOT_CONF": f"{kube.CONFIG_DIR}/slot.conf",
-                        "SPARSE_DIM": str(args.sparse_dim),
+                        ServingEnv.MODEL_URI: args.store.uri(MODELS),
+                        ServingEnv.CUBE_CONF: f"{kube.CONFIG_DIR}/cube.conf",
+                        ServingEnv.CUBE_TRANSFER_URL: args.cube_transfer_url,
+                        ServingEnv.SLOT_CONF: f"{kube.CONFIG_DIR}/slot.conf",
+                        ServingEnv.SPARSE_DIM: str(args.sparse_dim),
                         "HOME": "/tmp",
                     }
                 ),

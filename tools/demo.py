@@ -364,7 +364,9 @@ class Demo:
             self.say(f"the best AUC any model could reach on these examples: {bayes:.4f}")
         if self.args.keep_running:
             self.say(f"running until Ctrl-C: serving {url}, cube-transfer {self.transfer_url}")
-            while all(p.poll() is None for n, p in self.procs.items() if n != "training"):
+            # the services still running: generate and training have finished by now
+            services = [p for p in self.procs.values() if p.poll() is None]
+            while all(p.poll() is None for p in services):
                 time.sleep(1)
         return 0
 

@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .endpoints import (
+from elasticctr_common.stack_outputs import (
     BUCKET,
     CUBE_TRANSFER_URL,
     HDFS_ADDRESS,
@@ -29,11 +29,10 @@ from .endpoints import (
     SERVING_TOKEN,
     SERVING_URL,
     STORAGE_ENDPOINT,
-    TOKEN_ENV,
     TRAINING_JOB,
-    EndpointError,
-    StackOutputs,
 )
+
+from .endpoints import TOKEN_ENV, EndpointError, StackOutputs
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,8 +1,8 @@
 """Where the stack's services are: flags first, then `pulumi stack output --json`.
 
-Output names are those of infra/outputs.py (copied here: the client image does not ship the
-Pulumi program). In-cluster addresses (`*.svc.cluster.local`) only resolve inside the
-cluster; from a laptop, `kubectl port-forward` and pass the local URL as a flag.
+Output names are elasticctr_common.stack_outputs, which the program exports. In-cluster
+addresses (`*.svc.cluster.local`) only resolve inside the cluster; from a laptop,
+`kubectl port-forward` and pass the local URL as a flag.
 """
 
 from __future__ import annotations
@@ -12,18 +12,6 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from typing import Any
-
-SERVING_URL = "serving_url"
-SERVING_TOKEN = "serving_token"  # secret: read with --show-secrets
-MLFLOW_URL = "mlflow_url"
-BUCKET = "bucket"
-STORAGE_ENDPOINT = "storage_endpoint"
-HDFS_ADDRESS = "hdfs_address"
-NAMESPACE = "namespace"
-CUBE_TRANSFER_URL = "cube_transfer_url"
-TRAINING_JOB = "training_job"
-KUBECONFIG = "kubeconfig"
-
 
 TOKEN_ENV = "ELASTICCTR_SERVING_TOKEN"
 

@@ -18,10 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from elasticctr_common.contract import CUBE_AGENT_PORT, CUBE_SERVER_CONTROL_PORT, CubeEnv
+from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import open_store
 
 from .cliargs import env_option
-from .httpjson import ApiError, Handler, HttpCallError, call, serve
+from .httpjson import ApiError, Handler, HttpCallError, call, drain_all, serve
 from .manifest import read_current, read_manifest
 from .shardfile import sha256_of
 
@@ -282,28 +284,33 @@ def routes(agent: Agent) -> dict[tuple[str, str], Handler]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Options, defaulting to the environment the Pulumi program sets (cliargs.py)."""
     p = argparse.ArgumentParser(prog="elasticctr_cube agent", description=__doc__)
-    env_option(p, "--shard", "CUBE_SHARD_INDEX", type=int, help="this shard's index")
-    env_option(p, "--shard-num", "CUBE_SHARD_NUM", type=int, help="number of shards")
-    env_option(p, "--cube-uri", "CUBE_URI", help="where cube-transfer publishes versions")
+    env_option(p, "--shard", CubeEnv.SHARD_INDEX, type=int, help="this shard's index")
+    env_option(p, "--shard-num", CubeEnv.SHARD_NUM, type=int, help="number of shards")
+    env_option(p, "--cube-uri", CubeEnv.CUBE_URI, help="where cube-transfer publishes versions")
     p.add_argument(
         "--server",
-        default="http://127.0.0.1:8028",
+        default=f"http://127.0.0.1:{CUBE_SERVER_CONTROL_PORT}",
         help="this shard's cube-server, its control port (--control-port)",
     )
     env_option(
         p,
         "--data-dir",
-        "CUBE_DATA_DIR",
+        CubeEnv.DATA_DIR,
         default="/var/lib/elasticctr/cube",
         help="local shard files (shared with the server)",
     )
     p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8001)
+    p.add_argument("--port", type=int, default=CUBE_AGENT_PORT)
     p.add_argument("--restore-interval", type=float, default=2.0)
     p.add_argument("--load-timeout", type=float, default=600.0)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s cube-agent %(message)s")
     if not 0 <= args.shard < args.shard_num:
         raise SystemExit(
@@ -317,10 +324,14 @@ def main(argv: list[str] | None = None) -> int:
         data_dir=args.data_dir,
         load_timeout=args.load_timeout,
     )
-    serve(args.host, args.port, routes(agent))
+    stop = StopSignal().install()
+    server = serve(args.host, args.port, routes(agent))
     log.info(
         "shard %s of %s on port %s, server %s", args.shard, args.shard_num, args.port, args.server
     )
-    while True:
+    while not stop.is_set():
         agent.restore_once()
-        time.sleep(args.restore_interval)
+        stop.wait(args.restore_interval)
+    log.info("stopping: draining requests in flight")
+    drain_all([server], DRAIN_SECONDS)
+    return 0

@@ -24,8 +24,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-DEFAULT_SERVER_PORT = 8027
-DEFAULT_AGENT_PORT = 8001
+from elasticctr_common.contract import CUBE_AGENT_PORT, CUBE_SERVER_PORT
+
+DEFAULT_SERVER_PORT = CUBE_SERVER_PORT
+DEFAULT_AGENT_PORT = CUBE_AGENT_PORT
 DEFAULT_MAX_KEYS = 100_000  # keys per request a cube-server takes (its --max-keys)
 LOAD_BALANCERS = ("rr", "random", "la")  # brpc's names: round robin, random, locality-aware
 TYPES = ("ipport", "ipport_list")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -47,13 +48,59 @@ def call(method: str, url: str, body: Any = None, timeout: float = 10.0) -> tupl
         raise HttpCallError(f"{method} {url}: answer is not JSON ({raw[:200]!r})") from err
 
 
-def serve(host: str, port: int, routes: dict[tuple[str, str], Handler]) -> ThreadingHTTPServer:
+class JsonServer(ThreadingHTTPServer):
+    """A threaded server that counts the requests in flight, so that a stopping process
+    can let them finish (`drain`)."""
+
+    daemon_threads = True  # idle keep-alive connections must not hold the process
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler]) -> None:
+        super().__init__(address, handler)
+        self.in_flight = 0
+        self.draining = False
+        self._idle = threading.Condition()
+
+    def request_started(self) -> None:
+        with self._idle:
+            self.in_flight += 1
+
+    def request_done(self) -> None:
+        with self._idle:
+            self.in_flight -= 1
+            self._idle.notify_all()
+
+    def drain(self, timeout: float) -> bool:
+        """Stop accepting (the port refuses from now on), close keep-alive connections
+        after their next answer, and wait up to `timeout` s for the requests in flight;
+        True if none is left."""
+        self.draining = True
+        self.shutdown()
+        self.server_close()
+        with self._idle:
+            return self._idle.wait_for(lambda: self.in_flight == 0, timeout)
+
+
+def drain_all(servers: list[JsonServer], timeout: float) -> bool:
+    """`drain` every server, all within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    return all([s.drain(max(0.0, deadline - time.monotonic())) for s in servers])
+
+
+def serve(host: str, port: int, routes: dict[tuple[str, str], Handler]) -> JsonServer:
     """Start a threaded JSON server in a daemon thread; `routes` maps (method, path)."""
 
     class _Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        server: JsonServer
 
         def _dispatch(self, method: str) -> None:
+            self.server.request_started()
+            try:
+                self._answer(method)
+            finally:
+                self.server.request_done()
+
+        def _answer(self, method: str) -> None:
             path = self.path.split("?", 1)[0]
             handler = routes.get((method, path))
             length = int(self.headers.get("Content-Length") or 0)
@@ -81,6 +128,9 @@ def serve(host: str, port: int, routes: dict[tuple[str, str], Handler]) -> Threa
             self.send_response(code)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            if self.server.draining:  # the client reconnects, to a server that is staying
+                self.send_header("Connection", "close")
+                self.close_connection = True
             self.end_headers()
             self.wfile.write(data)
 
@@ -93,7 +143,6 @@ def serve(host: str, port: int, routes: dict[tuple[str, str], Handler]) -> Threa
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.client_address[0], *args)
 
-    server = ThreadingHTTPServer((host, port), _Handler)
-    server.daemon_threads = True
+    server = JsonServer((host, port), _Handler)
     threading.Thread(target=server.serve_forever, name=f"http-{port}", daemon=True).start()
     return server

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from elasticctr_common.cargo import cargo_build
+from elasticctr_common.contract import CubeEnv
 
 from .cubeconf import DEFAULT_MAX_KEYS
 
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
         binary = server_binary()
     except ServerBinaryError as err:
         raise SystemExit(f"cube-server: {err}") from None
-    for flag, env in (("--shard", "CUBE_SHARD_INDEX"), ("--shard-num", "CUBE_SHARD_NUM")):
+    for flag, env in (("--shard", CubeEnv.SHARD_INDEX), ("--shard-num", CubeEnv.SHARD_NUM)):
         if not _given(args, flag) and os.environ.get(env):
             args = [*args, flag, os.environ[env]]
     if not _given(args, "--max-keys"):  # the default cube.conf's max_keys says

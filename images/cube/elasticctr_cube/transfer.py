@@ -23,13 +23,15 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from elasticctr_common.contract import CUBE_TRANSFER_CONTROL_PORT, CUBE_TRANSFER_PORT, CubeEnv
+from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import StorageError, open_store
 from elasticctr_common.versions import DonefileError, Version, read_versions
 
 from .builder import BuildError, build, publish
 from .cliargs import env_option
 from .cubeconf import CubeConf
-from .httpjson import ApiError, Handler, serve
+from .httpjson import ApiError, Handler, drain_all, serve
 from .manifest import MANIFEST, ManifestError, read_manifest, write_current
 from .rollout import Rollout, RolloutRunner
 
@@ -300,20 +302,23 @@ def _with_storage_retry(
             pause = min(pause * 2, 10.0)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """Options, defaulting to the environment the Pulumi program sets (cliargs.py)."""
     p = argparse.ArgumentParser(prog="elasticctr_cube transfer", description=__doc__)
-    env_option(p, "--model-uri", "MODEL_URI", help="where the trainer's donefile is")
-    env_option(p, "--cube-uri", "CUBE_URI", help="where built versions are published")
-    env_option(p, "--cube-conf", "CUBE_CONF", default="/etc/elasticctr/cube.conf")
-    env_option(p, "--work-dir", "CUBE_WORK_DIR", default="/var/lib/elasticctr/cube-transfer")
+    env_option(p, "--model-uri", CubeEnv.MODEL_URI, help="where the trainer's donefile is")
+    env_option(p, "--cube-uri", CubeEnv.CUBE_URI, help="where built versions are published")
+    env_option(p, "--cube-conf", CubeEnv.CUBE_CONF, default="/etc/elasticctr/cube.conf")
+    env_option(p, "--work-dir", CubeEnv.WORK_DIR, default="/var/lib/elasticctr/cube-transfer")
     p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8099)
+    p.add_argument("--port", type=int, default=CUBE_TRANSFER_PORT)
     p.add_argument("--control-host", default="127.0.0.1", help="the control port's address")
-    p.add_argument("--control-port", type=int, default=8098, help="POST /rollback")
+    p.add_argument(
+        "--control-port", type=int, default=CUBE_TRANSFER_CONTROL_PORT, help="POST /rollback"
+    )
     env_option(
         p,
         "--keep",
-        "CUBE_KEEP_VERSIONS",
+        CubeEnv.KEEP_VERSIONS,
         type=int,
         default=3,
         help="committed versions kept for rollback",
@@ -354,7 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     p.add_argument("--max-attempts", type=int, default=3)
     p.add_argument("--retry-seconds", type=float, default=30.0)
-    args = p.parse_args(argv)
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s cube-transfer %(message)s")
     conf = CubeConf.load(args.cube_conf)
     runner = RolloutRunner(
@@ -379,8 +388,11 @@ def main(argv: list[str] | None = None) -> int:
         ),
         args.cube_uri,
     )
-    serve(args.host, args.port, routes(transfer))
-    serve(args.control_host, args.control_port, routes(transfer, control=True))
+    stop = StopSignal().install()
+    servers = [
+        serve(args.host, args.port, routes(transfer)),
+        serve(args.control_host, args.control_port, routes(transfer, control=True)),
+    ]
     transfer.reconcile()
     log.info(
         "following %s/donefile, %s shards, port %s, control %s:%s",
@@ -390,9 +402,14 @@ def main(argv: list[str] | None = None) -> int:
         args.control_host,
         args.control_port,
     )
-    while True:
+    # A rollout under way when SIGTERM comes finishes first (or is cut by the grace
+    # period's SIGKILL: the next transfer's reconcile repairs that).
+    while not stop.is_set():
         try:
             transfer.poll_once()
         except Exception:  # e.g. the cube store is unreachable: log, keep following
             log.exception("poll failed")
-        time.sleep(args.poll_seconds)
+        stop.wait(args.poll_seconds)
+    log.info("stopping: draining requests in flight")
+    drain_all(servers, DRAIN_SECONDS)
+    return 0

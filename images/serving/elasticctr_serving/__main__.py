@@ -12,6 +12,8 @@ import logging
 import os
 import sys
 
+from elasticctr_common.contract import SERVING_PORT, ServingEnv
+
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
 
@@ -19,23 +21,23 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     env = os.environ.get
     p = argparse.ArgumentParser(prog="python -m elasticctr_serving", description=__doc__)
     p.add_argument("--host", default="0.0.0.0")
-    p.add_argument("--port", type=int, default=8010)
-    p.add_argument("--model-uri", default=env("MODEL_URI"), help="the trainer's model URI")
-    p.add_argument("--cube-conf", default=env("CUBE_CONF", "/etc/elasticctr/cube.conf"))
+    p.add_argument("--port", type=int, default=SERVING_PORT)
+    p.add_argument("--model-uri", default=env(ServingEnv.MODEL_URI), help="the trainer's model URI")
+    p.add_argument("--cube-conf", default=env(ServingEnv.CUBE_CONF, "/etc/elasticctr/cube.conf"))
     p.add_argument(
         "--cube-transfer-url",
-        default=env("CUBE_TRANSFER_URL", ""),
+        default=env(ServingEnv.CUBE_TRANSFER_URL, ""),
         help="cube-transfer, whose committed version serving follows",
     )
     p.add_argument(
         "--slot-conf",
-        default=env("SLOT_CONF", ""),
+        default=env(ServingEnv.SLOT_CONF, ""),
         help="models must have been trained on these slots (empty: any)",
     )
     p.add_argument(
         "--sparse-dim",
         type=int,
-        default=int(env("SPARSE_DIM", "0")) or None,
+        default=int(env(ServingEnv.SPARSE_DIM, "0")) or None,
         help="models must map feasigns with this sparse_dim (default: any)",
     )
     p.add_argument(
@@ -61,6 +63,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="a rejected version is tried again after this long",
     )
     p.add_argument(
+        "--shutdown-delay",
+        type=float,
+        default=0.0,
+        help="seconds serving goes on, not ready, after SIGTERM before it stops accepting",
+    )
+    p.add_argument(
         "--cube-timeout",
         type=float,
         default=None,
@@ -80,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ info logs, per predictor
 
     from aiohttp import web
+    from elasticctr_common.shutdown import DRAIN_SECONDS
     from elasticctr_common.slotconf import read_slot_conf
     from elasticctr_common.storage import open_store
     from elasticctr_cube.client import CubeClient
@@ -119,8 +128,10 @@ def main(argv: list[str] | None = None) -> int:
         metrics,
         max_body_bytes=args.max_body_bytes,
         max_instances=args.max_instances,
-        token=os.environ.get("SERVING_AUTH_TOKEN", ""),
+        token=os.environ.get(ServingEnv.AUTH_TOKEN, ""),
     )
+    application = app.build()
+    app.stop_on_signal(application, args.shutdown_delay)
     manager.start()
     logging.getLogger("elasticctr_serving").info(
         "serving on %s:%d, models %s, cube %d shards, transfer %s, %s",
@@ -129,10 +140,18 @@ def main(argv: list[str] | None = None) -> int:
         args.model_uri,
         conf.shard,
         args.cube_transfer_url or "(none)",
-        "bearer token required" if os.environ.get("SERVING_AUTH_TOKEN") else "no authentication",
+        "bearer token required" if os.environ.get(ServingEnv.AUTH_TOKEN) else "no authentication",
     )
     try:
-        web.run_app(app.build(), host=args.host, port=args.port, access_log=None, print=None)
+        web.run_app(
+            application,
+            host=args.host,
+            port=args.port,
+            access_log=None,
+            print=None,
+            handle_signals=False,  # app.stop_on_signal's, with the not-ready delay
+            shutdown_timeout=DRAIN_SECONDS,
+        )
     finally:
         manager.stop()
         batcher.stop()

@@ -12,17 +12,21 @@ others get 401. /readyz then tells an unauthenticated caller only whether it is 
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import logging
+import signal
 import time
 from collections.abc import Callable
 
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
+from aiohttp.web_runner import GracefulExit
 
 from . import native
 from .batcher import Batcher, Prediction, Unavailable
+from .feasign_check import ReducedFeasignCheck
 from .instances import BadRequest, parse_request
 from .metrics import ServingMetrics
 from .rollout import ModelManager
@@ -60,6 +64,10 @@ def plain_error(status: int, message: str) -> web.Response:
     return _json({"error": message}, status)
 
 
+def _graceful_exit() -> None:
+    raise GracefulExit  # what aiohttp's own signal handler raises: run_app shuts down
+
+
 class ServingApp:
     def __init__(
         self,
@@ -74,6 +82,8 @@ class ServingApp:
         self.manager, self.batcher, self.metrics = manager, batcher, metrics
         self.max_body_bytes, self.max_instances = max_body_bytes, max_instances
         self.started_at = time.time()
+        self.stopping = False
+        self.feasigns = ReducedFeasignCheck()
         self._expected = f"Bearer {token}".encode() if token else b""
 
     def build(self) -> web.Application:
@@ -101,9 +111,31 @@ class ServingApp:
         except Exception as err:  # a bug in a handler answers 500; the server goes on
             log.exception("%s %s failed", request.method, request.path)
             response = plain_error(500, f"internal error: {type(err).__name__}: {err}")
+        if self.stopping:  # the client reconnects, to a replica that is staying
+            response.force_close()
         self.metrics.requests.inc(1, path, str(response.status))
         self.metrics.latency.observe(time.perf_counter() - started, path)
         return response
+
+    def stop_on_signal(self, app: web.Application, delay: float) -> None:
+        """On SIGTERM (or SIGINT): answer /readyz 503 and close each connection after its
+        answer for `delay` seconds, still serving (time for Kubernetes to take the pod out
+        of the Service's endpoints), then stop: aiohttp stops accepting and waits for the
+        requests in flight (run_app's shutdown_timeout)."""
+
+        async def install(app: web.Application) -> None:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(signum, self._begin_stop, loop, delay)
+
+        app.on_startup.append(install)
+
+    def _begin_stop(self, loop: asyncio.AbstractEventLoop, delay: float) -> None:
+        if self.stopping:
+            return
+        self.stopping = True
+        log.info("stopping: not ready, closing connections; stop accepting in %g s", delay)
+        loop.call_later(delay, _graceful_exit)
 
     def authorized(self, request: web.Request) -> bool:
         """No token configured, or the request's Authorization header is the token's."""
@@ -152,6 +184,7 @@ class ServingApp:
                 raise Unavailable("no model version is loaded yet")
             parse_started = time.perf_counter()
             parsed = parse_request(body, model.space, self.max_instances, plain)
+            self.feasigns.observe(model.space.sparse_dim, len(parsed.keys), parsed.largest_feasign)
             self.metrics.stage_seconds.inc(time.perf_counter() - parse_started, "parse")
             if len(parsed.keys) > self.batcher.max_keys:
                 raise BadRequest(
@@ -178,6 +211,8 @@ class ServingApp:
         return _json({"status": "ok"})
 
     async def readyz(self, request: web.Request) -> web.Response:
+        if self.stopping:
+            return _json({"ready": False, "reason": "stopping"}, 503)
         model = self.manager.active()
         if not self.authorized(request):  # the kubelet: ready or not, nothing more
             return _json({"ready": model is not None}, 200 if model is not None else 503)

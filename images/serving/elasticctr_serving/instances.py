@@ -50,6 +50,7 @@ class Parsed:
     keys: NDArray[np.uint64]  # sparse keys, padding (0) removed
     slots: NDArray[np.int32]  # slot index (model input order) of each key
     rows: NDArray[np.int32]  # instance index of each key
+    largest_feasign: int = 0  # before the mapping (feasign_check.py)
 
 
 class SlotSpace:
@@ -221,7 +222,7 @@ def _keys(
     real = keys != 0
     if not real.all():
         keys, slots, rows = keys[real], slots[real], rows[real]
-    return Parsed(count, keys, slots, rows)
+    return Parsed(count, keys, slots, rows, int(raw.max()) if raw.size else 0)
 
 
 def _as_uint64(feasigns: list[Any]) -> NDArray[np.uint64] | None:

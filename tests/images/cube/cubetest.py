@@ -87,6 +87,17 @@ class Procs:
             proc.send_signal(signal.SIGKILL)
         proc.wait(10)
 
+    def terminate(self, name: str, within: float = 15.0) -> int:
+        """SIGTERM, as Kubernetes stops a pod; the exit code (-9: it had to be killed after
+        `within` seconds, as the grace period would)."""
+        proc = self.procs.pop(name)
+        proc.terminate()
+        try:
+            return proc.wait(within)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return proc.wait(10)
+
     def stop_all(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:

@@ -60,7 +60,9 @@ class Readers:
             c.close()
 
 
-def test_one_replica_down_fails_no_reader_and_switches_are_all_or_nothing(cube_cluster):
+def test_one_replica_down_or_stopped_fails_no_reader_and_switches_are_all_or_nothing(
+    cube_cluster,
+):
     cluster = cube_cluster(shards=3, replicas=2)
     tables = {v: model_table(v) for v in (1, 2, 3)}
     cluster.publish_model(1, *tables[1])
@@ -85,11 +87,18 @@ def test_one_replica_down_fails_no_reader_and_switches_are_all_or_nothing(cube_c
         cluster.publish_model(3, *tables[3])
         committed(cluster, 3, tables)  # on every replica of every shard
         readers.wait_reads(100)
+        # issue 14, item 5: a rolling restart stops a replica with SIGTERM: it finishes
+        # what it answers and exits 0 (it ignored SIGTERM as a container's PID 1 before);
+        # its agent and the transfer exit 0 too.
+        codes = {name: cluster.procs.terminate(name) for name in ("server1-1", "agent1-1")}
+        readers.wait_reads(100)
+        codes["transfer"] = cluster.procs.terminate("transfer")
     finally:
         readers.finish()
     assert not readers.errors, readers.errors[:3]
     assert sum(c.stats.retries for c in readers.clients) > 0  # failovers happened
-    print(f"{readers.reads[0]} reads, none failed, with a replica down and 2 rollouts")
+    assert codes == {"server1-1": 0, "agent1-1": 0, "transfer": 0}
+    print(f"{readers.reads[0]} reads, none failed, with a replica down, stopped, 2 rollouts")
 
 
 def test_a_hung_replica_is_hedged_within_backup_request(cube_cluster):

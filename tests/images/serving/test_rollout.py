@@ -161,10 +161,14 @@ def test_fast_version_changes_and_rollbacks_fail_no_request(procs, tmp_path, cub
     print(f"{answered} requests, none failed, during 3 fast versions and {rollbacks} rollbacks")
 
 
-def test_one_cube_replica_down_fails_no_request(procs, tmp_path, cube_server_bin):
+def test_one_cube_replica_down_or_stopped_and_serving_stopped_fail_no_request(
+    procs, tmp_path, cube_server_bin
+):
     """issue 13, item 2: with one server per shard, killing 1 of 3 failed every request
-    until it came back. With 2 replicas per shard serving's cube client fails over."""
-    stack = start_stack(procs, tmp_path, replicas=2)
+    until it came back. With 2 replicas per shard serving's cube client fails over.
+    issue 14, item 5: SIGTERM (a rolling restart) of a cube replica, then of serving
+    itself, under load: every request is answered, and each exits 0 by itself."""
+    stack = start_stack(procs, tmp_path, "--shutdown-delay", "4", replicas=2)
     instances = probe_instances(stack.spec, 200, seed=21)
     load = Load(stack.serving.url, instances, {1: expected(stack.spec, 1, instances)})
     try:
@@ -174,6 +178,16 @@ def test_one_cube_replica_down_fails_no_request(procs, tmp_path, cube_server_bin
         stack.cluster.start_server(1, 0)  # back, empty: its agent restores version 1
         wait_until(lambda: stack.cluster.server_status(1, 0)["cur_version"] == 1, 30, "restore")
         load.wait_answers(100)
+        stack.procs.procs["server1-1"].terminate()
+        load.wait_answers(100)
+        codes = {"server1-1": stack.procs.terminate("server1-1")}
+        serving = stack.procs.procs["serving"]
+        serving.terminate()
+        # Kubernetes takes a pod that is not ready out of the Service: so does this load,
+        # within the 4 s serving goes on answering before it closes its port.
+        wait_until(lambda: http("GET", stack.serving.url + "/readyz")[0] == 503, 10, "not ready")
     finally:
         load.finish()
+    codes["serving"] = stack.procs.terminate("serving")
     assert not load.errors, load.errors[:5]
+    assert codes == {"server1-1": 0, "serving": 0}

@@ -92,6 +92,24 @@ impl Conns {
             .is_ok()
     }
 
+    /// Close every idle connection (a stopping server); busy ones finish their request.
+    pub fn close_idle(&self) {
+        let mut open = self.open.lock().unwrap();
+        open.retain(|_, conn| {
+            let t = conn.idle_since.load(SeqCst);
+            let closed = t != BUSY
+                && t != EVICTED
+                && conn
+                    .idle_since
+                    .compare_exchange(t, EVICTED, SeqCst, SeqCst)
+                    .is_ok();
+            if closed {
+                let _ = conn.stream.shutdown(Shutdown::Both);
+            }
+            !closed
+        });
+    }
+
     pub fn leave(&self, conn: &Conn) {
         self.open.lock().unwrap().remove(&conn.id);
     }

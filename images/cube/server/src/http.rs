@@ -8,7 +8,7 @@
 use crate::state::{json_string, Failure, State};
 use serde_json::Value;
 use std::io::{self, BufRead, Read, Write};
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
 
 const MAX_HEADER_BYTES: usize = 64 * 1024;
@@ -179,6 +179,9 @@ fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String),
     }
     match (req.path.as_str(), post) {
         ("/healthz", _) => Ok((200, "{\"status\":\"ok\"}".into())),
+        ("/readyz", _) if state.stopping.load(SeqCst) => {
+            Ok((503, "{\"ready\":false,\"error\":\"stopping\"}".into()))
+        }
         ("/readyz", _) => match state.current_version() {
             Some(v) => Ok((200, format!("{{\"ready\":true,\"version\":{v}}}"))),
             None => Ok((

@@ -11,16 +11,22 @@ mod conns;
 mod http;
 mod shardfile;
 mod state;
+mod stop;
 
 use state::{Config, State};
 use std::io::{BufRead, BufReader};
 use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::Duration;
 
+/// How long a stopping server waits for the requests in flight: well inside Kubernetes'
+/// default grace period of 30 s.
+const DRAIN: Duration = Duration::from_secs(10);
+
 const USAGE: &str = "usage: cube-server --shard I --shard-num N [--host 0.0.0.0] [--port 8027] \
 [--control-host 127.0.0.1] [--control-port 8028] [--max-keys 100000] [--max-connections 1024] \
-[--idle-timeout 120]";
+[--idle-timeout 120] [--shutdown-delay 0]";
 
 struct Args {
     host: String,
@@ -32,6 +38,7 @@ struct Args {
     max_keys: usize,
     max_connections: usize,
     idle_timeout: f64,
+    shutdown_delay: f64,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -45,6 +52,7 @@ fn parse_args() -> Result<Args, String> {
         max_keys: 100_000,
         max_connections: 1024,
         idle_timeout: 120.0,
+        shutdown_delay: 0.0,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -70,8 +78,12 @@ fn parse_args() -> Result<Args, String> {
             "--max-keys" => a.max_keys = value.parse().map_err(|e| bad(&e))?,
             "--max-connections" => a.max_connections = value.parse().map_err(|e| bad(&e))?,
             "--idle-timeout" => a.idle_timeout = value.parse().map_err(|e| bad(&e))?,
+            "--shutdown-delay" => a.shutdown_delay = value.parse().map_err(|e| bad(&e))?,
             _ => return Err(format!("unknown option {flag}\n{USAGE}")),
         }
+    }
+    if !(a.shutdown_delay >= 0.0 && a.shutdown_delay.is_finite()) {
+        return Err(format!("--shutdown-delay (seconds) must be >= 0\n{USAGE}"));
     }
     if a.max_connections == 0 || !(a.idle_timeout > 0.0 && a.idle_timeout.is_finite()) {
         return Err(format!(
@@ -111,10 +123,25 @@ fn serve(stream: TcpStream, state: Arc<State>, conn: &conns::Conn, idle_timeout:
         } else {
             http::handle(&mut r, &mut w, &state, http::Port::Data)
         };
-        if !matches!(keep, Ok(true)) {
+        if !matches!(keep, Ok(true)) || state.closing.load(SeqCst) {
             return;
         }
     }
+}
+
+/// After SIGTERM: `delay` seconds not ready but serving, then stop accepting and close
+/// idle connections (busy ones close after their answer); the main thread then drains.
+fn stop_on_signal(listener: &TcpListener, state: &State, delay: Duration) {
+    let signum = stop::wait();
+    eprintln!(
+        "cube-server: signal {signum}: not ready; stop accepting in {:.1} s",
+        delay.as_secs_f64()
+    );
+    state.stopping.store(true, SeqCst);
+    std::thread::sleep(delay);
+    state.closing.store(true, SeqCst);
+    stop::close_listener(listener);
+    state.conns.close_idle();
 }
 
 /// The control port: HTTP only, one thread per connection, outside the data port's
@@ -153,6 +180,10 @@ fn listen(host: &str, port: u16, what: &str) -> TcpListener {
 }
 
 fn main() {
+    if let Err(e) = stop::block_signals() {
+        eprintln!("cube-server: cannot block SIGTERM for its thread: {e}");
+        std::process::exit(1);
+    }
     let args = parse_args().unwrap_or_else(|msg| {
         eprintln!("{msg}");
         std::process::exit(2);
@@ -181,7 +212,16 @@ fn main() {
         let state = Arc::clone(&state);
         std::thread::spawn(move || serve_control(control, state, idle_timeout));
     }
+    let listener = Arc::new(listener);
+    {
+        let (listener, state) = (Arc::clone(&listener), Arc::clone(&state));
+        let delay = Duration::from_secs_f64(args.shutdown_delay);
+        std::thread::spawn(move || stop_on_signal(&listener, &state, delay));
+    }
     for stream in listener.incoming() {
+        if state.closing.load(SeqCst) {
+            break;
+        }
         let Ok(stream) = stream else { continue };
         // Over the limit with every connection busy: refuse rather than spawn without bound.
         let Some(conn) = state.conns.admit(&stream) else {
@@ -198,4 +238,15 @@ fn main() {
             eprintln!("cube-server: cannot start a connection thread: {e}");
         }
     }
+    // Closing: wait for the connections still answering (the idle ones were closed).
+    state.conns.close_idle();
+    let drained = stop::wait_until(DRAIN, || state.conns.count() == 0);
+    eprintln!(
+        "cube-server: stopped{}",
+        if drained {
+            ""
+        } else {
+            " (connections still open after the drain time)"
+        }
+    );
 }

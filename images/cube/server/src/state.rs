@@ -2,7 +2,7 @@
 
 use crate::conns::Conns;
 use crate::shardfile::ShardFile;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -52,6 +52,10 @@ pub struct State {
     load: Mutex<Option<Load>>,
     generation: AtomicU64,
     started: Instant,
+    /// SIGTERM came: /readyz answers 503 (stop.rs).
+    pub stopping: AtomicBool,
+    /// Then the listener closed: each connection closes after its answer.
+    pub closing: AtomicBool,
 }
 
 /// An error of a control command or a seek: (HTTP status, message).
@@ -67,6 +71,8 @@ impl State {
             load: Mutex::new(None),
             generation: AtomicU64::new(0),
             started: Instant::now(),
+            stopping: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
         }
     }
 

@@ -1,0 +1,41 @@
+"""What crosses from the Pulumi program into the pods, written once: ports and the
+environment variables each image reads. The program (components/) sets them from these
+names and the images read them by the same names; tests/infra/test_pod_contract.py feeds
+every rendered pod to the image's own parsers. docs/architecture.md explains each one.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Ports (docs/architecture.md, "Ports").
+SERVING_PORT: Final = 8010
+CUBE_SERVER_PORT: Final = 8027
+CUBE_SERVER_CONTROL_PORT: Final = 8028  # the pod's loopback: its agent's
+CUBE_AGENT_PORT: Final = 8001
+CUBE_TRANSFER_PORT: Final = 8099
+CUBE_TRANSFER_CONTROL_PORT: Final = 8098  # the pod's loopback: operators' port-forward
+
+
+class CubeEnv:
+    """The cube image's variables (elasticctr_cube.cliargs: each defaults an option)."""
+
+    SHARD_INDEX: Final = "CUBE_SHARD_INDEX"
+    SHARD_NUM: Final = "CUBE_SHARD_NUM"
+    DATA_DIR: Final = "CUBE_DATA_DIR"
+    CUBE_URI: Final = "CUBE_URI"
+    MODEL_URI: Final = "MODEL_URI"
+    CUBE_CONF: Final = "CUBE_CONF"
+    KEEP_VERSIONS: Final = "CUBE_KEEP_VERSIONS"
+    WORK_DIR: Final = "CUBE_WORK_DIR"
+
+
+class ServingEnv:
+    """The serving image's variables (elasticctr_serving.__main__)."""
+
+    MODEL_URI: Final = "MODEL_URI"
+    CUBE_CONF: Final = "CUBE_CONF"
+    CUBE_TRANSFER_URL: Final = "CUBE_TRANSFER_URL"
+    SLOT_CONF: Final = "SLOT_CONF"
+    SPARSE_DIM: Final = "SPARSE_DIM"
+    AUTH_TOKEN: Final = "SERVING_AUTH_TOKEN"  # from a Secret, with serving.auth token

@@ -1,0 +1,163 @@
+"""The contract between the program and the images, checked end to end (issue 14, item 2):
+every pod of every stack, as the program renders it, is fed to the image's own parsers:
+its args and env to the image's option parser, its mounted config files to the image's
+readers. A variable, flag or file renamed on one side only fails here, not in a pod.
+
+Secrets (`valueFrom`) read as a placeholder; Volcano's `env` plugin adds VC_TASK_INDEX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from elasticctr_common.contract import CubeEnv
+from elasticctr_common.slotconf import read_slot_conf
+
+from tests.support import pulumi_harness as harness
+from tests.support.manifests import pod_templates
+
+PLACEHOLDER = "from-a-secret"
+
+
+def config_files(graph: harness.Graph, pod: dict[str, Any], root: Path) -> dict[str, Path]:
+    """The pod's mounted ConfigMap files written under `root`: {path in the pod: file}."""
+    maps = {
+        m["metadata"]["name"]: m.get("data", {})
+        for m in graph.manifests()
+        if m["kind"] == "ConfigMap"
+    }
+    sources: dict[str, list[str]] = {}
+    for volume in pod["spec"].get("volumes", []):
+        projected = volume.get("projected", {}).get("sources", [])
+        names = [s["configMap"]["name"] for s in projected if "configMap" in s]
+        if "configMap" in volume:
+            names.append(volume["configMap"]["name"])
+        sources[volume["name"]] = names
+    files = {}
+    for container in pod["spec"]["containers"]:
+        for mount in container.get("volumeMounts", []):
+            for name in sources.get(mount["name"], []):
+                for key, text in maps[name].items():
+                    local = root / mount["mountPath"].strip("/") / key
+                    local.parent.mkdir(parents=True, exist_ok=True)
+                    local.write_text(text)
+                    files[f"{mount['mountPath']}/{key}"] = local
+    return files
+
+
+def containers(graph: harness.Graph) -> Iterator[tuple[str, dict[str, Any], dict[str, Any]]]:
+    """(owner/container, pod template, container) of every pod of the stack."""
+    for manifest in graph.manifests():
+        for owner, pod in pod_templates(manifest):
+            for container in pod["spec"]["containers"]:
+                yield f"{owner}/{container['name']}", pod, container
+
+
+class Pod:
+    """One container's view: its env (os.environ while parsing) and its files."""
+
+    def __init__(self, container: dict[str, Any], files: dict[str, Path]) -> None:
+        self.env = {e["name"]: e.get("value", PLACEHOLDER) for e in container.get("env", [])} | {
+            "VC_TASK_INDEX": "0"
+        }
+        self.args: list[str] = list(container.get("args") or [])
+        self.files = files
+
+    def file(self, path: str) -> Path:
+        assert path, "no path: its variable or flag is not set"
+        assert path in self.files, f"{path} is not mounted (mounted: {sorted(self.files)})"
+        return self.files[path]
+
+    def parse(self, parse_args: Callable[[list[str]], argparse.Namespace]) -> argparse.Namespace:
+        saved = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(self.env)
+        try:
+            return parse_args(self.args)
+        except SystemExit as err:  # argparse's way of refusing
+            raise AssertionError(f"the image refuses {self.args} with {self.env}") from err
+        finally:
+            os.environ.clear()
+            os.environ.update(saved)
+
+
+def check_serving(pod: Pod) -> None:
+    from elasticctr_cube.cubeconf import CubeConf
+    from elasticctr_serving.__main__ import parse_args
+
+    args = pod.parse(parse_args)
+    CubeConf.load(pod.file(args.cube_conf))
+    assert read_slot_conf(str(pod.file(args.slot_conf)))
+    assert args.sparse_dim and args.model_uri and args.cube_transfer_url
+
+
+def check_transfer(pod: Pod) -> None:
+    from elasticctr_cube.cubeconf import CubeConf
+    from elasticctr_cube.transfer import parse_args
+
+    args = pod.parse(parse_args)
+    conf = CubeConf.load(pod.file(args.cube_conf))
+    assert conf.shard >= 1 and args.model_uri and args.cube_uri
+
+
+def check_agent(pod: Pod) -> None:
+    from elasticctr_cube.agent import parse_args
+
+    args = pod.parse(parse_args)
+    assert 0 <= args.shard < args.shard_num and args.cube_uri
+
+
+def check_server(pod: Pod) -> None:
+    """The Python entry point adds the shard from the env; the flags are the binary's."""
+    from elasticctr_cube.server import _given
+
+    args = pod.args
+    for flag, env in (("--shard", CubeEnv.SHARD_INDEX), ("--shard-num", CubeEnv.SHARD_NUM)):
+        assert _given(args, flag) or pod.env.get(env), f"cube-server gets no {flag}"
+    usage = (Path(__file__).parents[2] / "images/cube/server/src/main.rs").read_text()
+    for arg in args:
+        assert f"[{arg.split('=')[0]} " in usage, f"cube-server takes no {arg}"
+
+
+def check_training(pod: Pod) -> None:
+    from elasticctr_trainer.config import load_config
+    from elasticctr_trainer.roles import role_from_env
+
+    for role in ("PSERVER", "TRAINER"):  # one template per task: the env says which
+        if pod.env.get("TRAINING_ROLE") == role:
+            role_from_env(pod.env)
+    load_config(pod.file(pod.args[pod.args.index("--config") + 1]))
+
+
+CHECKS: dict[str, Callable[[Pod], None]] = {
+    "serving": check_serving,
+    "transfer": check_transfer,
+    "agent": check_agent,
+    "server": check_server,
+    "pserver": check_training,
+    "trainer": check_training,
+}
+
+
+def test_every_pod_is_read_by_its_images_own_parsers(
+    stack_graph: tuple[str, harness.Graph], tmp_path: Path
+) -> None:
+    stack, graph = stack_graph
+    checked = set()
+    for where, pod, container in containers(graph):
+        check = CHECKS.get(container["name"])
+        if check is None:
+            continue  # not one of this project's images (MinIO, HDFS, MLflow, Volcano)
+        root = tmp_path / where.replace("/", "_")
+        files = config_files(graph, pod, root)
+        try:
+            check(Pod(container, files))
+        except Exception as err:
+            pytest.fail(f"{stack}: {where}: {type(err).__name__}: {err}")
+        checked.add(container["name"])
+    assert checked == set(CHECKS), f"{stack}: no pod for {set(CHECKS) - checked}"
