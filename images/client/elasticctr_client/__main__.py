@@ -52,7 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--output", help="write line, label, prob1, version rows (TSV) here")
     pr.add_argument("--no-progress", action="store_true")
 
-    lg = commands.add_parser("logs", help="follow trainer 0, cube-transfer and failed pods of the job")
+    lg = commands.add_parser(
+        "logs", help="follow trainer 0, cube-transfer and failed pods of the job"
+    )
     lg.add_argument("--namespace")
     lg.add_argument("--job", help="training job name (stack output training_job)")
     lg.add_argument("--kubeconfig", help="default: stack output kubeconfig, $KUBECONFIG")
