@@ -16,4 +16,26 @@ for manifest in images/*/*/Cargo.toml; do
   cargo clippy --manifest-path "$manifest" --locked --all-targets --quiet -- -D warnings
   cargo test --manifest-path "$manifest" --locked --quiet
 done
-exec python -m pytest "$@"
+if [ $# -gt 0 ]; then
+  exec python -m pytest "$@"
+fi
+# The whole suite: the cluster session (mostly waiting on pods and Volcano) runs beside
+# everything else, two pytest processes on the two cores (docs/tooling.md, "CI time").
+# Its output follows the other's, whole.
+cluster_log="$(mktemp)"
+# Its own process group (set -m): a background job of a script ignores SIGINT otherwise,
+# and the trap below passes Ctrl-C on to it so that it takes its cluster down.
+set -m
+python -m pytest -m cluster -p no:cacheprovider >"$cluster_log" 2>&1 &
+cluster_pid=$!
+set +m
+# Ctrl-C or CI's timeout: the cluster session tears its cluster down too.
+trap 'kill -INT "$cluster_pid" 2>/dev/null; wait "$cluster_pid"; cat "$cluster_log"; rm -f "$cluster_log"; exit 130' INT TERM
+status=0
+python -m pytest -m "not cluster" || status=$?
+wait "$cluster_pid" || status=$?
+trap - INT TERM
+echo "---- the cluster session (pytest -m cluster) ----"
+cat "$cluster_log"
+rm -f "$cluster_log"
+exit "$status"
