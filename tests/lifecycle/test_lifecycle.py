@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -28,10 +25,10 @@ from tests.support.lifecycle import (
     podgroups_of,
     port_forward,
     run_module,
+    run_until_interrupted,
     service_url,
     try_json,
     volcano_job,
-    workload_env,
 )
 
 pytestmark = [pytest.mark.cluster, pytest.mark.lifecycle, pytest.mark.slow]
@@ -251,35 +248,12 @@ def _versions_in(report: Any) -> set[int]:
 
 def _logs(life: Lifecycle, tail: int = 20) -> list[str]:
     """`logs` for a while against the cluster (kubeconfig, namespace, job), then Ctrl-C."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "elasticctr_client",
-            "logs",
-            "--namespace",
-            NS,
-            "--job",
-            JOB,
-            "--kubeconfig",
-            str(life.stack.cluster.kubeconfig),
-            "--tail",
-            str(tail),
-            "--wait",
-            "10",
-        ],
-        env=workload_env(),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        out, _ = process.communicate(timeout=15)
-    except subprocess.TimeoutExpired:
-        os.killpg(process.pid, signal.SIGINT)
-        out, _ = process.communicate(timeout=30)
-    return out.splitlines()
+    kubeconfig = str(life.stack.cluster.kubeconfig)
+    return run_until_interrupted(
+        "elasticctr_client", "logs", "--namespace", NS, "--job", JOB,
+        "--kubeconfig", kubeconfig, "--tail", str(tail), "--wait", "10",
+        after=15,
+    ).splitlines()  # fmt: skip
 
 
 def test_4_rescale_under_load(life: Lifecycle) -> None:

@@ -58,6 +58,33 @@ def run_module(module: str, *argv: str, timeout: float = 600) -> subprocess.Comp
     return result
 
 
+# `python -m MODULE ...` as from a terminal, where Ctrl-C works: a process started from a
+# shell's background job (CI's runner, nohup) inherits SIGINT ignored, and Python then
+# installs no KeyboardInterrupt handler, so the SIGINT below would not stop it.
+_AS_FROM_A_TERMINAL = (
+    "import runpy, signal, sys; signal.signal(signal.SIGINT, signal.default_int_handler); "
+    "runpy.run_module(sys.argv.pop(1), run_name='__main__', alter_sys=True)"
+)
+
+
+def run_until_interrupted(module: str, *argv: str, after: float) -> str:
+    """`python -m module argv...` for `after` seconds, then Ctrl-C; its output."""
+    process = subprocess.Popen(
+        [sys.executable, "-c", _AS_FROM_A_TERMINAL, module, *argv],
+        env=workload_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = process.communicate(timeout=after)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGINT)
+        out, _ = process.communicate(timeout=30)
+    return out
+
+
 def service_url(stack: LocalStack, name: str, port_name: str | None = None) -> str:
     """http://<ClusterIP>:<port> of the Service `name` (its first port, or `port_name`)."""
     from kubernetes import client
