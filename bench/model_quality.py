@@ -30,7 +30,12 @@ QUICK = {"examples_per_hour": 5000, "heldout": 10000}
 
 
 def generate(out: Path, seed: int, size: dict[str, int]) -> dict[str, Any]:
+    """The data and its summary (Bayes, baselines); reused when `out` has them already."""
     from elasticctr_trainer.generate import run_generate
+
+    summary_file = out / "summary.json"
+    if summary_file.exists():
+        return dict(json.loads(summary_file.read_text()))
 
     args = argparse.Namespace(
         out=f"file://{out}", profile="realistic", baselines=True, sparse_dim=1000001,
@@ -38,7 +43,9 @@ def generate(out: Path, seed: int, size: dict[str, int]) -> dict[str, Any]:
         examples_per_hour=size["examples_per_hour"], files_per_hour=4, seed=seed,
         first_slot=101, slots=0, vocab=0, missing_hour=[],
     )  # fmt: skip
-    return run_generate(args)
+    summary = run_generate(args)
+    summary_file.write_text(json.dumps(summary))
+    return summary
 
 
 def trainer_config(data: Path, work: Path, passes: int, overrides: list[str]) -> Path:
@@ -90,15 +97,20 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[7])
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=JSON")
     parser.add_argument("--keep", action="store_true", help="keep the data and logs")
+    parser.add_argument(
+        "--data", type=Path, help="generate into DATA/<size>-<seed>, or reuse what is there"
+    )
     args = parser.parse_args()
     size = QUICK if args.quick else FULL
     passes = " | ".join(f"pass {p}" for p in range(1, args.passes + 1))
     print(f"| seed | Bayes | LR | LR + cross | {passes} |", flush=True)
     for seed in args.seeds:
         root = Path(tempfile.mkdtemp(prefix=f"model-quality-{seed}-"))
-        summary = generate(root / "data", seed, size)
+        name = f"{'quick' if args.quick else 'full'}-{seed}"
+        data = args.data / name if args.data else root / "data"
+        summary = generate(data, seed, size)
         (root / "work").mkdir()
-        config = trainer_config(root / "data", root / "work", args.passes, args.set)
+        config = trainer_config(data, root / "work", args.passes, args.set)
         aucs = train(config, root / "work")
         cells = [summary["heldout_bayes_auc"], summary["lr_auc"], summary["lr_crosses_auc"], *aucs]
         print(f"| {seed} | " + " | ".join(f"{v:.4f}" for v in cells) + " |", flush=True)

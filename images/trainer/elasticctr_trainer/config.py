@@ -12,6 +12,8 @@ from typing import Any
 
 from .hours import parse_hour
 
+MODELS = ("wide_deep", "dnn")
+
 
 class ConfigError(ValueError):
     """trainer.json is invalid; the message names the key."""
@@ -38,6 +40,10 @@ class Runner:
     # Offline: how long to wait for END's donefile before training the hours that are ready.
     data_wait_seconds: float = 3600.0
     sync_timeout_seconds: float = 3600.0  # how long a trainer waits for its peers
+    # The publish gate (needs eval_data_uri): a version whose held-out AUC is below the
+    # serving version's by more than this is kept (uploaded, no donefile line), not published.
+    publish_margin: float = 0.002
+    publish_every_version: bool = False  # true: no gate, every version that passes its check
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,17 @@ class HyperParameters:
     batch_size: int = 32
     sparse_learning_rate: float = 0.05  # AdaGrad of the sparse table (CTR accessor)
     sparse_initial_range: float = 0.0001
+    model: str = "wide_deep"  # or "dnn" (model.py)
+    # The CTR accessor (model.py): an id's score is (shows - clicks) * nonclk_coeff + clicks *
+    # click_coeff. Below embedx_threshold it has only its per-id weight (embed_w), no
+    # embedding vector. After every pass scores decay by show_click_decay_rate and ids
+    # scoring below delete_threshold are deleted (they count as never seen again).
+    embedx_threshold: int = 0  # Paddle keeps it as an integer (uint32)
+    nonclk_coeff: float = 0.1
+    click_coeff: float = 1.0
+    show_click_decay_rate: float = 1.0
+    delete_threshold: float = 0.0
+    dense_l2: float = 0.0  # L2 regularisation of the dense parameters (Adam weight decay)
 
 
 @dataclass(frozen=True)
@@ -120,6 +137,18 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         raise ConfigError("hyper_parameters.fc_sizes: a non-empty list of positive sizes")
     if hyper.batch_size < 1:
         raise ConfigError("hyper_parameters.batch_size: must be >= 1")
+    if hyper.model not in MODELS:
+        raise ConfigError(f"hyper_parameters.model: expected one of {MODELS}, got {hyper.model!r}")
+    for key in ("embedx_threshold", "nonclk_coeff", "click_coeff", "delete_threshold", "dense_l2"):
+        if getattr(hyper, key) < 0:
+            raise ConfigError(f"hyper_parameters.{key}: must be >= 0, got {getattr(hyper, key)}")
+    if not 0 < hyper.show_click_decay_rate <= 1:
+        raise ConfigError(
+            "hyper_parameters.show_click_decay_rate: must be within (0, 1], "
+            f"got {hyper.show_click_decay_rate}"
+        )
+    if runner.publish_margin < 0:
+        raise ConfigError(f"runner.publish_margin: must be >= 0, got {runner.publish_margin}")
 
 
 def load_config(path: str | Path) -> TrainerConfig:

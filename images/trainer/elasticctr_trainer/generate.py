@@ -205,9 +205,10 @@ def generate_realistic(
     return model, data
 
 
-PROFILE_DEFAULTS = {
-    "simple": {"start": "20191221/00", "hours": 2, "heldout": 5000},
-    "realistic": {"start": "20191221/20", "hours": 8, "heldout": 60000},  # crosses midnight
+# Per profile: first hour, hours, held-out examples (the realistic hours cross midnight).
+PROFILE_DEFAULTS: dict[str, tuple[str, int, int]] = {
+    "simple": ("20191221/00", 2, 5000),
+    "realistic": ("20191221/20", 8, 60000),
 }
 
 
@@ -226,10 +227,10 @@ def baseline_aucs(
 def run_generate(args: Any) -> dict[str, Any]:
     """`generate` of the command line: writes the data, prints (and returns) a summary
     with the held-out Bayes AUC and, with --baselines, the logistic regressions'."""
-    defaults = PROFILE_DEFAULTS[args.profile]
-    start = args.start or defaults["start"]
-    hours = args.hours if args.hours is not None else defaults["hours"]
-    heldout = args.heldout if args.heldout is not None else defaults["heldout"]
+    default_start, default_hours, default_heldout = PROFILE_DEFAULTS[args.profile]
+    start: str = args.start or default_start
+    hours: int = args.hours if args.hours is not None else default_hours
+    heldout: int = args.heldout if args.heldout is not None else default_heldout
     crosses: list[tuple[int, int]] = []
     if args.profile == "realistic":
         realistic, data = generate_realistic(
