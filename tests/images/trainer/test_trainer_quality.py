@@ -1,0 +1,114 @@
+"""Issue 16 without a job: the realistic data profile and its yardsticks, and the publish
+gate that keeps a worse version from serving."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from elasticctr_common.storage import open_store
+from elasticctr_common.versions import Version, append_version, read_versions
+from elasticctr_trainer import realistic
+from elasticctr_trainer.config import parse_config
+from elasticctr_trainer.export import PreparedVersion, held_back_versions, publish_version
+from elasticctr_trainer.generate import baseline_aucs, generate_realistic
+from elasticctr_trainer.roles import Role
+from elasticctr_trainer.trainer import Trainer
+
+
+@pytest.fixture(scope="module")
+def small_realistic(tmp_path_factory):
+    root = tmp_path_factory.mktemp("realistic")
+    model, data = generate_realistic(
+        f"file://{root}", "20191221/22", hours=3, examples_per_hour=4000, files_per_hour=2,
+        heldout=4000, seed=5,
+    )  # fmt: skip
+    return root, model, data
+
+
+def slot_ids(line: str) -> list[int]:
+    return [int(token.split(":")[1]) for token in line.split()[2:]]
+
+
+def test_realistic_profile_has_the_shape_of_ad_logs(small_realistic):
+    root, model, data = small_realistic
+    assert sorted(p.name for p in (root / "train").iterdir()) == ["20191221", "20191222"]
+    assert (root / "train/20191222/00/donefile").exists()  # across midnight
+    clicks = np.array([int(line.split()[1]) for line in data.train])
+    assert 0.03 < clicks.mean() < 0.05
+    seen = [slot for line in data.train for slot in slot_ids(line)]
+    counts = {slot: seen.count(slot) for slot in model.slot_ids}
+    assert counts[model.never_present[0]] == 0
+    multi_hot = model.slots[realistic.MULTI_HOT[0]].slot
+    assert counts[multi_hot] > 1.5 * len(data.train)  # 1..5 ids where present
+    often_empty = model.slots[max(realistic.OFTEN_EMPTY)].slot
+    assert counts[often_empty] < 0.6 * len(data.train)
+    assert not model.slots[realistic.NOISE].weights.any()
+    biggest = model.slots[-1]
+    assert len(biggest.feasigns) == 100_000 and biggest.feasigns.max() > 2**63
+
+
+def test_bayes_auc_bounds_both_logistic_baselines(small_realistic):
+    _, model, data = small_realistic
+    probs = np.loadtxt(small_realistic[0] / "truth/heldout-probs.txt")
+    assert probs == pytest.approx(data.heldout_probs, rel=1e-6)
+    baselines = baseline_aucs(data, 100003, [model.interaction])
+    assert 0.5 < baselines["lr_auc"] < data.bayes_auc
+    assert 0.5 < baselines["lr_crosses_auc"] < data.bayes_auc
+
+
+def gate_trainer(tmp_path: Path, **runner: object) -> Trainer:
+    (tmp_path / "slot.conf").write_text("101\n")
+    config = parse_config(
+        {
+            "runner": {
+                "train_data_uri": f"file://{tmp_path}/train",
+                "start_date_hr": "20191221/00",
+                "end_date_hr": "20191221/00",
+                "slot_conf": str(tmp_path / "slot.conf"),
+                "model_uri": f"file://{tmp_path}/models",
+                "checkpoint_uri": f"file://{tmp_path}/checkpoints",
+                "eval_data_uri": f"file://{tmp_path}/heldout",
+                **runner,
+            }
+        }
+    )
+    models = open_store(f"file://{tmp_path}/models")
+    models.write_text("1/dense/meta.json", json.dumps({"eval_auc": 0.80}))
+    append_version(models, Version(1, 1, models.uri("1/sparse")))
+    return Trainer(config, Role(False, 0, ["localhost:1"], 1))
+
+
+def test_a_worse_version_is_kept_but_not_published(tmp_path):
+    trainer = gate_trainer(tmp_path)
+    reason = trainer.publish_gate(0.79)
+    assert reason == (
+        "held-out AUC 0.7900 is below serving version 1's 0.8000 by more than "
+        "runner.publish_margin=0.002"
+    )
+    assert trainer.publish_gate(0.7985) is None  # within the margin
+    assert trainer.publish_gate(0.81) is None
+    dense = tmp_path / "prepared" / "dense"
+    dense.mkdir(parents=True)
+    for name in ("model.pdmodel", "model.pdiparams"):
+        (dense / name).write_bytes(b"x")
+    prepared = PreparedVersion(
+        tmp_path / "prepared", {}, np.array([5], np.uint64), np.ones((1, 2), np.float32), 1.0
+    )
+    models = trainer.models
+    kept = publish_version(models, prepared, [101], 100, 2, {"eval_auc": 0.79}, None, reason)
+    assert kept.id == 2 and [v.id for v in read_versions(models)] == [1]
+    assert held_back_versions(models) == [{"id": 2, "reason": reason}]
+    meta = json.loads(models.read_text("2/dense/meta.json"))
+    assert meta["published"] is False and meta["held_back"] == reason
+    assert models.exists("2/sparse/part-00000")
+    # The next version gets its own id, and publishing it leaves the kept one alone.
+    published = publish_version(models, prepared, [101], 100, 2, {"eval_auc": 0.81})
+    assert published.id == 3 and [v.id for v in read_versions(models)] == [1, 3]
+
+
+def test_publish_every_version_switches_the_gate_off(tmp_path):
+    trainer = gate_trainer(tmp_path, publish_every_version=True)
+    assert trainer.publish_gate(0.60) is None
