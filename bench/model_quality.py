@@ -64,10 +64,9 @@ def trainer_config(data: Path, work: Path, passes: int, overrides: list[str]) ->
         },
         "hyper_parameters": {},
     }
-    for item in overrides:
-        key, value = item.split("=", 1)
-        section, name = key.split(".", 1)
-        config[section][name] = json.loads(value)
+    from elasticctr_trainer.config import apply_settings
+
+    apply_settings(config, overrides)
     path = work / "trainer.json"
     path.write_text(json.dumps(config, indent=1))
     return path

@@ -157,3 +157,20 @@ def load_config(path: str | Path) -> TrainerConfig:
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: not JSON ({err})") from None
     return parse_config(data)
+
+
+def apply_settings(data: dict[str, Any], settings: list[str]) -> dict[str, Any]:
+    """trainer.json `data` with `section.key=JSON` settings applied (the demo's and the
+    benchmark's --set), each checked as trainer.json is: a bad one names itself."""
+    for item in settings:
+        key, sep, text = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not sep or not dot or section not in ("runner", "hyper_parameters"):
+            raise ConfigError(f"{item!r}: expected runner.KEY=JSON or hyper_parameters.KEY=JSON")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text  # a bare string: --set hyper_parameters.model=dnn
+        data.setdefault(section, {})[name] = value
+    parse_config(data)
+    return data
