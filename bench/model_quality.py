@@ -41,7 +41,7 @@ def generate(out: Path, seed: int, size: dict[str, int]) -> dict[str, Any]:
         out=f"file://{out}", profile="realistic", baselines=True, sparse_dim=1000001,
         start=None, hours=None, heldout=size["heldout"],
         examples_per_hour=size["examples_per_hour"], files_per_hour=4, seed=seed,
-        first_slot=101, slots=0, vocab=0, missing_hour=[],
+        first_slot=101, max_vocab=100_000, slots=0, vocab=0, missing_hour=[],
     )  # fmt: skip
     summary = run_generate(args)
     summary_file.write_text(json.dumps(summary))

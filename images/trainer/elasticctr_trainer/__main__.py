@@ -34,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
         "their held-out AUC (needs scipy)",
     )  # fmt: skip
     gen.add_argument("--sparse-dim", type=int, default=1000001, help="for --baselines")
+    gen.add_argument("--max-vocab", type=int, default=100_000, help="realistic: largest slot")
     gen.add_argument("--slots", type=int, default=8)
     gen.add_argument(
         "--first-slot", type=int, default=101, help="slot ids FIRST.. (1: stacks/slot.txt's)"

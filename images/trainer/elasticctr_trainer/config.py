@@ -65,7 +65,7 @@ class HyperParameters:
     click_coeff: float = 1.0
     show_click_decay_rate: float = 1.0
     delete_threshold: float = 0.0
-    dense_l2: float = 0.0  # L2 regularisation of the dense parameters (Adam weight decay)
+    dense_l2: float = 0.0  # L2 regularisation of the FC weights
 
 
 @dataclass(frozen=True)

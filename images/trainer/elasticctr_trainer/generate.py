@@ -20,6 +20,7 @@ import numpy as np
 from elasticctr_common.storage import Store, open_store
 from numpy.typing import NDArray
 
+from . import realistic
 from .hours import format_hour, parse_hour
 from .metrics import auc
 from .realistic import RealisticModel
@@ -191,11 +192,11 @@ def generate_simple(
 
 def generate_realistic(
     out_uri: str, start: str, hours: int, examples_per_hour: int, files_per_hour: int,
-    heldout: int, seed: int, first_slot: int = 101,
+    heldout: int, seed: int, first_slot: int = 101, max_vocab: int = realistic.MAX_VOCAB,
 ) -> tuple[RealisticModel, Generated]:  # fmt: skip
     """The realistic profile (realistic.py); the held-out set's true probabilities go to
     `truth/heldout-probs.txt`, beside (not in) the held-out directory."""
-    model = RealisticModel.create(seed, first_slot=first_slot)
+    model = RealisticModel.create(seed, first_slot, max_vocab)
     out = open_store(out_uri)
     data = write_data(
         out, model.slot_ids, model, np.random.default_rng(seed + 1), start, hours,
@@ -233,11 +234,11 @@ def run_generate(args: Any) -> dict[str, Any]:
     heldout: int = args.heldout if args.heldout is not None else default_heldout
     crosses: list[tuple[int, int]] = []
     if args.profile == "realistic":
-        realistic, data = generate_realistic(
+        model, data = generate_realistic(
             args.out, start, hours, args.examples_per_hour, args.files_per_hour, heldout,
-            args.seed, args.first_slot,
+            args.seed, args.first_slot, args.max_vocab,
         )  # fmt: skip
-        crosses = [realistic.interaction]
+        crosses = [model.interaction]
     else:
         _, data = generate_simple(
             args.out, args.slots, args.vocab, start, hours, args.examples_per_hour,

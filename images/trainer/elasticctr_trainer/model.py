@@ -60,11 +60,14 @@ def _accumulator(name: str) -> paddle.static.Variable:
 
 
 def build_ctr_dnn(
-    slot_count: int, sparse_dim: int, embedding_dim: int, fc_sizes: list[int], wide: bool = False
-) -> CtrDnn:
+    slot_count: int, sparse_dim: int, embedding_dim: int, fc_sizes: list[int],
+    wide: bool = False, dense_l2: float = 0.0,
+) -> CtrDnn:  # fmt: skip
     """Build the network into the default main/startup programs. `wide`: Wide&Deep, the
     click logit plus the sum of the example's per-id weights (`embed_w`, column 0 of each
-    pooled slot embedding), a logistic regression on the ids beside the DNN."""
+    pooled slot embedding), a logistic regression on the ids beside the DNN. `dense_l2`:
+    L2 regularisation of the FC weights (not of the sparse table: Paddle's regulariser
+    cannot take its SelectedRows gradient)."""
     label = paddle.static.data("label", [None, 1], "int64")
     # Not "show"/"click": Paddle's PS pass creates variables with those names.
     show = paddle.static.data("ctr_show", [None, 1], "float32")
@@ -90,11 +93,11 @@ def build_ctr_dnn(
     hidden = paddle.concat(pooled, axis=1)
     width = slot_count * embedding_dim
     layers = [(size, "relu") for size in fc_sizes] + [(2, None)]
+    decay = paddle.regularizer.L2Decay(dense_l2) if dense_l2 else None
     for size, activation in layers:
         init = paddle.nn.initializer.Normal(std=1.0 / math.sqrt(width))
-        hidden = paddle.static.nn.fc(
-            hidden, size, activation=activation, weight_attr=paddle.ParamAttr(initializer=init)
-        )
+        attr = paddle.ParamAttr(initializer=init, regularizer=decay)
+        hidden = paddle.static.nn.fc(hidden, size, activation=activation, weight_attr=attr)
         width = size
     logits = hidden
     if wide:

@@ -33,7 +33,7 @@ def build_training_program(hyper: HyperParameters, slot_count: int, pservers: in
     paddle.enable_static()
     net = build_ctr_dnn(
         slot_count, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes,
-        wide=hyper.model == "wide_deep",
+        wide=hyper.model == "wide_deep", dense_l2=hyper.dense_l2,
     )  # fmt: skip
     accessor = AccessorParams(
         hyper.embedx_threshold, hyper.nonclk_coeff, hyper.click_coeff,
@@ -46,9 +46,8 @@ def build_training_program(hyper: HyperParameters, slot_count: int, pservers: in
         shard_num=SHARDS_PER_PSERVER * pservers,
         accessor=accessor,
     )
-    decay = paddle.regularizer.L2Decay(hyper.dense_l2) if hyper.dense_l2 else None
     optimizer = fleet.distributed_optimizer(
-        paddle.optimizer.Adam(learning_rate=hyper.learning_rate, weight_decay=decay), strategy
+        paddle.optimizer.Adam(learning_rate=hyper.learning_rate), strategy
     )
     optimizer.minimize(net.loss)
     return net

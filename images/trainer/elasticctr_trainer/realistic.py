@@ -24,6 +24,7 @@ from numpy.typing import NDArray
 SLOT_COUNT = 20
 TARGET_CTR = 0.04
 ZIPF_EXPONENT = 1.1
+MAX_VOCAB = 100_000
 MAX_HOT = 5  # a multi-hot slot has 1..MAX_HOT ids
 # Slot positions (0-based, in slot.conf order) with a role of their own. Vocabularies grow
 # with the position, geometrically from 4 to 100,000.
@@ -31,7 +32,7 @@ MULTI_HOT = (9, 13, 16)
 OFTEN_EMPTY = {7: 0.6, 12: 0.75, 17: 0.5}  # position: probability the slot is empty
 NEVER_PRESENT = 5
 NOISE = 15
-INTERACTION = (2, 8)  # the pair whose ids interact (vocabularies 10 and 170)
+INTERACTION = (1, 4)  # the pair whose ids interact (vocabularies 7 and 34 at 100,000)
 # The per-id part of the logit: its spread over slots. A slot's weight std falls with the
 # square of the log of its vocabulary, so that the tail carries signal without being most
 # of it: a logistic regression of the true form comes within about 0.02 of Bayes-optimal,
@@ -68,9 +69,10 @@ class RealisticModel:
         return self.slots[INTERACTION[0]].slot, self.slots[INTERACTION[1]].slot
 
     @classmethod
-    def create(cls, seed: int, first_slot: int = 101) -> RealisticModel:
+    def create(cls, seed: int, first_slot: int = 101, max_vocab: int = MAX_VOCAB) -> RealisticModel:
+        """`max_vocab` below 100,000 shrinks the tail (a CI-sized profile)."""
         rng = np.random.default_rng(seed)
-        vocabs = np.geomspace(4, 100_000, SLOT_COUNT).round().astype(int)
+        vocabs = np.geomspace(4, max_vocab, SLOT_COUNT).round().astype(int)
         slots = []
         for position, vocab in enumerate(vocabs):
             popularity = 1.0 / np.arange(1, vocab + 1) ** ZIPF_EXPONENT
