@@ -635,22 +635,23 @@ class TrainingConfig(Section):
         "DNN, for long-tailed ids (most real logs); dnn: the seeds' CTR-DNN alone",
     )
     embedx_threshold: int = Field(
-        5,
+        50,
         ge=0,
         le=1_000_000,
         description="score an id needs before it gets its embedding vector (below: its "
         "per-id weight only); score = non-clicks * nonclk_coeff + clicks * click_coeff",
     )
-    nonclk_coeff: float = Field(0.1, ge=0, le=100, description="score of a shown, unclicked id")
+    nonclk_coeff: float = Field(1, ge=0, le=100, description="score of a shown, unclicked id")
     click_coeff: float = Field(1, ge=0, le=100, description="score of a click")
     show_click_decay_rate: float = Field(
         1, gt=0, le=1, description="after every pass, shows and clicks decay by this factor"
     )
     delete_threshold: float = Field(
-        0,
+        50,
         ge=0,
         le=1e6,
-        description="after every pass (and the decay), ids scoring below this are deleted",
+        description="after every pass (and the decay), ids scoring below this are deleted: "
+        "rare ids forget what one pass taught them (0: never delete)",
     )
     dense_l2: float = Field(0, ge=0, le=10, description="L2 regularisation of dense weights")
     eval_path: Annotated[str, _allowed(r"^(/.*)?$", "empty or an absolute path")] = Field(

@@ -57,14 +57,16 @@ class HyperParameters:
     sparse_initial_range: float = 0.0001
     model: str = "wide_deep"  # or "dnn" (model.py)
     # The CTR accessor (model.py): an id's score is (shows - clicks) * nonclk_coeff + clicks *
-    # click_coeff. Below embedx_threshold it has only its per-id weight (embed_w), no
-    # embedding vector. After every pass scores decay by show_click_decay_rate and ids
-    # scoring below delete_threshold are deleted (they count as never seen again).
-    embedx_threshold: int = 0  # Paddle keeps it as an integer (uint32)
-    nonclk_coeff: float = 0.1
+    # click_coeff; with both 1 it counts shows. Below embedx_threshold an id has only its
+    # per-id weight (embed_w), no embedding vector. After every pass the scores decay by
+    # show_click_decay_rate and ids scoring below delete_threshold are deleted: what a
+    # rare id learnt in one pass is forgotten before the next, so passes over the same data
+    # cannot memorise the long tail (docs/trainer.md, "Model quality", measured there).
+    embedx_threshold: int = 50
+    nonclk_coeff: float = 1.0
     click_coeff: float = 1.0
     show_click_decay_rate: float = 1.0
-    delete_threshold: float = 0.0
+    delete_threshold: float = 50.0
     dense_l2: float = 0.0  # L2 regularisation of the FC weights
 
 

@@ -122,13 +122,13 @@ def build_ctr_dnn(
 @dataclass(frozen=True)
 class AccessorParams:
     """The CtrCommonAccessor's thresholds (Paddle's ctr_accessor_param and embedx_threshold);
-    score = (shows - clicks) * nonclk_coeff + clicks * click_coeff."""
+    score = (shows - clicks) * nonclk_coeff + clicks * click_coeff. Defaults: config.py."""
 
-    embedx_threshold: int = 0  # score an id needs before it gets its embedding vector
-    nonclk_coeff: float = 0.1
-    click_coeff: float = 1.0
-    show_click_decay_rate: float = 1.0  # applied to shows and clicks at every shrink
-    delete_threshold: float = 0.0  # an id scoring below it after the decay is deleted
+    embedx_threshold: int  # score an id needs before it gets its embedding vector
+    nonclk_coeff: float
+    click_coeff: float
+    show_click_decay_rate: float  # applied to shows and clicks at every shrink
+    delete_threshold: float  # an id scoring below it after the decay is deleted
 
 
 def async_strategy(
@@ -136,7 +136,7 @@ def async_strategy(
     sparse_learning_rate: float,
     sparse_initial_range: float,
     shard_num: int,
-    accessor: AccessorParams | None = None,
+    accessor: AccessorParams,
 ) -> Any:
     """Async parameter-server strategy with the CTR accessor on the sparse table."""
     from paddle.distributed import fleet
@@ -148,10 +148,9 @@ def async_strategy(
         "accessor.fea_dim": embedding_dim + SHOW_CLICK_COLUMNS,
         "accessor.embedx_dim": embedding_dim - 1,
     }
-    params = accessor or AccessorParams()
-    table["accessor.embedx_threshold"] = params.embedx_threshold
+    table["accessor.embedx_threshold"] = accessor.embedx_threshold
     for name in ("nonclk_coeff", "click_coeff", "show_click_decay_rate", "delete_threshold"):
-        table[f"accessor.ctr_accessor_param.{name}"] = getattr(params, name)
+        table[f"accessor.ctr_accessor_param.{name}"] = getattr(accessor, name)
     for part, initial_range in (("embed", 0.0), ("embedx", sparse_initial_range)):
         table[f"accessor.{part}_sgd_param.name"] = "SparseAdaGradSGDRule"
         table[f"accessor.{part}_sgd_param.adagrad.learning_rate"] = sparse_learning_rate

@@ -17,6 +17,10 @@ from elasticctr_trainer.generate import baseline_aucs, generate_realistic
 from elasticctr_trainer.roles import Role
 from elasticctr_trainer.trainer import Trainer
 
+from tests.images.trainer.trainertest import AUC_TOLERANCE, run_job
+
+SPARSE_DIM = 100003
+
 
 @pytest.fixture(scope="module")
 def small_realistic(tmp_path_factory):
@@ -54,7 +58,7 @@ def test_bayes_auc_bounds_both_logistic_baselines(small_realistic):
     _, model, data = small_realistic
     probs = np.loadtxt(small_realistic[0] / "truth/heldout-probs.txt")
     assert probs == pytest.approx(data.heldout_probs, rel=1e-6)
-    baselines = baseline_aucs(data, 100003, [model.interaction])
+    baselines = baseline_aucs(data, SPARSE_DIM, [model.interaction])
     assert 0.5 < baselines["lr_auc"] < data.bayes_auc
     assert 0.5 < baselines["lr_crosses_auc"] < data.bayes_auc
 
@@ -112,3 +116,43 @@ def test_a_worse_version_is_kept_but_not_published(tmp_path):
 def test_publish_every_version_switches_the_gate_off(tmp_path):
     trainer = gate_trainer(tmp_path, publish_every_version=True)
     assert trainer.publish_gate(0.60) is None
+
+
+# The CI-sized realistic profile: the largest slot has 2,000 ids instead of 100,000, so
+# that a few thousand examples already show the long tail without taking minutes.
+CI_SEEDS = (1, 2, 3)
+CI_PROFILE = {"hours": 3, "examples_per_hour": 6000, "files_per_hour": 2, "heldout": 5000}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("seed", CI_SEEDS)
+def test_published_model_beats_logistic_regression_near_bayes(seed, tmp_path):
+    _, data = generate_realistic(
+        f"file://{tmp_path}/data", "20191221/23", seed=seed, max_vocab=2000, **CI_PROFILE
+    )
+    lr_auc = baseline_aucs(data, SPARSE_DIM, [])["lr_auc"]
+    runner = {
+        "train_data_uri": f"file://{tmp_path}/data/train",
+        "start_date_hr": "20191221/23",
+        "end_date_hr": "20191222/01",
+        "slot_conf": str(tmp_path / "data/slot.conf"),
+        "passes": 2,
+        "model_uri": f"file://{tmp_path}/models",
+        "checkpoint_uri": f"file://{tmp_path}/checkpoints",
+        "eval_data_uri": f"file://{tmp_path}/data/heldout",
+        "work_dir": str(tmp_path / "scratch"),
+    }
+    # The trainer's defaults, but for sparse_dim (a small one keeps the export quick).
+    config = tmp_path / "trainer.json"
+    config.write_text(
+        json.dumps({"runner": runner, "hyper_parameters": {"sparse_dim": SPARSE_DIM}})
+    )
+    run_job(config, tmp_path / "logs", pservers=1, trainers=1)
+    models = open_store(f"file://{tmp_path}/models")
+    published = read_versions(models)[-1].id
+    auc = json.loads(models.read_text(f"{published}/dense/meta.json"))["eval_auc"]
+    print(
+        f"seed {seed}: Bayes {data.bayes_auc:.4f}, LR {lr_auc:.4f}, version {published} {auc:.4f}"
+    )
+    assert auc >= lr_auc
+    assert auc >= data.bayes_auc - AUC_TOLERANCE
