@@ -647,7 +647,7 @@ class TrainingConfig(Section):
         1, gt=0, le=1, description="after every pass, shows and clicks decay by this factor"
     )
     delete_threshold: float = Field(
-        50,
+        1000,
         ge=0,
         le=1e6,
         description="after every pass (and the decay), ids scoring below this are deleted: "

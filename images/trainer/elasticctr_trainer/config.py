@@ -66,7 +66,7 @@ class HyperParameters:
     nonclk_coeff: float = 1.0
     click_coeff: float = 1.0
     show_click_decay_rate: float = 1.0
-    delete_threshold: float = 50.0
+    delete_threshold: float = 1000.0
     dense_l2: float = 0.0  # L2 regularisation of the FC weights
 
 

@@ -11,7 +11,7 @@ import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version, read_versions
 from elasticctr_trainer import realistic
-from elasticctr_trainer.config import parse_config
+from elasticctr_trainer.config import HyperParameters, parse_config
 from elasticctr_trainer.export import PreparedVersion, held_back_versions, publish_version
 from elasticctr_trainer.generate import baseline_aucs, generate_realistic
 from elasticctr_trainer.roles import Role
@@ -148,7 +148,8 @@ def test_published_model_keeps_up_with_logistic_regression(seed, tmp_path):
         "work_dir": str(tmp_path / "scratch"),
     }
     # The trainer's model defaults; the job tests' sparse_dim and learning rate.
-    config = write_config(tmp_path / "trainer.json", runner)
+    deletion = {"delete_threshold": HyperParameters().delete_threshold}
+    config = write_config(tmp_path / "trainer.json", runner, deletion)
     run_job(config, tmp_path / "logs", pservers=1, trainers=1)
     models = open_store(f"file://{tmp_path}/models")
     published = read_versions(models)[-1].id
