@@ -11,7 +11,7 @@ names derive from it), and the new trainers resume from the last checkpoint.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pulumi
@@ -53,6 +53,12 @@ class TrainingArgs:
     learning_rate: float = 0.0001
     embedding_dim: int = 9
     max_bad_line_fraction: float = 0.01
+    # The model and its accessor thresholds: trainer.json's hyper_parameters of those names
+    # (model, embedx_threshold, nonclk_coeff, ...); empty: the trainer's defaults.
+    model_options: dict[str, Any] = field(default_factory=dict)
+    eval_data_uri: pulumi.Input[str] | None = None  # held-out data: evaluate and gate
+    publish_margin: float = 0.002
+    publish_every_version: bool = False
     data_wait_seconds: float = 3600.0  # offline: for the end hour's donefile
     data_poll_seconds: float = 60.0
     queue: str = "default"
@@ -65,14 +71,14 @@ class TrainingArgs:
     depends_on: tuple[pulumi.Resource, ...] = ()  # e.g. the Volcano release (its CRDs)
 
 
-def bucket_user(dataset: str | None = None) -> BucketUser:
+def bucket_user(*datasets: str) -> BucketUser:
     """Trainers export versions and checkpoint (pservers upload their shards), keep two
-    checkpoints (and delete older ones), and read the hours from `dataset` when the data is
-    in the bucket; they never delete a model version."""
+    checkpoints (and delete older ones), and read the hours and the held-out data from
+    `datasets` when the data is in the bucket; they never delete a model version."""
     return BucketUser(
         SERVICE_ACCOUNT,
         ("pserver", "trainer"),
-        read=(dataset,) if dataset is not None else (),
+        read=datasets,
         write=(MODELS, CHECKPOINTS),
         delete=(CHECKPOINTS,),
     )
@@ -83,7 +89,9 @@ def pserver_endpoints(job_name: str, pservers: int) -> str:
     return ",".join(f"{job_name}-pserver-{i}.{job_name}:{PSERVER_PORT}" for i in range(pservers))
 
 
-def trainer_config(args: TrainingArgs, train_data_uri: str) -> dict[str, Any]:
+def trainer_config(
+    args: TrainingArgs, train_data_uri: str, eval_data_uri: str | None = None
+) -> dict[str, Any]:
     """/etc/elasticctr/trainer.json: the trainer image's config (runner + hyper_parameters)."""
     return {
         "runner": {
@@ -101,6 +109,9 @@ def trainer_config(args: TrainingArgs, train_data_uri: str) -> dict[str, Any]:
             "online_poll_seconds": args.data_poll_seconds,
             "mlflow_experiment": args.job_name,
             "work_dir": kube.DATA_DIR,
+            "eval_data_uri": eval_data_uri,
+            "publish_margin": args.publish_margin,
+            "publish_every_version": args.publish_every_version,
         },
         "hyper_parameters": {
             "sparse_dim": args.sparse_dim,
@@ -108,6 +119,7 @@ def trainer_config(args: TrainingArgs, train_data_uri: str) -> dict[str, Any]:
             "fc_sizes": [400, 400, 400],
             "learning_rate": args.learning_rate,
             "batch_size": args.batch_size,
+            **args.model_options,
         },
     }
 
@@ -131,8 +143,8 @@ class Training(pulumi.ComponentResource):
             f"{name}-config",
             metadata=target.metadata(CONFIG_MAP, "training"),
             data={
-                "trainer.json": pulumi.Output.from_input(args.train_data_uri).apply(
-                    lambda uri: json.dumps(trainer_config(args, uri), indent=2)
+                "trainer.json": pulumi.Output.all(args.train_data_uri, args.eval_data_uri).apply(
+                    lambda uris: json.dumps(trainer_config(args, *uris), indent=2)
                 )
             },
             opts=target.opts(self),

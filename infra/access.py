@@ -14,9 +14,10 @@ from infra.load_config import as_secret
 
 
 def bucket_users(config: StackConfig) -> tuple[BucketUser, ...]:
-    dataset = config.data.dataset_path.strip("/") if config.data.source == "storage" else None
+    paths = (config.data.dataset_path, config.training.eval_path)
+    datasets = [p.strip("/") for p in paths if p] if config.data.source == "storage" else []
     users = (
-        training.bucket_user(dataset),
+        training.bucket_user(*datasets),
         cube.SHARD_BUCKET_USER,
         cube.TRANSFER_BUCKET_USER,
         serving.BUCKET_USER,

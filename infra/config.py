@@ -621,6 +621,46 @@ class TrainingConfig(Section):
     max_bad_line_fraction: float = Field(
         0.01, ge=0, le=1, description="a pass fails above this share of bad lines"
     )
+    model: Literal["wide_deep", "dnn"] = Field(
+        "wide_deep",
+        description="wide_deep: per-id weights (a logistic regression on the ids) plus the "
+        "DNN, for long-tailed ids (most real logs); dnn: the seeds' CTR-DNN alone",
+    )
+    embedx_threshold: int = Field(
+        50,
+        ge=0,
+        le=1_000_000,
+        description="score an id needs before it gets its embedding vector (below: its "
+        "per-id weight only); score = non-clicks * nonclk_coeff + clicks * click_coeff",
+    )
+    nonclk_coeff: float = Field(1, ge=0, le=100, description="score of a shown, unclicked id")
+    click_coeff: float = Field(1, ge=0, le=100, description="score of a click")
+    show_click_decay_rate: float = Field(
+        1, gt=0, le=1, description="after every pass, shows and clicks decay by this factor"
+    )
+    delete_threshold: float = Field(
+        1000,
+        ge=0,
+        le=1e6,
+        description="after every pass (and the decay), ids scoring below this are deleted: "
+        "rare ids forget what one pass taught them (0: never delete)",
+    )
+    dense_l2: float = Field(0, ge=0, le=10, description="L2 regularisation of dense weights")
+    eval_path: Annotated[str, _allowed(r"^(/.*)?$", "empty or an absolute path")] = Field(
+        "",
+        description="held-out data (same source as data.dataset_path): every version is "
+        "evaluated on it and gated; empty: no evaluation, no gate",
+    )
+    publish_margin: float = Field(
+        0.002,
+        ge=0,
+        le=1,
+        description="a version whose held-out AUC is below the serving version's by more than "
+        "this is kept but not published",
+    )
+    publish_every_version: bool = Field(
+        False, description="publish every version that passes its check, better or not"
+    )
     job_name: DnsLabel = Field(
         "elasticctr-train", description="Volcano Job name (pod host names derive from it)"
     )

@@ -166,12 +166,22 @@ def main() -> None:
         ),
     )
 
-    dataset = config.data.dataset_path.strip("/")
-    train_data_uri = (
-        hdfs_address.apply(lambda address: f"{address}/{dataset}")
-        if config.data.source == "hdfs"
-        else pulumi.Output.from_input(stores[TRAINING_ACCOUNT].uri(dataset))
-    )
+    def data_uri(path: str) -> pulumi.Output[str]:
+        """A path of the training data's source (HDFS or the bucket) as a URI."""
+        relative = path.strip("/")
+        if config.data.source == "hdfs":
+            return hdfs_address.apply(lambda address: f"{address}/{relative}")
+        return pulumi.Output.from_input(stores[TRAINING_ACCOUNT].uri(relative))
+
+    train_data_uri = data_uri(config.data.dataset_path)
+    quality = config.training
+    model_options = {
+        key: getattr(quality, key)
+        for key in (
+            "model", "embedx_threshold", "nonclk_coeff", "click_coeff",
+            "show_click_decay_rate", "delete_threshold", "dense_l2",
+        )
+    }  # fmt: skip
     training = Training(
         "training",
         TrainingArgs(
@@ -194,6 +204,10 @@ def main() -> None:
             learning_rate=config.training.learning_rate,
             embedding_dim=config.training.embedding_dim,
             max_bad_line_fraction=config.training.max_bad_line_fraction,
+            model_options=model_options,
+            eval_data_uri=data_uri(quality.eval_path) if quality.eval_path else None,
+            publish_margin=quality.publish_margin,
+            publish_every_version=quality.publish_every_version,
             data_wait_seconds=config.data.wait_minutes * 60,
             data_poll_seconds=config.data.poll_seconds,
             queue=config.training.queue,

@@ -125,6 +125,8 @@ class Demo:
     # -- the pipeline -----------------------------------------------------------------------
     def generate(self) -> dict[str, Any]:
         a = self.args
+        if a.data:  # the user's own: nothing to generate, no known best AUC
+            return {}
         self.say(f"generating data: {a.slots} slots, {a.hours} hours x {a.examples} examples")
         out = self.work / "generate.json"
         self.run(
@@ -241,20 +243,42 @@ class Demo:
         )
         return conf
 
-    def train(self) -> None:
+    @property
+    def data(self) -> Path:
+        """The hour directories' parent (train/) and the held-out set's (heldout/)."""
+        return Path(self.args.data).resolve() if self.args.data else self.work / "data"
+
+    @property
+    def slot_conf(self) -> Path:
+        return (
+            Path(self.args.slot_conf).resolve() if self.args.slot_conf else self.data / "slot.conf"
+        )
+
+    @property
+    def heldout(self) -> Path | None:
+        held = self.data / "heldout"
+        return held if held.is_dir() else None
+
+    def train(self) -> int:
+        """Train; the newest published version (the publish gate may hold some back)."""
+        from elasticctr_common.storage import open_store
+        from elasticctr_common.versions import read_versions
+        from elasticctr_trainer.config import apply_settings
+
         a = self.args
-        config = {
+        config: dict[str, Any] = {
             "runner": {
-                "train_data_uri": f"file://{self.work}/data/train",
-                "start_date_hr": "20191221/00",
-                "end_date_hr": f"20191221/{a.hours - 1:02d}",
-                "slot_conf": str(self.work / "data" / "slot.conf"),
+                "train_data_uri": f"file://{self.data}/train",
+                "start_date_hr": a.start,
+                "end_date_hr": a.end or f"20191221/{a.hours - 1:02d}",
+                "slot_conf": str(self.slot_conf),
                 "passes": a.passes,
                 "model_uri": f"file://{self.work}/models",
                 "checkpoint_uri": f"file://{self.work}/checkpoints",
-                "eval_data_uri": f"file://{self.work}/data/heldout",
+                "eval_data_uri": f"file://{self.heldout}" if self.heldout else None,
                 "work_dir": str(self.work / "scratch"),
                 "mlflow_experiment": "demo",
+                "data_wait_seconds": 0,
             },
             # A small sparse_dim keeps the export quick (it scans every key).
             "hyper_parameters": {
@@ -263,6 +287,7 @@ class Demo:
                 "batch_size": 64,
             },
         }
+        apply_settings(config, a.set)
         path = self.work / "trainer.json"
         path.write_text(json.dumps(config, indent=1))
         self.say("training: 2 pservers + 2 trainers (python -m elasticctr_trainer local)")
@@ -284,14 +309,14 @@ class Demo:
             ),
             timeout=a.train_timeout,
         )
-        last = self.args.passes
+        last = read_versions(open_store(f"file://{self.work}/models"))[-1].id
         meta = json.loads((self.work / "models" / str(last) / "dense" / "meta.json").read_text())
         self.say(
-            f"trained {last} passes, exported versions 1-{last} in "
-            f"{time.monotonic() - started:.0f}s; version {last}: "
-            f"{meta['sparse_keys']} sparse keys, trainer's held-out AUC "
+            f"trained {a.passes} passes in {time.monotonic() - started:.0f}s; published "
+            f"version {last}: {meta['sparse_keys']} sparse keys, trainer's held-out AUC "
             f"{meta.get('eval_auc', float('nan')):.4f}"
         )
+        return last
 
     def serve(self, conf: Path) -> str:
         url = f"http://127.0.0.1:{free_port()}"
@@ -311,7 +336,7 @@ class Demo:
                 "--cube-transfer-url",
                 self.transfer_url,
                 "--slot-conf",
-                str(self.work / "data" / "slot.conf"),
+                str(self.slot_conf),
                 "--sparse-dim",
                 str(self.args.sparse_dim),
                 "--poll-seconds",
@@ -324,8 +349,7 @@ class Demo:
         truth = self.generate()
         conf = self.start_cube()
         url = self.serve(conf)  # up before any version: it follows cube's rollouts by itself
-        self.train()
-        last = self.args.passes
+        last = self.train()
         self.wait_http(
             f"{self.transfer_url}/status",
             f"cube to commit version {last}",
@@ -342,12 +366,15 @@ class Demo:
             f"committed them); predicting the held-out examples"
         )
         predictions = self.work / "predictions.tsv"
+        if self.heldout is None:
+            self.say("no heldout/ directory beside train/: nothing to predict")
+            return 0
         client = subprocess.run(
             self.python(
                 "-m",
                 "elasticctr_client",
                 "predict",
-                str(self.work / "data/heldout/part-00000"),
+                *sorted(str(p) for p in self.heldout.iterdir() if not p.name.startswith(".")),
                 "--serving-url",
                 url,
                 "--output",
@@ -383,6 +410,19 @@ def main() -> int:
     p.add_argument("--heldout", type=int, default=2000)
     p.add_argument("--sparse-dim", type=int, default=100003)
     p.add_argument("--train-timeout", type=float, default=900)
+    own = p.add_argument_group("your own data (instead of generated data)")
+    own.add_argument(
+        "--data", help="directory with train/YYYYMMDD/HH/ hour directories (each with a "
+        "donefile) and optionally heldout/ (evaluated per version, predicted at the end)",
+    )  # fmt: skip
+    own.add_argument("--slot-conf", help="slot ids, one a line (default: DATA/slot.conf)")
+    own.add_argument("--start", default="20191221/00", help="first hour, YYYYMMDD/HH")
+    own.add_argument("--end", help="last hour (default: --hours after 20191221/00)")
+    own.add_argument(
+        "--set", action="append", default=[], metavar="SECTION.KEY=JSON",
+        help="a trainer.json setting, e.g. hyper_parameters.model=dnn or "
+        "hyper_parameters.embedx_threshold=10 (docs/trainer.md lists them)",
+    )  # fmt: skip
     args = p.parse_args()
     sys.path[:0] = PYTHONPATH.split(os.pathsep)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below

@@ -87,8 +87,10 @@ def test_paddle_fleet_environment() -> None:
 
 def test_config_file_and_mounts() -> None:
     job, graph = job_of(
-        mode="online", passes=3, embedding_dim=11, data_wait_seconds=120, data_poll_seconds=5
-    )
+        mode="online", passes=3, embedding_dim=11, data_wait_seconds=120, data_poll_seconds=5,
+        model_options={"model": "dnn", "embedx_threshold": 7},
+        eval_data_uri="hdfs://nn:8020/heldout", publish_margin=0.01,
+    )  # fmt: skip
     config = json.loads(graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]["trainer.json"])
     assert config["runner"] == {
         "mode": "online",
@@ -104,8 +106,13 @@ def test_config_file_and_mounts() -> None:
         "online_poll_seconds": 5,
         "mlflow_experiment": "ctr",
         "work_dir": "/var/lib/elasticctr",
+        "eval_data_uri": "hdfs://nn:8020/heldout",
+        "publish_margin": 0.01,
+        "publish_every_version": False,
     }
     assert config["hyper_parameters"]["embedding_dim"] == 11
+    assert config["hyper_parameters"]["model"] == "dnn"
+    assert config["hyper_parameters"]["embedx_threshold"] == 7
     assert config["hyper_parameters"]["fc_sizes"] == [400, 400, 400]
     pod = job["spec"]["tasks"][0]["template"]["spec"]
     sources = pod["volumes"][0]["projected"]["sources"]

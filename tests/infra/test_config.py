@@ -147,6 +147,18 @@ def test_structured_values_set_with_path() -> None:
             "elasticctr:training.learning_rate must be a number > 0, got 0",
         ),
         (
+            {"training": {"model": "deepfm"}},
+            'elasticctr:training.model must be one of wide_deep, dnn, got "deepfm"',
+        ),
+        (
+            {"training": {"show_click_decay_rate": 1.5}},
+            "elasticctr:training.show_click_decay_rate must be a number <= 1, got 1.5",
+        ),
+        (
+            {"training": {"eval_path": "heldout"}},
+            'elasticctr:training.eval_path must be empty or an absolute path, got "heldout"',
+        ),
+        (
             {"mlflow": {"enabled": "maybe"}},
             'elasticctr:mlflow.enabled must be true or false, got "maybe"',
         ),

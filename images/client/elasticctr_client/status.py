@@ -18,7 +18,11 @@ from typing import Any
 
 from .endpoints import auth_header, unreachable_hint
 
-TRAINING_METRICS = ("auc", "loss", "eval_auc", "examples", "examples_per_sec", "bad_lines")
+TRAINING_METRICS = (
+    "auc", "loss", "eval_auc", "published", "examples", "examples_per_sec", "bad_lines",
+)  # fmt: skip
+# Trainer 0's tag listing the versions the publish gate held back, with the reasons.
+HELD_BACK_TAG = "held_back_versions"
 
 
 def call(method: str, url: str, body: Any = None, timeout: float = 10.0,
@@ -55,8 +59,10 @@ def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict[st
     for run in runs:
         info, metrics = run["info"], run.get("data", {}).get("metrics", [])
         latest = {m["key"]: m for m in metrics}
+        tags = {t["key"]: t["value"] for t in run.get("data", {}).get("tags", [])}
         out.append(
             {
+                "held_back": tags.get(HELD_BACK_TAG),
                 "run": info.get("run_name") or info["run_id"],
                 "status": info.get("status"),
                 "start_time": info.get("start_time"),
@@ -104,6 +110,8 @@ def render(report: dict[str, Any]) -> str:
                     f"{k}={v:.4g}" for k, v in run["metrics"].items() if isinstance(v, float)
                 )
                 lines.append(f"  {run['run']}: {run['status']}, pass {run['pass']}  {metrics}")
+                if run.get("held_back"):
+                    lines.append(f"    versions held back (not published): {run['held_back']}")
             if not train["runs"]:
                 lines.append("  no runs yet")
     serve = report.get("serving")

@@ -23,16 +23,28 @@ def main(argv: list[str] | None = None) -> int:
 
     gen = commands.add_parser("generate", help="write synthetic ElasticCTR data")
     gen.add_argument("--out", required=True, help="storage URI (file://, s3://, hdfs://)")
+    gen.add_argument(
+        "--profile", choices=("simple", "realistic"), default="simple",
+        help="realistic: 20 Zipf slots, multi-hot, an interaction, 4%% clicks (realistic.py); "
+        "its defaults: --start 20191221/20 --hours 8 --heldout 60000",
+    )  # fmt: skip
+    gen.add_argument(
+        "--baselines", action="store_true",
+        help="also fit logistic regressions (ids; ids + the interacting pair) and print "
+        "their held-out AUC (needs scipy)",
+    )  # fmt: skip
+    gen.add_argument("--sparse-dim", type=int, default=1000001, help="for --baselines")
+    gen.add_argument("--max-vocab", type=int, default=100_000, help="realistic: largest slot")
     gen.add_argument("--slots", type=int, default=8)
     gen.add_argument(
         "--first-slot", type=int, default=101, help="slot ids FIRST.. (1: stacks/slot.txt's)"
     )
     gen.add_argument("--vocab", type=int, default=200, help="feasigns per slot")
-    gen.add_argument("--start", default="20191221/00", help="first hour, YYYYMMDD/HH")
-    gen.add_argument("--hours", type=int, default=2)
+    gen.add_argument("--start", help="first hour, YYYYMMDD/HH (simple: 20191221/00)")
+    gen.add_argument("--hours", type=int, help="simple: 2")
     gen.add_argument("--examples-per-hour", type=int, default=30000)
     gen.add_argument("--files-per-hour", type=int, default=4)
-    gen.add_argument("--heldout", type=int, default=5000)
+    gen.add_argument("--heldout", type=int, help="held-out examples (simple: 5000)")
     gen.add_argument("--seed", type=int, default=7)
     gen.add_argument("--missing-hour", action="append", default=[], help="write no donefile")
 
@@ -80,21 +92,9 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_local(args.config, args.pservers, args.trainers, args.log_dir)
     if args.command == "generate":
-        import json
+        from .generate import run_generate
 
-        from elasticctr_common.storage import open_store
-
-        from .generate import bayes_auc, generate
-
-        model = generate(
-            args.out, args.slots, args.vocab, args.start, args.hours, args.examples_per_hour,
-            args.files_per_hour, args.heldout, args.seed, args.missing_hour, args.first_slot,
-        )  # fmt: skip
-        summary = {"out": args.out, "slots": model.slots}
-        if args.heldout:
-            heldout = open_store(args.out).read_text("heldout/part-00000").splitlines()
-            summary["heldout_bayes_auc"] = bayes_auc(model, heldout)
-        print(json.dumps(summary))
+        run_generate(args)
         return 0
     from .checkpoint import serve_uploads
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from .hours import parse_hour
 
+MODELS = ("wide_deep", "dnn")
+
 
 class ConfigError(ValueError):
     """trainer.json is invalid; the message names the key."""
@@ -38,6 +40,10 @@ class Runner:
     # Offline: how long to wait for END's donefile before training the hours that are ready.
     data_wait_seconds: float = 3600.0
     sync_timeout_seconds: float = 3600.0  # how long a trainer waits for its peers
+    # The publish gate (needs eval_data_uri): a version whose held-out AUC is below the
+    # serving version's by more than this is kept (uploaded, no donefile line), not published.
+    publish_margin: float = 0.002
+    publish_every_version: bool = False  # true: no gate, every version that passes its check
 
 
 @dataclass(frozen=True)
@@ -49,6 +55,19 @@ class HyperParameters:
     batch_size: int = 32
     sparse_learning_rate: float = 0.05  # AdaGrad of the sparse table (CTR accessor)
     sparse_initial_range: float = 0.0001
+    model: str = "wide_deep"  # or "dnn" (model.py)
+    # The CTR accessor (model.py): an id's score is (shows - clicks) * nonclk_coeff + clicks *
+    # click_coeff; with both 1 it counts shows. Below embedx_threshold an id has only its
+    # per-id weight (embed_w), no embedding vector. After every pass the scores decay by
+    # show_click_decay_rate and ids scoring below delete_threshold are deleted: what a
+    # rare id learnt in one pass is forgotten before the next, so passes over the same data
+    # cannot memorise the long tail (docs/trainer.md, "Model quality", measured there).
+    embedx_threshold: int = 50
+    nonclk_coeff: float = 1.0
+    click_coeff: float = 1.0
+    show_click_decay_rate: float = 1.0
+    delete_threshold: float = 1000.0
+    dense_l2: float = 0.0  # L2 regularisation of the FC weights
 
 
 @dataclass(frozen=True)
@@ -120,6 +139,18 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         raise ConfigError("hyper_parameters.fc_sizes: a non-empty list of positive sizes")
     if hyper.batch_size < 1:
         raise ConfigError("hyper_parameters.batch_size: must be >= 1")
+    if hyper.model not in MODELS:
+        raise ConfigError(f"hyper_parameters.model: expected one of {MODELS}, got {hyper.model!r}")
+    for key in ("embedx_threshold", "nonclk_coeff", "click_coeff", "delete_threshold", "dense_l2"):
+        if getattr(hyper, key) < 0:
+            raise ConfigError(f"hyper_parameters.{key}: must be >= 0, got {getattr(hyper, key)}")
+    if not 0 < hyper.show_click_decay_rate <= 1:
+        raise ConfigError(
+            "hyper_parameters.show_click_decay_rate: must be within (0, 1], "
+            f"got {hyper.show_click_decay_rate}"
+        )
+    if runner.publish_margin < 0:
+        raise ConfigError(f"runner.publish_margin: must be >= 0, got {runner.publish_margin}")
 
 
 def load_config(path: str | Path) -> TrainerConfig:
@@ -128,3 +159,20 @@ def load_config(path: str | Path) -> TrainerConfig:
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: not JSON ({err})") from None
     return parse_config(data)
+
+
+def apply_settings(data: dict[str, Any], settings: list[str]) -> dict[str, Any]:
+    """trainer.json `data` with `section.key=JSON` settings applied (the demo's and the
+    benchmark's --set), each checked as trainer.json is: a bad one names itself."""
+    for item in settings:
+        key, sep, text = item.partition("=")
+        section, dot, name = key.partition(".")
+        if not sep or not dot or section not in ("runner", "hyper_parameters"):
+            raise ConfigError(f"{item!r}: expected runner.KEY=JSON or hyper_parameters.KEY=JSON")
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            value = text  # a bare string: --set hyper_parameters.model=dnn
+        data.setdefault(section, {})[name] = value
+    parse_config(data)
+    return data

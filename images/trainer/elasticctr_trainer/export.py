@@ -65,9 +65,19 @@ def dump_sparse(
     return np.concatenate(keys_out), np.concatenate(values_out).astype(np.float32), shows
 
 
+HELD_BACK = "held_back"  # JSON lines {"id": V, "reason": ...}: versions kept, not published
+
+
+def held_back_versions(models: Store) -> list[dict[str, Any]]:
+    if not models.exists(HELD_BACK):
+        return []
+    return [json.loads(line) for line in models.read_text(HELD_BACK).splitlines() if line]
+
+
 def next_version(models: Store) -> int:
-    versions = read_versions(models)
-    return versions[-1].id + 1 if versions else 1
+    """After the last published version and the last one held back."""
+    ids = [v.id for v in read_versions(models)] + [v["id"] for v in held_back_versions(models)]
+    return max(ids, default=0) + 1
 
 
 def save_dense(exe: Any, test_program: Any, net: CtrDnn, directory: Path) -> dict[str, object]:
@@ -113,8 +123,11 @@ def publish_version(
     embedding_dim: int,
     extra_meta: dict[str, object],
     extra_files: dict[str, bytes] | None = None,
+    held_back: str | None = None,
 ) -> Version:
-    """Upload `<V>/dense/`, `<V>/sparse/part-*` and any extra files, then the donefile line."""
+    """Upload `<V>/dense/`, `<V>/sparse/part-*` and any extra files, then the donefile line;
+    a version `held_back` (the reason) is uploaded the same way but recorded in `held_back`
+    instead of the donefile: cube and serving never see it, a user can still publish it."""
     version = next_version(models)
     meta = {
         "version": version,
@@ -125,6 +138,8 @@ def publish_version(
         **extra_meta,
         "sparse_keys": len(prepared.keys),
         "table_shows": prepared.table_shows,  # impressions the table has counted, all passes
+        "published": held_back is None,
+        **({"held_back": held_back} if held_back else {}),
     }
     dense_dir = prepared.directory / "dense"
     for name in (MODEL_FILE, PARAMS_FILE):
@@ -140,6 +155,11 @@ def publish_version(
     for name, data in (extra_files or {}).items():
         models.write_bytes(f"{version}/{name}", data)
     line = Version(id=version, key=version, input=models.uri(f"{version}/sparse"))
+    if held_back:
+        records = [*held_back_versions(models), {"id": version, "reason": held_back}]
+        models.write_text(HELD_BACK, "".join(json.dumps(r) + "\n" for r in records))
+        log.warning("version %d kept, not published: %s", version, held_back)
+        return line
     append_version(models, line)
     log.info(
         "exported version %d: %d sparse keys -> %s", version, len(keys), models.uri(str(version))

@@ -14,13 +14,16 @@ import json
 from dataclasses import dataclass
 from datetime import timedelta
 from functools import cached_property
+from typing import Any, Protocol
 
 import numpy as np
-from elasticctr_common.storage import open_store
+from elasticctr_common.storage import Store, open_store
 from numpy.typing import NDArray
 
+from . import realistic
 from .hours import format_hour, parse_hour
 from .metrics import auc
+from .realistic import RealisticModel
 
 
 @dataclass
@@ -115,26 +118,136 @@ def bayes_auc(model: SyntheticModel, lines: list[str]) -> float:
     return auc(labels, np.array([model.probability(line) for line in lines]))
 
 
-def generate(
-    out_uri: str, slot_count: int, vocab: int, start: str, hours: int, examples_per_hour: int,
-    files_per_hour: int, heldout: int, seed: int, missing_hours: list[str] | None = None,
-    first_slot: int = 101,
-) -> SyntheticModel:  # fmt: skip
-    model = SyntheticModel.create(slot_count, vocab, seed, first_slot=first_slot)
-    rng = np.random.default_rng(seed + 1)
-    out = open_store(out_uri)
-    out.write_text("slot.conf", "".join(f"{s}\n" for s in model.slots))
-    out.write_text("truth.json", model.to_json())
+class Sampler(Protocol):
+    def sample(self, count: int, rng: np.random.Generator) -> tuple[list[str], NDArray[np.float64]]:
+        """`count` lines and their true click probabilities."""
+        ...
+
+
+@dataclass
+class Generated:
+    slots: list[int]
+    train: list[str]  # every training line, hours in order
+    heldout: list[str]
+    heldout_probs: NDArray[np.float64]  # the true click probability of each held-out line
+
+    @property
+    def bayes_auc(self) -> float:
+        """The best AUC any model can reach on the held-out lines."""
+        labels = np.array([int(line.split()[1]) > 0 for line in self.heldout])
+        return auc(labels, self.heldout_probs)
+
+
+def write_data(
+    out: Store, slots: list[int], sampler: Sampler, rng: np.random.Generator, start: str,
+    hours: int, examples_per_hour: int, files_per_hour: int, heldout: int,
+    missing_hours: list[str] | None = None,
+) -> Generated:  # fmt: skip
+    """slot.conf, the hour directories (with donefiles, except `missing_hours`) and the
+    held-out set."""
+    out.write_text("slot.conf", "".join(f"{s}\n" for s in slots))
     first = parse_hour(start)
+    train: list[str] = []
     for offset in range(hours):
         hour = format_hour(first + timedelta(hours=offset))
-        lines, _ = model.sample(examples_per_hour, rng)
+        lines, _ = sampler.sample(examples_per_hour, rng)
+        train.extend(lines)
         for part in range(files_per_hour):
             chunk = lines[part::files_per_hour]
             out.write_text(f"train/{hour}/part-{part:05d}", "".join(line + "\n" for line in chunk))
         if hour not in (missing_hours or []):
             out.write_text(f"train/{hour}/donefile", "")
+    held, probs = sampler.sample(heldout, rng) if heldout else ([], np.zeros(0))
     if heldout:
-        lines, _ = model.sample(heldout, rng)
-        out.write_text("heldout/part-00000", "".join(line + "\n" for line in lines))
-    return model
+        out.write_text("heldout/part-00000", "".join(line + "\n" for line in held))
+    return Generated(slots, train, held, probs)
+
+
+def generate(
+    out_uri: str, slot_count: int, vocab: int, start: str, hours: int, examples_per_hour: int,
+    files_per_hour: int, heldout: int, seed: int, missing_hours: list[str] | None = None,
+    first_slot: int = 101,
+) -> SyntheticModel:  # fmt: skip
+    """The simple profile; the model itself goes to truth.json."""
+    return generate_simple(
+        out_uri, slot_count, vocab, start, hours, examples_per_hour, files_per_hour, heldout,
+        seed, missing_hours, first_slot,
+    )[0]  # fmt: skip
+
+
+def generate_simple(
+    out_uri: str, slot_count: int, vocab: int, start: str, hours: int, examples_per_hour: int,
+    files_per_hour: int, heldout: int, seed: int, missing_hours: list[str] | None = None,
+    first_slot: int = 101,
+) -> tuple[SyntheticModel, Generated]:  # fmt: skip
+    model = SyntheticModel.create(slot_count, vocab, seed, first_slot=first_slot)
+    out = open_store(out_uri)
+    out.write_text("truth.json", model.to_json())
+    data = write_data(
+        out, model.slots, model, np.random.default_rng(seed + 1), start, hours,
+        examples_per_hour, files_per_hour, heldout, missing_hours,
+    )  # fmt: skip
+    return model, data
+
+
+def generate_realistic(
+    out_uri: str, start: str, hours: int, examples_per_hour: int, files_per_hour: int,
+    heldout: int, seed: int, first_slot: int = 101, max_vocab: int = realistic.MAX_VOCAB,
+) -> tuple[RealisticModel, Generated]:  # fmt: skip
+    """The realistic profile (realistic.py); the held-out set's true probabilities go to
+    `truth/heldout-probs.txt`, beside (not in) the held-out directory."""
+    model = RealisticModel.create(seed, first_slot, max_vocab)
+    out = open_store(out_uri)
+    data = write_data(
+        out, model.slot_ids, model, np.random.default_rng(seed + 1), start, hours,
+        examples_per_hour, files_per_hour, heldout,
+    )  # fmt: skip
+    out.write_text("truth/heldout-probs.txt", "".join(f"{p:.9g}\n" for p in data.heldout_probs))
+    return model, data
+
+
+# Per profile: first hour, hours, held-out examples (the realistic hours cross midnight).
+PROFILE_DEFAULTS: dict[str, tuple[str, int, int]] = {
+    "simple": ("20191221/00", 2, 5000),
+    "realistic": ("20191221/20", 8, 60000),
+}
+
+
+def baseline_aucs(
+    data: Generated, sparse_dim: int, crosses: list[tuple[int, int]]
+) -> dict[str, float]:
+    """Held-out AUC of the logistic regressions on the hashed ids, without and with the
+    crossed pairs (baselines.py)."""
+    from .baselines import logistic_baseline
+
+    plain = logistic_baseline(data.train, data.heldout, sparse_dim)
+    crossed = logistic_baseline(data.train, data.heldout, sparse_dim, crosses)
+    return {"lr_auc": plain["auc"], "lr_crosses_auc": crossed["auc"]}
+
+
+def run_generate(args: Any) -> dict[str, Any]:
+    """`generate` of the command line: writes the data, prints (and returns) a summary
+    with the held-out Bayes AUC and, with --baselines, the logistic regressions'."""
+    default_start, default_hours, default_heldout = PROFILE_DEFAULTS[args.profile]
+    start: str = args.start or default_start
+    hours: int = args.hours if args.hours is not None else default_hours
+    heldout: int = args.heldout if args.heldout is not None else default_heldout
+    crosses: list[tuple[int, int]] = []
+    if args.profile == "realistic":
+        model, data = generate_realistic(
+            args.out, start, hours, args.examples_per_hour, args.files_per_hour, heldout,
+            args.seed, args.first_slot, args.max_vocab,
+        )  # fmt: skip
+        crosses = [model.interaction]
+    else:
+        _, data = generate_simple(
+            args.out, args.slots, args.vocab, start, hours, args.examples_per_hour,
+            args.files_per_hour, heldout, args.seed, args.missing_hour, args.first_slot,
+        )  # fmt: skip
+    summary: dict[str, Any] = {"out": args.out, "profile": args.profile, "slots": data.slots}
+    if heldout:
+        summary["heldout_bayes_auc"] = data.bayes_auc
+        if args.baselines:
+            summary.update(baseline_aucs(data, args.sparse_dim, crosses))
+    print(json.dumps(summary), flush=True)
+    return summary

@@ -60,9 +60,14 @@ def _accumulator(name: str) -> paddle.static.Variable:
 
 
 def build_ctr_dnn(
-    slot_count: int, sparse_dim: int, embedding_dim: int, fc_sizes: list[int]
-) -> CtrDnn:
-    """Build the network into the default main/startup programs."""
+    slot_count: int, sparse_dim: int, embedding_dim: int, fc_sizes: list[int],
+    wide: bool = False, dense_l2: float = 0.0,
+) -> CtrDnn:  # fmt: skip
+    """Build the network into the default main/startup programs. `wide`: Wide&Deep, the
+    click logit plus the sum of the example's per-id weights (`embed_w`, column 0 of each
+    pooled slot embedding), a logistic regression on the ids beside the DNN. `dense_l2`:
+    L2 regularisation of the FC weights (not of the sparse table: Paddle's regulariser
+    cannot take its SelectedRows gradient)."""
     label = paddle.static.data("label", [None, 1], "int64")
     # Not "show"/"click": Paddle's PS pass creates variables with those names.
     show = paddle.static.data("ctr_show", [None, 1], "float32")
@@ -88,13 +93,17 @@ def build_ctr_dnn(
     hidden = paddle.concat(pooled, axis=1)
     width = slot_count * embedding_dim
     layers = [(size, "relu") for size in fc_sizes] + [(2, None)]
+    decay = paddle.regularizer.L2Decay(dense_l2) if dense_l2 else None
     for size, activation in layers:
         init = paddle.nn.initializer.Normal(std=1.0 / math.sqrt(width))
-        hidden = paddle.static.nn.fc(
-            hidden, size, activation=activation, weight_attr=paddle.ParamAttr(initializer=init)
-        )
+        attr = paddle.ParamAttr(initializer=init, regularizer=decay)
+        hidden = paddle.static.nn.fc(hidden, size, activation=activation, weight_attr=attr)
         width = size
     logits = hidden
+    if wide:
+        # The pooled inputs hold the summed embed_w in column 0: serving needs nothing new.
+        wide_logit = paddle.add_n([paddle.slice(p, [1], [0], [1]) for p in pooled])
+        logits = paddle.add(logits, paddle.concat([paddle.zeros_like(wide_logit), wide_logit], 1))
     prob = paddle.nn.functional.softmax(logits)
     cost = paddle.nn.functional.cross_entropy(logits, label, reduction="none")
     loss = paddle.mean(cost)
@@ -110,8 +119,24 @@ def build_ctr_dnn(
     )  # fmt: skip
 
 
+@dataclass(frozen=True)
+class AccessorParams:
+    """The CtrCommonAccessor's thresholds (Paddle's ctr_accessor_param and embedx_threshold);
+    score = (shows - clicks) * nonclk_coeff + clicks * click_coeff. Defaults: config.py."""
+
+    embedx_threshold: int  # score an id needs before it gets its embedding vector
+    nonclk_coeff: float
+    click_coeff: float
+    show_click_decay_rate: float  # applied to shows and clicks at every shrink
+    delete_threshold: float  # an id scoring below it after the decay is deleted
+
+
 def async_strategy(
-    embedding_dim: int, sparse_learning_rate: float, sparse_initial_range: float, shard_num: int
+    embedding_dim: int,
+    sparse_learning_rate: float,
+    sparse_initial_range: float,
+    shard_num: int,
+    accessor: AccessorParams,
 ) -> Any:
     """Async parameter-server strategy with the CTR accessor on the sparse table."""
     from paddle.distributed import fleet
@@ -122,8 +147,10 @@ def async_strategy(
         "accessor.accessor_class": "CtrCommonAccessor",
         "accessor.fea_dim": embedding_dim + SHOW_CLICK_COLUMNS,
         "accessor.embedx_dim": embedding_dim - 1,
-        "accessor.embedx_threshold": 0,
     }
+    table["accessor.embedx_threshold"] = accessor.embedx_threshold
+    for name in ("nonclk_coeff", "click_coeff", "show_click_decay_rate", "delete_threshold"):
+        table[f"accessor.ctr_accessor_param.{name}"] = getattr(accessor, name)
     for part, initial_range in (("embed", 0.0), ("embedx", sparse_initial_range)):
         table[f"accessor.{part}_sgd_param.name"] = "SparseAdaGradSGDRule"
         table[f"accessor.{part}_sgd_param.adagrad.learning_rate"] = sparse_learning_rate

@@ -9,7 +9,7 @@ from paddle.distributed.fleet.base.role_maker import Role as FleetRole
 from paddle.distributed.fleet.base.role_maker import UserDefinedRoleMaker
 
 from .config import HyperParameters
-from .model import CtrDnn, async_strategy, build_ctr_dnn
+from .model import AccessorParams, CtrDnn, async_strategy, build_ctr_dnn
 from .roles import Role
 
 SHARDS_PER_PSERVER = 8  # sparse table shards: one file each per checkpoint
@@ -31,12 +31,20 @@ def init_fleet(role: Role) -> None:
 
 def build_training_program(hyper: HyperParameters, slot_count: int, pservers: int) -> CtrDnn:
     paddle.enable_static()
-    net = build_ctr_dnn(slot_count, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes)
+    net = build_ctr_dnn(
+        slot_count, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes,
+        wide=hyper.model == "wide_deep", dense_l2=hyper.dense_l2,
+    )  # fmt: skip
+    accessor = AccessorParams(
+        hyper.embedx_threshold, hyper.nonclk_coeff, hyper.click_coeff,
+        hyper.show_click_decay_rate, hyper.delete_threshold,
+    )  # fmt: skip
     strategy = async_strategy(
         hyper.embedding_dim,
         hyper.sparse_learning_rate,
         hyper.sparse_initial_range,
         shard_num=SHARDS_PER_PSERVER * pservers,
+        accessor=accessor,
     )
     optimizer = fleet.distributed_optimizer(
         paddle.optimizer.Adam(learning_rate=hyper.learning_rate), strategy
@@ -49,3 +57,9 @@ def dense_parameter_names(program: paddle.static.Program) -> list[str]:
     from .model import SPARSE_TABLE
 
     return [p.name for p in program.all_parameters() if p.name != SPARSE_TABLE]
+
+
+def shrink_sparse_table() -> None:
+    """Trainer 0, after a pass: the accessor decays every id's show/click and deletes the
+    ids scoring below its delete threshold (a no-op with decay 1 and threshold 0)."""
+    fleet.fleet._runtime_handle._shrink()

@@ -15,6 +15,7 @@ pass like bad data does.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import os
 import shlex
@@ -31,6 +32,7 @@ import numpy as np
 import paddle
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import Store, open_store
+from elasticctr_common.versions import read_versions
 from numpy.typing import NDArray
 from paddle.distributed import fleet
 
@@ -42,7 +44,12 @@ from .hours import next_hour, wait_for_hours, wait_for_range
 from .lines import LineParser, NotText
 from .metrics import MetricsLogger, auc_from_histograms
 from .modelcheck import check_model
-from .program import build_training_program, dense_parameter_names, init_fleet
+from .program import (
+    build_training_program,
+    dense_parameter_names,
+    init_fleet,
+    shrink_sparse_table,
+)
 from .roles import Role, wait_for_pservers
 from .staging import collect_reports, split_files, stage
 from .sync import PassSync
@@ -140,6 +147,7 @@ class Trainer:
         self.data = open_store(config.runner.train_data_uri)
         self.sync = PassSync(self.checkpoints.child("sync"), config.runner.sync_timeout_seconds)
         self.work_dir = os.path.join(config.runner.work_dir, role.name)
+        self.held_back: dict[int, str] = {}  # versions this job kept but did not publish
         self.logger = MetricsLogger(
             config.runner.mlflow_experiment,
             run_name=role.name,
@@ -303,6 +311,23 @@ class Trainer:
             )
         return None
 
+    def publish_gate(self, eval_auc: object) -> str | None:
+        """Why this version must not be published (its held-out AUC is below the serving
+        version's by more than `runner.publish_margin`), or None."""
+        runner = self.config.runner
+        published = read_versions(self.models)
+        if runner.publish_every_version or not isinstance(eval_auc, float) or not published:
+            return None
+        serving = published[-1].id
+        meta = json.loads(self.models.read_text(f"{serving}/dense/meta.json"))
+        serving_auc = meta.get("eval_auc")
+        if not isinstance(serving_auc, float) or eval_auc >= serving_auc - runner.publish_margin:
+            return None
+        return (
+            f"held-out AUC {eval_auc:.4f} is below serving version {serving}'s "
+            f"{serving_auc:.4f} by more than runner.publish_margin={runner.publish_margin}"
+        )
+
     def finish_pass(self, planned: PlannedPass) -> dict[str, Any]:
         """Trainer 0: evaluate, check, export, checkpoint; `ok` False (and nothing
         published) when the version fails its check."""
@@ -343,10 +368,24 @@ class Trainer:
                     f"published version stays current): {'; '.join(problems)}"
                 )
                 return {"ok": False, "error": error}
+            held_back = self.publish_gate(extra_meta.get("eval_auc"))
             version = publish_version(
                 self.models, prepared, self.slots, hyper.sparse_dim, hyper.embedding_dim,
-                extra_meta, extra_files,
+                extra_meta, extra_files, held_back,
             )  # fmt: skip
+        self.logger.metrics(planned.pass_id, {"published": 0.0 if held_back else 1.0})
+        if held_back:
+            self.logger.event(
+                "version_held_back",
+                {"pass": planned.pass_id, "version": version.id, "reason": held_back},
+            )
+            self.held_back[version.id] = held_back
+            self.logger.tags(
+                {"held_back_versions": "; ".join(f"{v}: {r}" for v, r in self.held_back.items())}
+            )
+        if hyper.show_click_decay_rate < 1 or hyper.delete_threshold > 0:
+            # Exported first; the checkpoint then holds the table the next pass starts from.
+            shrink_sparse_table()
         local = ckpt.local_dir(self.config.runner.work_dir, planned.pass_id)
         fleet.save_persistables(self.exe, local, mode=0)
         ckpt.save_dense(self.checkpoints, planned.pass_id, dense)
@@ -366,8 +405,10 @@ class Trainer:
             ),
         )
         ckpt.prune(self.checkpoints, planned.pass_id)
-        self.logger.event("version", {"pass": planned.pass_id, "version": version.id})
-        return {"ok": True, "version": version.id}
+        self.logger.event(
+            "version", {"pass": planned.pass_id, "version": version.id, "published": not held_back}
+        )
+        return {"ok": True, "version": version.id, "published": not held_back}
 
     # the loop -------------------------------------------------------------------------
 

@@ -106,6 +106,9 @@ def test_status_shows_versions_and_training_progress(stack, mlflow_server, tmp_p
         for step, auc in ((1, 0.70), (2, 0.75)):
             client.log_metric(run.info.run_id, "auc", auc, step=step)
             client.log_metric(run.info.run_id, "loss", 0.5 / step, step=step)
+        if name == "trainer-0":  # version 2 held back by the publish gate
+            client.log_metric(run.info.run_id, "published", 0.0, step=2)
+            client.set_tag(run.info.run_id, "held_back_versions", "2: held-out AUC 0.70 ...")
     transfer = stack.cluster.transfer_url("")
     args = [
         "status",
@@ -128,7 +131,9 @@ def test_status_shows_versions_and_training_progress(stack, mlflow_server, tmp_p
     assert all(r["pass"] == 2 and r["metrics"]["auc"] == pytest.approx(0.75) for r in runs)
     text = run_client(*args).stdout
     assert "serving: model version 1, cube committed 1 (from transfer)" in text
-    assert "trainer-0: RUNNING, pass 2  auc=0.75 loss=0.25" in text
+    assert "trainer-0: RUNNING, pass 2  auc=0.75 loss=0.25 published=0" in text
+    assert "versions held back (not published): 2: held-out AUC 0.70 ..." in text
+    assert runs[0]["held_back"] == "2: held-out AUC 0.70 ..." and runs[1]["held_back"] is None
     assert "cube: committed 1" in text
     # Flags name what to ask: a stack that cannot be read is a warning, not the end.
     no_login = fake_pulumi(tmp_path / "no-login", None)

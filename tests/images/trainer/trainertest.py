@@ -45,7 +45,12 @@ def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def write_config(path: Path, runner: dict, hyper: dict | None = None) -> Path:
-    hyper = {"sparse_dim": 100003, "learning_rate": 0.003, "batch_size": 64, **(hyper or {})}
+    # No deletion of rare ids: these tests check that each version's table has counted
+    # every impression of its passes (test_trainer_quality.py runs the default deletion).
+    hyper = {
+        "sparse_dim": 100003, "learning_rate": 0.003, "batch_size": 64, "delete_threshold": 0,
+        **(hyper or {}),
+    }  # fmt: skip
     # The data is all there before these jobs start (the synthetic set's missing hour stays
     # missing): no wait for it (tests/images/trainer/test_trainer_data_wait.py has those).
     runner = {"data_wait_seconds": 0, **runner}
