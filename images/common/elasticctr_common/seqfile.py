@@ -98,18 +98,32 @@ class SequenceFileWriter:
         records["key_length"] = 8
         records["key"] = np.asarray(keys, dtype=np.uint64)
         records["value"] = values
+        self._write_runs(records, record_len)
+
+    def _write_runs(self, records: NDArray[np.void], record_len: int) -> None:
+        """Raw records with a sync escape before a record once SYNC_INTERVAL bytes of
+        records have been written since the last one (as `write` does record by record),
+        the whole runs between escapes laid out by numpy rather than written one by one."""
+        escape = np.frombuffer(b"\xff\xff\xff\xff" + self._sync, np.uint8)
         start = 0
-        while start < len(records):
-            # Records until the next sync marker is due (one after SYNC_INTERVAL bytes).
-            room = max(1, -(-(SYNC_INTERVAL - self._since_sync) // record_len))
-            chunk = records[start : start + room]
-            if self._since_sync >= SYNC_INTERVAL:
-                self._out.write(b"\xff\xff\xff\xff" + self._sync)
-                self._since_sync = 0
-                continue
-            self._out.write(chunk.tobytes())
-            self._since_sync += record_len * len(chunk)
-            start += len(chunk)
+        if self._since_sync < SYNC_INTERVAL:  # the run already begun takes records first
+            due = max(1, -(-(SYNC_INTERVAL - self._since_sync) // record_len))
+            start = min(due, len(records))
+            self._out.write(records[:start].tobytes())
+            self._since_sync += record_len * start
+        per_run = -(-SYNC_INTERVAL // record_len)
+        runs = (len(records) - start) // per_run
+        if runs:
+            block = np.empty((runs, len(escape) + per_run * records.itemsize), np.uint8)
+            block[:, : len(escape)] = escape
+            whole = records[start : start + runs * per_run]
+            block[:, len(escape) :] = whole.view(np.uint8).reshape(runs, -1)
+            self._out.write(memoryview(block))
+            self._since_sync = per_run * record_len
+            start += runs * per_run
+        if start < len(records):
+            self._out.write(escape.tobytes() + records[start:].tobytes())
+            self._since_sync = record_len * (len(records) - start)
 
 
 def _raw_record(dim: int) -> np.dtype[np.void]:

@@ -139,3 +139,22 @@ def test_numpy_reader_equals_the_record_by_record_reader(monkeypatch, n):
     for got, want in zip(fast, exact, strict=True):
         assert got.dtype == want.dtype and np.array_equal(got, want)
     assert np.array_equal(fast[0], keys) and np.array_equal(fast[1], values)
+
+
+@pytest.mark.parametrize("sizes", [[1], [45, 1], [46], [47, 500], [2003], [3, 3, 200]])
+def test_array_writer_writes_what_the_record_writer_writes(sizes):
+    """write_arrays lays out whole runs between sync markers with numpy: byte for byte
+    what `write` produces record by record, across consecutive calls too."""
+    keys, values = table(sum(sizes), dim=9)
+    by_record, by_array = io.BytesIO(), io.BytesIO()
+    one, many = (
+        SequenceFileWriter(by_record, sync_marker=SYNC),
+        SequenceFileWriter(by_array, sync_marker=SYNC),
+    )
+    for key, row in zip(keys.tolist(), values, strict=True):
+        one.write(key, row.tobytes())
+    start = 0
+    for size in sizes:
+        many.write_arrays(keys[start : start + size], values[start : start + size])
+        start += size
+    assert by_array.getvalue() == by_record.getvalue()
