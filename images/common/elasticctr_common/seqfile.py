@@ -118,7 +118,7 @@ class SequenceFileWriter:
             block[:, : len(escape)] = escape
             whole = records[start : start + runs * per_run]
             block[:, len(escape) :] = whole.view(np.uint8).reshape(runs, -1)
-            self._out.write(memoryview(block))
+            self._out.write(block.data)
             self._since_sync = per_run * record_len
             start += runs * per_run
         if start < len(records):
@@ -275,23 +275,25 @@ def _read_raw_records(
     if dim is not None and found_dim != dim:
         return None
     raw = data.obj if isinstance(data.obj, bytes) and len(data.obj) == end else bytes(data)
+    view = memoryview(raw)  # slices of it are not copies, as slices of bytes are
     escape = b"\xff\xff\xff\xff" + sync
     size = 8 + record_len
-    runs: list[bytes] = []
+    runs: list[memoryview] = []
     pos = start
     while pos < end:
         found = raw.find(escape, pos)
         stop = end if found < 0 else found
         if (stop - pos) % size:
             return None
-        runs.append(raw[pos:stop])
+        runs.append(view[pos:stop])
         pos = end if found < 0 else found + len(escape)
     records = np.frombuffer(b"".join(runs), dtype=_raw_record(found_dim))
     if not len(records):
         return None
     if not (records["record_length"] == record_len).all() or not (records["key_length"] == 8).all():
         return None
-    return records["key"].astype(np.uint64), np.ascontiguousarray(records["value"], np.float32)
+    # The values stay a strided view of the records: the builder copies them per shard.
+    return records["key"].astype(np.uint64), records["value"]
 
 
 def _framing_of(cur: _Cursor, key_len: int) -> tuple[int, int]:
