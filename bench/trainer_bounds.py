@@ -141,6 +141,7 @@ def main() -> None:
         opts.examples, opts.rounds = 20_000, 1
 
     work = Path(tempfile.mkdtemp(prefix="elasticctr-bounds-"))
+    os.chdir(work)  # Paddle writes <id>_train_desc.prototxt files into the working directory
     multislot = generate_data(work, opts.examples, opts.files, opts.vocab)
     batch, threads, dim = opts.batch_size, opts.threads, opts.sparse_dim
     contenders: dict[str, Callable[[int], float]] = {

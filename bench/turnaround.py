@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -43,8 +44,9 @@ def free_port() -> int:
         return port
 
 
-def python_env() -> dict[str, str]:
-    paths = [str(REPO / "images" / p) for p in ("trainer", "common", "cube")]
+def python_env(code: Path) -> dict[str, str]:
+    """The environment of a stage's process: the images' packages of the checkout `code`."""
+    paths = [str(code / "images" / p) for p in ("trainer", "common", "cube")]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "TRAINING_ROLE"))}
     return {**env, "PYTHONPATH": os.pathsep.join(paths)}
 
@@ -56,11 +58,11 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def run_child(command: list[str]) -> tuple[float, float, str]:
+def run_child(command: list[str], code: Path) -> tuple[float, float, str]:
     """(seconds, peak RSS MiB from its own rusage, stdout) of a child process."""
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
-        proc = subprocess.Popen(command, env=python_env(), stdout=out, stderr=err)
+        proc = subprocess.Popen(command, env=python_env(code), stdout=out, stderr=err)
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         seconds = time.perf_counter() - started
@@ -88,7 +90,7 @@ def write_sequence_files(directory: Path, keys: int) -> None:
 class Cube:
     """Native cube-servers and their agents, one per shard, on loopback."""
 
-    def __init__(self, work: Path, shards: int) -> None:
+    def __init__(self, work: Path, shards: int, code: Path) -> None:
         from elasticctr_cube.server import build_server
 
         binary = build_server()
@@ -105,7 +107,7 @@ class Cube:
                 [sys.executable, "-m", "elasticctr_cube", "agent", *shard, "--host", "127.0.0.1",
                  "--port", str(agent), "--cube-uri", f"file://{work}/cube",
                  "--server", f"http://127.0.0.1:{control}", "--data-dir", str(work / f"shard-{i}")],
-                env=python_env(), stderr=subprocess.DEVNULL,
+                env=python_env(code), stderr=subprocess.DEVNULL,
             )  # fmt: skip
             self.ports.append((port, agent))
         try:
@@ -180,13 +182,13 @@ class Cube:
 
 
 def measure(work: Path, cube: Cube, keys: int, version: int, export_max: int,
-            shards: int) -> dict[str, Any]:  # fmt: skip
+            shards: int, code: Path) -> dict[str, Any]:  # fmt: skip
     row: dict[str, Any] = {"keys": keys}
     root = work / f"size-{keys}"
     if keys <= export_max:
         seconds, rss, out = run_child(
             [sys.executable, str(BENCH / "turnaround_export.py"), "--keys", str(keys),
-             "--work", str(root)]
+             "--work", str(root)], code,
         )  # fmt: skip
         result = json.loads(out.strip().splitlines()[-1])
         sparse = Path(result["input"].removeprefix("file://"))
@@ -199,7 +201,7 @@ def measure(work: Path, cube: Cube, keys: int, version: int, export_max: int,
     seconds, rss, _ = run_child(
         [sys.executable, "-m", "elasticctr_cube", "builder", "--input", f"file://{sparse}",
          "--output", f"file://{work}/cube", "--version", str(version),
-         "--shards", str(shards), "--dim", str(DIM)]
+         "--shards", str(shards), "--dim", str(DIM)], code,
     )  # fmt: skip
     row.update(build_s=seconds, build_rss_mib=rss)
     row.update(cube.roll_out(version, version - 1 if version > 1 else None))
@@ -214,20 +216,24 @@ def main() -> None:
     args.add_argument("--quick", action="store_true", help="CI-sized: 10^5 and 10^6 keys")
     args.add_argument("--keys", default="1000000,10000000")
     args.add_argument("--shards", type=int, default=3)
+    args.add_argument("--code", type=Path, default=REPO,
+                      help="checkout whose images' code runs the stages")  # fmt: skip
     args.add_argument("--export-max", type=int, default=10_000_000,
                       help="largest table exported from a real pserver")  # fmt: skip
     opts = args.parse_args()
     sizes = [100_000, 1_000_000] if opts.quick else [int(k) for k in opts.keys.split(",")]
     work = Path(tempfile.mkdtemp(prefix="elasticctr-turnaround-"))
-    cube = Cube(work, opts.shards)  # stopped below, also when a stage fails
+    os.chdir(work)  # Paddle writes <id>_train_desc.prototxt files into the working directory
+    cube = Cube(work, opts.shards, opts.code)  # stopped below, also when a stage fails
     rows = []
     try:
         for version, keys in enumerate(sizes, start=1):
-            rows.append(measure(work, cube, keys, version, opts.export_max, opts.shards))
+            rows.append(measure(work, cube, keys, version, opts.export_max, opts.shards, opts.code))
             print(json.dumps(rows[-1]), flush=True)
         servers = cube.peak_rss_mib()
     finally:
         cube.stop()
+        shutil.rmtree(work, ignore_errors=True)
     report(rows, servers, opts.shards)
 
 
