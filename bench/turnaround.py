@@ -204,6 +204,7 @@ def measure(work: Path, cube: Cube, keys: int, version: int, export_max: int,
          "--shards", str(shards), "--dim", str(DIM)], code,
     )  # fmt: skip
     row.update(build_s=seconds, build_rss_mib=rss)
+    shutil.rmtree(root, ignore_errors=True)  # the input is built: its disk for the agents' copies
     row.update(cube.roll_out(version, version - 1 if version > 1 else None))
     stages = ["export_s", "build_s", "prepare_s", "switch_s"]
     row["total_s"] = sum(row[s] for s in stages if s in row)
