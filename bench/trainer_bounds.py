@@ -30,6 +30,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+from job_cpu import JobCpu  # noqa: E402 - a module beside this script
+
 REPO = BENCH.parent
 SLOTS = 26
 HOUR = "20191221/00"
@@ -65,8 +68,11 @@ def generate_data(work: Path, examples: int, files: int, vocab: int) -> Path:
     return multislot
 
 
-def run_ours(work: Path, run: str, batch: int, threads: int, sparse_dim: int) -> float:
-    """examples/s of trainer 0's pass in a 1-pserver, 1-trainer local job."""
+def run_ours(
+    work: Path, run: str, batch: int, threads: int, sparse_dim: int, cpu: dict[str, list[float]]
+) -> float:
+    """examples/s of trainer 0's pass in a 1-pserver, 1-trainer local job; the pass's CPU
+    seconds per 1,000 examples of each process role are appended to `cpu`."""
     root = work / run
     runner = {
         "train_data_uri": f"file://{work}/data/train", "start_date_hr": HOUR,
@@ -80,13 +86,20 @@ def run_ours(work: Path, run: str, batch: int, threads: int, sparse_dim: int) ->
     config.write_text(json.dumps({"runner": runner, "hyper_parameters": hyper}))
     command = [sys.executable, "-m", "elasticctr_trainer", "local", "--config", str(config),
                "--pservers", "1", "--trainers", "1", "--log-dir", str(root / "logs")]  # fmt: skip
-    done = subprocess.run(command, env=python_env(), capture_output=True, text=True)
+    job = subprocess.Popen(command, env=python_env(), stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL)  # fmt: skip
+    sampler = JobCpu(job.pid)
+    code = job.wait()
+    split = sampler.stop()
     log = (root / "logs/trainer-0.log").read_text(errors="replace")
-    if done.returncode != 0:
-        raise RuntimeError(f"{run}: the local job failed ({done.returncode}):\n{log[-3000:]}")
+    if code != 0:
+        raise RuntimeError(f"{run}: the local job failed ({code}):\n{log[-3000:]}")
     for line in log.splitlines():
         if line.startswith('{"event": "metrics"') and "examples_per_sec" in line:
-            return float(json.loads(line)["examples_per_sec"])
+            metrics = json.loads(line)
+            for role in ("trainer", "pserver", "pipe"):
+                cpu.setdefault(role, []).append(1000 * split.get(role, 0.0) / metrics["examples"])
+            return float(metrics["examples_per_sec"])
     raise RuntimeError(f"{run}: no pass metrics in trainer-0.log:\n{log[-3000:]}")
 
 
@@ -145,12 +158,13 @@ def main() -> None:
     multislot = generate_data(work, opts.examples, opts.files, opts.vocab)
     batch, threads, dim = opts.batch_size, opts.threads, opts.sparse_dim
     contenders: dict[str, Callable[[int], float]] = {
-        "ours": lambda r: run_ours(work, f"ours-{r}", batch, threads, dim),
+        "ours": lambda r: run_ours(work, f"ours-{r}", batch, threads, dim, cpu),
         "local bound": lambda r: run_local_bound(multislot, batch, threads, dim),
     }
     if opts.paddlerec:
         contenders["PaddleRec"] = lambda r: run_paddlerec(opts.paddlerec, work, batch, threads, dim)
     rates: dict[str, list[float]] = {name: [] for name in contenders}
+    cpu: dict[str, list[float]] = {}  # ours: CPU seconds per 1,000 examples, per role
     ceilings: list[dict[str, float]] = []
     for r in range(opts.rounds):
         for name, run in contenders.items():
@@ -159,11 +173,14 @@ def main() -> None:
         ceilings.append(run_sgemm_ceiling(batch, threads, 1.0 if opts.quick else 2.0))
         print(f"round {r + 1}: sgemm ceiling {ceilings[-1]['examples_per_sec']:,.0f} "
               f"examples/s ({ceilings[-1]['gflops']:.1f} GFLOP/s)", flush=True)  # fmt: skip
-    report(opts, rates, ceilings)
+    report(opts, rates, ceilings, cpu)
 
 
 def report(
-    opts: argparse.Namespace, rates: dict[str, list[float]], ceilings: list[dict[str, float]]
+    opts: argparse.Namespace,
+    rates: dict[str, list[float]],
+    ceilings: list[dict[str, float]],
+    cpu: dict[str, list[float]],
 ) -> None:
     ceiling = [c["examples_per_sec"] for c in ceilings]
     rows = {**rates, "dense-compute ceiling (sgemm)": ceiling}
@@ -181,6 +198,8 @@ def report(
         ratio = statistics.median(o / v for o, v in zip(ours, values, strict=True))
         each = ", ".join(f"{v:,.0f}" for v in values)
         print(f"| {name} | {each} | {statistics.median(values):,.0f} | {ratio:.2f} |")
+    split = ", ".join(f"{role} {statistics.median(v):.2f}" for role, v in cpu.items())
+    print(f"\nours, CPU seconds per 1,000 examples during the pass (median): {split}")
     local = statistics.median(o / v for o, v in zip(ours, rates["local bound"], strict=True))
     print(f"trainer/local-bound: {local:.2f}")
 
