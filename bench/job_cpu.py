@@ -1,9 +1,10 @@
 """Where a local training job's CPU goes during its pass: the trainer, the pserver and the
 dataset's pipe processes, sampled from /proc while the job runs.
 
-The pass is the window in which pipe processes exist (Paddle starts one per data file
-while `train_from_dataset` reads): the trainer's and pserver's CPU seconds are counted
-from the first tick a pipe is seen to the last, the pipes' whole.
+The pass is the window between trainer 0's `pass_start` event and its pass metrics in
+its log: the trainer's and pserver's CPU seconds are counted from the first tick after
+the one to the first tick after the other, the pipes' whole (they run only in the pass,
+though not all of it: the dataset reads ahead of training).
 """
 
 from __future__ import annotations
@@ -51,11 +52,11 @@ def _descendants(root: int) -> list[int]:
 class JobCpu:
     """Samples the processes under `root` every `interval` seconds until stopped."""
 
-    def __init__(self, root: int, interval: float = 0.2) -> None:
-        self.root, self.interval = root, interval
+    def __init__(self, root: int, trainer_log: Path, interval: float = 0.2) -> None:
+        self.root, self.log, self.interval = root, trainer_log, interval
         self.pipes: dict[int, float] = {}  # pid -> last CPU seconds seen
-        self.at_start: dict[str, float] = {}  # trainer/pserver CPU when the first pipe ran
-        self.at_end: dict[str, float] = {}  # ... when the last pipe was seen
+        self.at_start: dict[str, float] = {}  # trainer/pserver CPU when the pass started
+        self.at_end: dict[str, float] = {}  # ... when it ended
         self.window = [0.0, 0.0]
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -63,20 +64,21 @@ class JobCpu:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
-            now, servers, pipe_seen = time.monotonic(), {}, False
+            now, servers = time.monotonic(), {}
             for pid in _descendants(self.root):
                 try:
                     role, cpu = _role(pid), _cpu_seconds(pid)
                 except (OSError, IndexError, ValueError):
                     continue  # gone meanwhile
                 if role == "pipe":
-                    self.pipes[pid], pipe_seen = cpu, True
+                    self.pipes[pid] = cpu
                 elif role:
                     servers[role] = cpu
-            if pipe_seen:
-                if not self.at_start:
-                    self.at_start, self.window[0] = dict(servers), now
-                self.at_end, self.window[1] = {**self.at_end, **servers}, now
+            text = self.log.read_text(errors="replace") if self.log.exists() else ""
+            if not self.at_start and '"event": "pass_start"' in text:
+                self.at_start, self.window[0] = servers, now
+            if not self.at_end and '"event": "metrics"' in text:
+                self.at_end, self.window[1] = servers, now
 
     def stop(self) -> dict[str, float]:
         """CPU seconds per role in the pass, and its wall seconds (sampled)."""
