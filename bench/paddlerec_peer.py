@@ -21,8 +21,10 @@ import argparse
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 DENSE = 13
@@ -42,7 +44,13 @@ def rewrite(source: Path, target: Path) -> int:
 
 
 def write_config(work: Path, opts: argparse.Namespace) -> Path:
-    model = opts.paddlerec / "models/rank/dnn/static_model_lod.py"
+    """config.yaml, and beside it the `static_model` module PaddleRec imports from the
+    config's directory: a shim naming the variable-length-slot model of the checkout."""
+    models = opts.paddlerec / "models/rank/dnn"
+    (work / "static_model.py").write_text(
+        f"import sys\nsys.path.insert(0, {str(models)!r})\n"
+        "from static_model_lod import StaticModel  # noqa: E402,F401\n"
+    )
     lines = [
         "hyper_parameters:",
         "  optimizer: {class: Adam, learning_rate: 0.0001, adam_lazy_mode: True}",
@@ -59,7 +67,6 @@ def write_config(work: Path, opts: argparse.Namespace) -> Path:
         f"  thread_num: {opts.threads}",
         "  use_gpu: 0",
         "  use_auc: False",
-        f'  model_path: "{model}"',
         '  reader_type: "QueueDataset"',
         # PaddleRec appends "<yaml> <utils dir>" to the pipe command: sh drops them.
         '  pipe_command: "sh -c cat --"',
@@ -73,6 +80,18 @@ def write_config(work: Path, opts: argparse.Namespace) -> Path:
     config = work / "config.yaml"
     config.write_text("\n".join(lines) + "\n")
     return config
+
+
+def wait_for_worker(log: Path, launcher: subprocess.Popen[bytes], timeout: float = 900) -> str:
+    """The worker's log once it says it is done (or the launcher ended, or time is up)."""
+    deadline = time.monotonic() + timeout
+    text = ""
+    while time.monotonic() < deadline and launcher.poll() is None:
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "Run Success, Exit." in text or "Traceback" in text:
+            break
+        time.sleep(0.5)
+    return log.read_text(errors="replace") if log.exists() else text
 
 
 def main() -> None:
@@ -97,12 +116,18 @@ def main() -> None:
                "--server_num", "1", "--trainer_num", "1", "--log_dir", str(logs),
                str(opts.paddlerec / "tools/static_ps_trainer.py"), "-m", str(config)]  # fmt: skip
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "TRAINING_"))}
-    done = subprocess.run(command, cwd=opts.work, env=env, capture_output=True, text=True)
-    worker = (logs / "workerlog.0").read_text(errors="replace") if logs.exists() else ""
+    launcher = subprocess.Popen(command, cwd=opts.work, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)  # fmt: skip
+    try:
+        worker = wait_for_worker(logs / "workerlog.0", launcher)
+    finally:
+        # Its pserver never stops by itself (stop_worker does not stop servers in 2.6).
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGTERM)
+        launcher.wait(timeout=30)
     speed = re.search(r"Epoch: 0, using time:? ([\d.]+) second, ips:? ([\d.]+)", worker)
-    if done.returncode != 0 or not speed:
-        tail = (worker or done.stdout + done.stderr)[-3000:]
-        raise SystemExit(f"PaddleRec's trainer failed ({done.returncode}):\n{tail}")
+    if not speed:
+        raise SystemExit(f"PaddleRec's trainer failed:\n{worker[-3000:]}")
     result = {"seconds": float(speed.group(1)), "examples_per_sec": float(speed.group(2))}
     print(json.dumps(result), flush=True)
 
