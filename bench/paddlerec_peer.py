@@ -21,6 +21,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -112,6 +113,8 @@ def main() -> None:
             rewrite(source, target)
     config = write_config(opts.work, opts)
     logs = opts.work / "log"
+    shutil.rmtree(logs, ignore_errors=True)  # a log of an earlier run would end the wait at once
+    shutil.rmtree(opts.work / "model", ignore_errors=True)
     command = [sys.executable, "-m", "paddle.distributed.launch", "--run_mode", "ps",
                "--server_num", "1", "--trainer_num", "1", "--log_dir", str(logs),
                str(opts.paddlerec / "tools/static_ps_trainer.py"), "-m", str(config)]  # fmt: skip
