@@ -108,6 +108,17 @@ def buckets_of(keys: NDArray[np.integer[Any]], bits: int) -> NDArray[np.int64]:
     return (mix64(keys) >> np.uint64(64 - bits)).astype(np.int64)
 
 
+def bucket_key_order(
+    keys: NDArray[np.integer[Any]], buckets: NDArray[np.int64]
+) -> NDArray[np.intp]:
+    """The permutation ordering keys by (bucket, key): `np.lexsort((keys, buckets))`, done
+    as two plain sorts of 64-bit values (lexsort took 4.3 s for a 3.3M-key shard, this
+    ~1 s): a key's rank among the keys fits 32 bits (MAX_KEYS), and so does its bucket."""
+    rank = np.empty(len(keys), dtype=np.uint64)
+    rank[np.argsort(keys)] = np.arange(len(keys), dtype=np.uint64)
+    return np.argsort((buckets.astype(np.uint64) << np.uint64(32)) | rank)
+
+
 @dataclass(frozen=True)
 class WrittenShard:
     path: Path
@@ -134,7 +145,7 @@ def write_shard_file(
         raise ValueError(f"{len(keys)} keys exceed {MAX_KEYS} per shard: use more shards")
     bits = bucket_bits_for(len(keys))
     buckets = buckets_of(keys, bits)
-    order = np.lexsort((keys, buckets))
+    order = bucket_key_order(keys, buckets)
     keys, values, buckets = keys[order], values[order], buckets[order]
     repeated = np.flatnonzero(keys[1:] == keys[:-1])
     if len(repeated):

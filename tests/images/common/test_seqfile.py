@@ -122,3 +122,39 @@ def test_keys_that_are_not_8_bytes_are_refused():
     out.write(struct.pack(">ii", 8, 4) + b"\x01\x02\x03\x04" + b"\x00" * 4)
     with pytest.raises(SequenceFileError, match="key of 4 bytes"):
         read_sequence_file(out.getvalue(), "t")
+
+
+@pytest.mark.parametrize("n", [1, 45, 46, 500, 2003])
+def test_numpy_reader_equals_the_record_by_record_reader(monkeypatch, n):
+    """Raw files are read with numpy (seqfile._read_raw_records); the record loop reads
+    everything else. Both give the same arrays, whatever the sync markers' positions."""
+    import elasticctr_common.seqfile as seqfile
+
+    keys, values = table(n, dim=9)
+    data = encode(keys, values)
+    fast = read_sequence_file(data)
+    assert seqfile._read_raw_records(memoryview(data), len(PADDLE_HEADER) + 16, SYNC, 9)
+    monkeypatch.setattr(seqfile, "_read_raw_records", lambda *args: None)
+    exact = read_sequence_file(data)
+    for got, want in ((fast[0], exact[0]), (fast[1], exact[1])):
+        assert got.dtype == want.dtype and np.array_equal(got, want)
+    assert np.array_equal(fast[0], keys) and np.array_equal(fast[1], values)
+
+
+@pytest.mark.parametrize("sizes", [[1], [45, 1], [46], [47, 500], [2003], [3, 3, 200]])
+def test_array_writer_writes_what_the_record_writer_writes(sizes):
+    """write_arrays lays out whole runs between sync markers with numpy: byte for byte
+    what `write` produces record by record, across consecutive calls too."""
+    keys, values = table(sum(sizes), dim=9)
+    by_record, by_array = io.BytesIO(), io.BytesIO()
+    one, many = (
+        SequenceFileWriter(by_record, sync_marker=SYNC),
+        SequenceFileWriter(by_array, sync_marker=SYNC),
+    )
+    for key, row in zip(keys.tolist(), values, strict=True):
+        one.write(key, row.tobytes())
+    start = 0
+    for size in sizes:
+        many.write_arrays(keys[start : start + size], values[start : start + size])
+        start += size
+    assert by_array.getvalue() == by_record.getvalue()

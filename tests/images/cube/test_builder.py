@@ -14,6 +14,8 @@ from elasticctr_cube.shardfile import (
     HEADER_LEN,
     ShardFileError,
     bucket_bits_for,
+    bucket_key_order,
+    buckets_of,
     read_shard_file,
     sha256_of,
 )
@@ -53,6 +55,20 @@ def test_publish_writes_the_manifest_last_and_the_cli_does_both(tmp_path):
 
 def test_bucket_table_sizes():
     assert [bucket_bits_for(n) for n in (0, 1, 4, 5, 8, 9, 1_000_000)] == [0, 0, 0, 1, 1, 2, 18]
+
+
+@pytest.mark.parametrize("count", [1, 4, 5, 1000, 20_000])
+def test_shard_order_is_by_bucket_then_key(count):
+    """The shard file's key order (bucket, key), as np.lexsort gives it, duplicates
+    included (they must stay adjacent for the duplicate check)."""
+    rng = np.random.default_rng(count)
+    keys = rng.integers(0, 2**64 - 1, count, dtype=np.uint64, endpoint=True)
+    keys[: count // 10] = keys[count // 10 : 2 * (count // 10)]
+    buckets = buckets_of(keys, bucket_bits_for(count))
+    order = bucket_key_order(keys, buckets)
+    expected = np.lexsort((keys, buckets))
+    assert np.array_equal(keys[order], keys[expected])
+    assert np.array_equal(buckets[order], buckets[expected])
 
 
 def test_duplicate_keys_across_files_are_refused(tmp_path):

@@ -1,0 +1,146 @@
+"""The export stage of the turnaround benchmark: trainer 0's own export (export.py's
+`prepare_version` + `publish_version`) of a sparse table of N trained keys, from a real
+pserver, timed in a process of its own.
+
+    PYTHONPATH=images/trainer:images/common python bench/turnaround_export.py \
+        --keys 1000000 --work DIR
+
+The table is filled through the training program itself: one pass of `train_from_dataset`
+over MultiSlot lines whose first slot lists 10,000 distinct keys each (1..N, the others
+padding), so every key 1..N is pushed once and exists on the pserver (sparse_dim N + 1).
+Then the peak resident memory is reset (/proc/self/clear_refs) and the export runs into
+`<work>/models` (file://). Prints one JSON line: dump and write seconds, keys, the
+trainer's peak RSS during the export and the pserver's RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SLOTS = 26
+KEYS_PER_LINE = 10_000
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def proc_status_kib(pid: int | str, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise KeyError(field)
+
+
+def write_fill_data(path: Path, keys: int) -> None:
+    """MultiSlot lines (label, show, click, 26 slots) listing keys 1..`keys` in slot 0."""
+    padding = " ".join(["1 0"] * (SLOTS - 1))
+    with open(path, "w") as out:
+        for start in range(1, keys + 1, KEYS_PER_LINE):
+            ids = range(start, min(start + KEYS_PER_LINE, keys + 1))
+            out.write(f"1 0 1 1 1 0 {len(ids)} {' '.join(map(str, ids))} {padding}\n")
+
+
+def write_config(work: Path, keys: int) -> Path:
+    (work / "slot.conf").write_text("".join(f"{101 + i}\n" for i in range(SLOTS)))
+    runner = {
+        "train_data_uri": f"file://{work}/unused", "start_date_hr": "20191221/00",
+        "end_date_hr": "20191221/00", "slot_conf": str(work / "slot.conf"),
+        "model_uri": f"file://{work}/models", "checkpoint_uri": f"file://{work}/ckpt",
+        "work_dir": str(work / "scratch"),
+    }  # fmt: skip
+    config = work / "trainer.json"
+    config.write_text(json.dumps({"runner": runner, "hyper_parameters": {"sparse_dim": keys + 1}}))
+    return config
+
+
+def export(config_path: Path, fill: Path, pserver_pid: int) -> dict[str, Any]:
+    import paddle
+    from elasticctr_common.storage import open_store
+    from elasticctr_trainer.config import load_config
+    from elasticctr_trainer.export import prepare_version, publish_version
+    from elasticctr_trainer.roles import role_from_env
+    from elasticctr_trainer.trainer import Trainer
+    from paddle.distributed import fleet
+
+    config = load_config(config_path)
+    hyper = config.hyper_parameters
+    trainer = Trainer(config, role_from_env())
+    trainer.build()
+    fleet.init_worker()
+    try:
+        dataset = paddle.distributed.QueueDataset()
+        dataset.init(batch_size=8, thread_num=1, use_var=trainer.net.feed_order,
+                     pipe_command="cat")  # fmt: skip
+        dataset.set_filelist([str(fill)])
+        trainer.exe.train_from_dataset(trainer.main, dataset, thread=1)
+        trainer.flush_pushes()
+        Path("/proc/self/clear_refs").write_text("5")  # peak RSS from here on
+        started = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="turnaround-export-") as tmp:
+            exe = paddle.static.Executor(paddle.CPUPlace())  # as finish_pass does
+            prepared = prepare_version(exe, trainer.test_program, trainer.dump_program,
+                                       trainer.net, hyper.sparse_dim, Path(tmp))  # fmt: skip
+            dumped = time.perf_counter()
+            models = open_store(config.runner.model_uri)
+            version = publish_version(models, prepared, trainer.slots, hyper.sparse_dim,
+                                      hyper.embedding_dim, {})  # fmt: skip
+            written = time.perf_counter()
+        return {
+            "keys": len(prepared.keys),
+            "dump_s": dumped - started,
+            "write_s": written - dumped,
+            "version": version.id,
+            "input": version.input,
+            "peak_rss_kib": proc_status_kib("self", "VmHWM"),
+            "pserver_rss_kib": proc_status_kib(pserver_pid, "VmHWM"),
+        }
+    finally:
+        fleet.fleet._runtime_handle._worker.stop_server()
+        fleet.stop_worker()
+
+
+def main() -> None:
+    args = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    args.add_argument("--keys", type=int, required=True)
+    args.add_argument("--work", type=Path, required=True)
+    opts = args.parse_args()
+    opts.work.mkdir(parents=True, exist_ok=True)
+    config = write_config(opts.work, opts.keys)
+    fill = opts.work / "fill.txt"
+    write_fill_data(fill, opts.keys)
+    port = free_port()
+    env = {"PADDLE_PSERVERS_IP_PORT_LIST": f"localhost:{port}", "PADDLE_TRAINERS_NUM": "1"}
+    with open(opts.work / "pserver.log", "wb") as log:
+        pserver = subprocess.Popen(
+            [sys.executable, "-m", "elasticctr_trainer", "run", "--config", str(config)],
+            env={**os.environ, **env, "TRAINING_ROLE": "PSERVER", "PADDLE_PSERVER_ID": "0",
+                 "PADDLE_PORT": str(port), "POD_IP": "127.0.0.1"},
+            stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+    try:
+        os.environ.update({**env, "TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": "0"})
+        result = export(config, fill, pserver.pid)
+    finally:
+        if pserver.poll() is None:
+            pserver.terminate()
+        pserver.wait(timeout=60)
+    print(json.dumps(result), flush=True)
+    sys.stdout.flush()
+    os._exit(0)  # skip Paddle's static destructors, which can crash at exit
+
+
+if __name__ == "__main__":
+    main()
