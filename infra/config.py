@@ -633,19 +633,19 @@ class TrainingConfig(Section):
         description="score an id needs before it gets its embedding vector (below: its "
         "per-id weight only); score = non-clicks * nonclk_coeff + clicks * click_coeff",
     )
-    nonclk_coeff: float = Field(1, ge=0, le=100, description="score of a shown, unclicked id")
-    click_coeff: float = Field(1, ge=0, le=100, description="score of a click")
+    nonclk_coeff: float = Field(1.0, ge=0, le=100, description="score of a shown, unclicked id")
+    click_coeff: float = Field(1.0, ge=0, le=100, description="score of a click")
     show_click_decay_rate: float = Field(
-        1, gt=0, le=1, description="after every pass, shows and clicks decay by this factor"
+        1.0, gt=0, le=1, description="after every pass, shows and clicks decay by this factor"
     )
     delete_threshold: float = Field(
-        1000,
+        1000.0,
         ge=0,
         le=1e6,
         description="after every pass (and the decay), ids scoring below this are deleted: "
         "rare ids forget what one pass taught them (0: never delete)",
     )
-    dense_l2: float = Field(0, ge=0, le=10, description="L2 regularisation of dense weights")
+    dense_l2: float = Field(0.0, ge=0, le=10, description="L2 regularisation of dense weights")
     eval_path: Annotated[str, _allowed(r"^(/.*)?$", "empty or an absolute path")] = Field(
         "",
         description="held-out data (same source as data.dataset_path): every version is "
