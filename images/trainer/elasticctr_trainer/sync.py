@@ -11,10 +11,11 @@ waits. Trainer 0 first initialises the pservers' dense parameters (`fleet.init_w
 its own initial values, or the restored checkpoint), then picks a random attempt id and
 answers in `join/welcome.json` with the attempt id and every nonce it has read, rewriting
 it while nonces change, until every trainer has acknowledged this attempt
-(`join/ack-<i>.json`). A trainer takes the attempt id from a welcome that carries its own
-nonce, so neither a welcome nor a nonce left by an earlier attempt of the job can be
-mistaken for this one, whatever the clocks say, and no trainer pulls the dense parameters
-(`init_worker`) before trainer 0 has written them.
+(`join/ack-<i>.json`) after pulling the dense parameters (`init_worker`). A trainer takes
+the attempt id from a welcome that carries its own nonce, so neither a welcome nor a nonce
+left by an earlier attempt of the job can be mistaken for this one, whatever the clocks
+say; no trainer pulls the dense parameters before trainer 0 has written them, and trainer
+0 does not train (and change them) before every trainer has pulled them.
 
 **Passes.** Every later marker carries the attempt id; a reader ignores markers of other
 attempts. Each trainer writes `pass-<N>/trainer-<i>.json` after its pass (and after its
@@ -97,7 +98,8 @@ class PassSync:
     # joining ------------------------------------------------------------------------
 
     def join(self, trainer: int) -> str:
-        """Trainer i > 0: wait for trainer 0's welcome to this very process; the attempt id."""
+        """Trainer i > 0: wait for trainer 0's welcome to this very process; the attempt id.
+        Then `joined` once the dense parameters are pulled."""
         nonce = uuid.uuid4().hex
         self.store.write_text(f"join/trainer-{trainer}.json", json.dumps({"nonce": nonce}))
         deadline = self.clock() + self.timeout
@@ -105,7 +107,6 @@ class PassSync:
             welcome = self._read(WELCOME)
             if welcome and welcome.get("nonces", {}).get(str(trainer)) == nonce:
                 self.attempt = str(welcome["attempt"])
-                self._write(f"join/ack-{trainer}.json", {})
                 return self.attempt
             if self.clock() > deadline:
                 raise SyncTimeout(
@@ -114,9 +115,13 @@ class PassSync:
                 )
             self.sleep(self.poll_seconds)
 
+    def joined(self, trainer: int) -> None:
+        """Trainer i > 0 holds trainer 0's dense parameters: trainer 0 may start training."""
+        self._write(f"join/ack-{trainer}.json", {})
+
     def welcome(self, trainers: int) -> str:
         """Trainer 0, once the pservers hold its dense parameters: admit every other trainer
-        of this attempt and wait until each has acknowledged; the attempt id."""
+        of this attempt and wait until each has pulled them (`joined`); the attempt id."""
         self.attempt = uuid.uuid4().hex
         others = range(1, trainers)
         deadline = self.clock() + self.timeout

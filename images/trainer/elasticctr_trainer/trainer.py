@@ -200,6 +200,9 @@ class Trainer:
             self.logger.event("joining", {"waiting_for": "trainer 0's dense parameters"})
             attempt = self.sync.join(self.role.index)
             fleet.init_worker()
+            # Only now may trainer 0 train: its first pushes would otherwise change the dense
+            # parameters before this trainer pulled them (seen on a busy machine).
+            self.sync.joined(self.role.index)
         dense = self.dense_in_scope()
         digest = hashlib.sha256()
         for name in sorted(dense):

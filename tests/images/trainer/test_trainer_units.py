@@ -173,8 +173,13 @@ def joined_pair(store, trainers: int = 2) -> tuple[PassSync, list[PassSync]]:
     """Trainer 0 and the others after the join handshake, run in threads on the real clock."""
     zero = PassSync(store, timeout=30, poll_seconds=0.01)
     others = [PassSync(store, timeout=30, poll_seconds=0.01) for _ in range(1, trainers)]
+
+    def join(sync: PassSync, trainer: int) -> None:
+        sync.join(trainer)
+        sync.joined(trainer)  # (a trainer pulls the dense parameters in between)
+
     threads = [
-        threading.Thread(target=sync.join, args=(i,)) for i, sync in enumerate(others, start=1)
+        threading.Thread(target=join, args=(sync, i)) for i, sync in enumerate(others, start=1)
     ]
     for thread in threads:
         thread.start()
