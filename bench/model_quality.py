@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
+
+from local_job import local_job_command, trainer_env  # a module beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 FULL = {"examples_per_hour": 30000, "heldout": 60000}
@@ -73,13 +74,10 @@ def trainer_config(data: Path, work: Path, passes: int, overrides: list[str]) ->
 
 
 def train(config: Path, work: Path) -> list[float]:
-    env = {**os.environ, "PYTHONPATH": f"{REPO}/images/trainer:{REPO}/images/common"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    command = [
-        sys.executable, "-m", "elasticctr_trainer", "local", "--config", str(config),
-        "--pservers", "1", "--trainers", "2", "--log-dir", str(work / "logs"),
-    ]  # fmt: skip
-    result = subprocess.run(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    command = local_job_command(config, work / "logs", pservers=1, trainers=2)
+    result = subprocess.run(
+        command, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
     if result.returncode != 0:
         raise RuntimeError(f"job failed; logs in {work / 'logs'}")
     aucs = []

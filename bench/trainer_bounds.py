@@ -31,18 +31,12 @@ from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from job_cpu import JobCpu  # noqa: E402 - a module beside this script
+from job_cpu import JobCpu  # noqa: E402 - modules beside this script
+from local_job import local_job_command, trainer_env  # noqa: E402
 
 REPO = BENCH.parent
 SLOTS = 26
 HOUR = "20191221/00"
-
-
-def python_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    paths = [str(REPO / "images" / p) for p in ("trainer", "common")]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "TRAINING_ROLE"))}
-    env.pop("MLFLOW_TRACKING_URI", None)  # metrics to stdout only
-    return {**env, "PYTHONPATH": os.pathsep.join(paths), **(extra or {})}
 
 
 def generate_data(work: Path, examples: int, files: int, vocab: int) -> Path:
@@ -53,7 +47,7 @@ def generate_data(work: Path, examples: int, files: int, vocab: int) -> Path:
         f"generate(sys.argv[1], {SLOTS}, {vocab}, '{HOUR}', 1, {examples}, {files}, "
         "heldout=0, seed=5)"
     )
-    subprocess.run([sys.executable, "-c", code, f"file://{work}/data"], env=python_env(),
+    subprocess.run([sys.executable, "-c", code, f"file://{work}/data"], env=trainer_env(),
                    check=True)  # fmt: skip
     multislot = work / "multislot"
     multislot.mkdir()
@@ -63,7 +57,7 @@ def generate_data(work: Path, examples: int, files: int, vocab: int) -> Path:
                 [sys.executable, "-m", "elasticctr_trainer.pipe",
                  "--slot-conf", str(work / "data/slot.conf"), "--sparse-dim", "1000001",
                  "--report-dir", str(work / "reports")],
-                stdin=stdin, stdout=stdout, env=python_env(), check=True,
+                stdin=stdin, stdout=stdout, env=trainer_env(), check=True,
             )  # fmt: skip
     return multislot
 
@@ -84,9 +78,8 @@ def run_ours(
     root.mkdir()
     config = root / "trainer.json"
     config.write_text(json.dumps({"runner": runner, "hyper_parameters": hyper}))
-    command = [sys.executable, "-m", "elasticctr_trainer", "local", "--config", str(config),
-               "--pservers", "1", "--trainers", "1", "--log-dir", str(root / "logs")]  # fmt: skip
-    job = subprocess.Popen(command, env=python_env(), stdout=subprocess.DEVNULL,
+    command = local_job_command(config, root / "logs", pservers=1, trainers=1)
+    job = subprocess.Popen(command, env=trainer_env(), stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL)  # fmt: skip
     sampler = JobCpu(job.pid, root / "logs/trainer-0.log")
     code = job.wait()
@@ -117,7 +110,7 @@ def run_local_bound(
     command = [sys.executable, str(BENCH / "trainer_local_bound.py"), "--data", str(multislot),
                "--slots", str(SLOTS), "--sparse-dim", str(sparse_dim),
                "--batch-size", str(batch), "--threads", str(threads)]  # fmt: skip
-    result = run_json(command, python_env())
+    result = run_json(command, trainer_env())
     cpu.setdefault("local bound", []).append(1000 * result["cpu_seconds"] / result["examples"])
     return result["examples_per_sec"]
 
@@ -131,7 +124,7 @@ def run_sgemm_ceiling(batch: int, threads: int, seconds: float) -> dict[str, flo
                "--fc-sizes", ",".join(map(str, hyper.fc_sizes)),
                "--batch-size", str(batch), "--seconds", str(seconds)]  # fmt: skip
     blas_threads = {v: str(threads) for v in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS")}
-    return run_json(command, python_env(blas_threads))
+    return run_json(command, trainer_env(blas_threads))
 
 
 def run_paddlerec(checkout: Path, work: Path, batch: int, threads: int, sparse_dim: int) -> float:
@@ -139,7 +132,7 @@ def run_paddlerec(checkout: Path, work: Path, batch: int, threads: int, sparse_d
                "--data", str(work / "multislot"), "--work", str(work / "paddlerec"),
                "--slots", str(SLOTS), "--sparse-dim", str(sparse_dim),
                "--batch-size", str(batch), "--threads", str(threads)]  # fmt: skip
-    return run_json(command, python_env())["examples_per_sec"]
+    return run_json(command, trainer_env())["examples_per_sec"]
 
 
 def main() -> None:

@@ -15,21 +15,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+from elasticctr_trainer.local import free_ports
+
 SLOTS = 26
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def main() -> None:
@@ -56,7 +50,7 @@ def main() -> None:
     }  # fmt: skip
     hyper = {"batch_size": opts.batch_size}
     config.write_text(json.dumps({"runner": runner, "hyper_parameters": hyper}))
-    port = free_port()
+    (port,) = free_ports(1)
     env = {
         "PADDLE_PSERVERS_IP_PORT_LIST": f"localhost:{port}", "PADDLE_TRAINERS_NUM": "1",
         "PADDLE_PORT": str(port), "POD_IP": "127.0.0.1",

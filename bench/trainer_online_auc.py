@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from local_job import local_job_command, trainer_env  # a module beside this script
 
 REPO = Path(__file__).resolve().parents[1]
 HOURS = ["20191221/00", "20191221/01", "20191221/02"]
@@ -85,13 +86,10 @@ def one_run(
     (work / "train" / HOURS[2] / "donefile").unlink()
     config = work / "trainer.json"
     config.write_text(json.dumps({"runner": runner, "hyper_parameters": hyper}))
-    env = {**os.environ, "PYTHONPATH": f"{REPO}/images/trainer:{REPO}/images/common"}
-    env.pop("MLFLOW_TRACKING_URI", None)
-    command = [
-        sys.executable, "-m", "elasticctr_trainer", "local", "--config", str(config),
-        "--pservers", "1", "--trainers", "2", "--log-dir", str(work / "logs"),
-    ]  # fmt: skip
-    job = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    command = local_job_command(config, work / "logs", pservers=1, trainers=2)
+    job = subprocess.Popen(
+        command, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
     donefile = work / "models" / "donefile"
     try:
         if stall_seconds:

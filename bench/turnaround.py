@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,17 +30,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from elasticctr_trainer.local import free_ports
+
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent
 DIM = 9
 PART_RECORDS = 1_000_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def python_env(code: Path) -> dict[str, str]:
@@ -97,7 +91,7 @@ class Cube:
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: list[tuple[int, int]] = []  # (server data port, agent port)
         for i in range(shards):
-            port, control, agent = free_port(), free_port(), free_port()
+            port, control, agent = free_ports(3)
             shard = ["--shard", str(i), "--shard-num", str(shards)]
             self.procs[f"server-{i}"] = subprocess.Popen(
                 [binary, *shard, "--host", "127.0.0.1", "--port", str(port),

@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
@@ -26,15 +25,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from elasticctr_trainer.local import free_ports
+
 SLOTS = 26
 KEYS_PER_LINE = 10_000
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def proc_status_kib(pid: int | str, field: str) -> int:
@@ -121,7 +115,7 @@ def main() -> None:
     config = write_config(opts.work, opts.keys)
     fill = opts.work / "fill.txt"
     write_fill_data(fill, opts.keys)
-    port = free_port()
+    (port,) = free_ports(1)
     env = {"PADDLE_PSERVERS_IP_PORT_LIST": f"localhost:{port}", "PADDLE_TRAINERS_NUM": "1"}
     with open(opts.work / "pserver.log", "wb") as log:
         pserver = subprocess.Popen(

@@ -1,0 +1,25 @@
+"""The benchmarks' training jobs: `python -m elasticctr_trainer local`, as users run it,
+with this checkout's trainer packages and metrics to the logs only (no MLflow)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """This process's environment without a role's variables, with the trainer packages."""
+    paths = [str(REPO / "images" / p) for p in ("trainer", "common")]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "TRAINING_ROLE"))}
+    env.pop("MLFLOW_TRACKING_URI", None)  # metrics to stdout only
+    return {**env, "PYTHONPATH": os.pathsep.join(paths), **(extra or {})}
+
+
+def local_job_command(config: Path, log_dir: Path, pservers: int, trainers: int) -> list[str]:
+    return [
+        sys.executable, "-m", "elasticctr_trainer", "local", "--config", str(config),
+        "--pservers", str(pservers), "--trainers", str(trainers), "--log-dir", str(log_dir),
+    ]  # fmt: skip
