@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -112,15 +113,19 @@ def test_1_data_in(life: Lifecycle) -> None:
     )  # fmt: skip
     life.truth = json.loads(generated.stdout.strip().splitlines()[-1])
     assert (data / "slot.conf").read_text().split() == Path("stacks/slot.txt").read_text().split()
-    # The namenode's pod address: the host is not in the cluster's DNS; the datanode it
-    # names is a pod address too, which the node routes to.
-    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
-    uploaded = run_module(
-        "elasticctr_client", "upload", str(data / "train"),
-        "--dest", f"hdfs://{namenode}:8020/train_data",
-    )  # fmt: skip
+    uploaded = _upload(life, data / "train")
     assert f"{HOURS} hours ready" in uploaded.stdout + uploaded.stderr, uploaded.stderr
     life.done("1 data in", started)
+
+
+def _upload(life: Lifecycle, hours: Path) -> subprocess.CompletedProcess:
+    """The client's `upload` of `hours` (YYYYMMDD/HH directories) into the in-cluster HDFS,
+    at the namenode's pod address: the host is not in the cluster's DNS; the datanode it
+    names is a pod address too, which the node routes to."""
+    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
+    return run_module(
+        "elasticctr_client", "upload", str(hours), "--dest", f"hdfs://{namenode}:8020/train_data"
+    )
 
 
 def test_2_train(life: Lifecycle) -> None:
@@ -431,11 +436,7 @@ def test_6d_bad_data_hour_ends_the_job_and_serving_keeps_its_version(life: Lifec
     garbage = [f"not an ElasticCTR line {i}" for i in range(5000)]  # > 1% of the lines
     (hour_dir / "part-00000").write_text("\n".join(good + garbage) + "\n")
     (hour_dir / "donefile").write_text("")
-    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
-    run_module(
-        "elasticctr_client", "upload", str(life.work / "bad"),
-        "--dest", f"hdfs://{namenode}:8020/train_data",
-    )  # fmt: skip
+    _upload(life, life.work / "bad")
     old = volcano_job(life.stack, JOB)
     assert old is not None
     # A pass of the bad hour alone: the threshold is judged once the pass's data is read.
@@ -493,12 +494,8 @@ def test_5_online_mode_follows_a_new_hour(life: Lifecycle) -> None:
         "--first-slot", "1", "--vocab", "50", "--start", new_hour, "--hours", "1",
         "--examples-per-hour", "5000", "--files-per-hour", "1", "--heldout", "0",
     )  # fmt: skip
-    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
     uploaded = time.monotonic()
-    run_module(
-        "elasticctr_client", "upload", str(out / "train"),
-        "--dest", f"hdfs://{namenode}:8020/train_data",
-    )  # fmt: skip
+    _upload(life, out / "train")
     wait_for(lambda: life.committed(4), 600, "cube to commit the new hour's version 4")
     wait_for(lambda: life.serving_version() == 4, 300, "serving to load version 4")
     life.timings.figures["online: donefile to version served (s)"] = round(
