@@ -13,6 +13,7 @@ import os
 import sys
 
 from elasticctr_common.contract import SERVING_PORT, ServingEnv
+from elasticctr_common.logs import log_info_to_stderr
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
@@ -84,7 +85,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    log_info_to_stderr("elasticctr_serving")
     os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ info logs, per predictor
 
     from aiohttp import web

@@ -35,6 +35,10 @@ from .model import DenseModel, ModelError, load_model
 
 log = logging.getLogger("elasticctr_serving.rollout")
 
+# Seconds a status call to the transfer or a cube-server may take. Not tied to the poll
+# interval: on a busy node a slow answer is still an answer (with 0.1 s polls it was 0.5 s).
+STATUS_TIMEOUT = 2.0
+
 
 @dataclass
 class Rejection:
@@ -95,10 +99,9 @@ class ModelManager:
     # -- what cube serves ----------------------------------------------------------------
     def committed_version(self) -> int | None:
         """cube's committed version: the transfer's word, else the shards' agreement."""
-        timeout = max(0.5, min(2.0, self.poll_seconds * 2))
         if self.transfer_url:
             try:
-                status = get_json(f"{self.transfer_url}/status", timeout)
+                status = get_json(f"{self.transfer_url}/status", STATUS_TIMEOUT)
                 self.cube_source = "transfer"
                 committed = status.get("committed")
                 return None if committed is None else int(committed)
@@ -107,7 +110,7 @@ class ModelManager:
         versions, answered = set(), set()
         for shard, _replica, node in self.cube_conf.servers():
             try:
-                status = get_json(f"{node.server_url}/control/status", timeout)
+                status = get_json(f"{node.server_url}/control/status", STATUS_TIMEOUT)
             except (OSError, ValueError, urllib.error.URLError) as err:
                 self.last_error = f"cube-server {node.server_url} did not answer: {err}"
                 continue  # another replica of the shard may answer
@@ -142,8 +145,11 @@ class ModelManager:
         if rejection and time.time() - rejection.at < self.retry_seconds:
             return
         try:
+            # cube first: a load takes seconds (a child process imports Paddle), and a shard
+            # still switching must cost a cheap lookup per poll, not a load.
+            cube_width = self._cube_width(target)
             model = load_model(self.models, target, self.workers, self.slots, self.sparse_dim)
-            self._check_cube(model)
+            _check_width(model, cube_width)
         except _CubeNotReady as err:
             self.last_error = str(err)
             return
@@ -170,18 +176,14 @@ class ModelManager:
             model.load_seconds,
         )
 
-    def _check_cube(self, model: DenseModel) -> None:
+    def _cube_width(self, version: int) -> int:
+        """Width of cube's vectors of `version`; _CubeNotReady until every shard holds it."""
         try:
-            # One key per shard (key k lives in shard k % shards): every shard must hold V.
-            result = self.cube.seek(list(range(self.cube_conf.shard)), version=model.version)
+            # One key per shard (key k lives in shard k % shards): every shard must hold it.
+            result = self.cube.seek(list(range(self.cube_conf.shard)), version=version)
         except CubeError as err:
-            raise _CubeNotReady(f"cube is not ready for version {model.version}: {err}") from None
-        width = result.values.shape[1]
-        if width != model.embedding_dim:
-            raise ModelError(
-                f"version {model.version}: cube holds {width}-dim vectors, the dense model "
-                f"expects embedding_dim {model.embedding_dim}"
-            )
+            raise _CubeNotReady(f"cube is not ready for version {version}: {err}") from None
+        return int(result.values.shape[1])
 
     def _reject(self, version: int, error: str) -> None:
         previous = self.rejected.get(version)
@@ -215,6 +217,14 @@ class ModelManager:
             "last_error": self.last_error,
             "history": self.history,
         }
+
+
+def _check_width(model: DenseModel, cube_width: int) -> None:
+    if cube_width != model.embedding_dim:
+        raise ModelError(
+            f"version {model.version}: cube holds {cube_width}-dim vectors, the dense model "
+            f"expects embedding_dim {model.embedding_dim}"
+        )
 
 
 class _CubeNotReady(Exception):

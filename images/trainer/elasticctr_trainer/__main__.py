@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 
+from elasticctr_common.logs import log_info_to_stderr
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m elasticctr_trainer")
@@ -55,9 +57,7 @@ def main(argv: list[str] | None = None) -> int:
     sync.add_argument("--poll-seconds", type=float, default=0.5)
 
     args = parser.parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
-    # Importing Paddle sets the root logger to WARNING: our own INFO lines would be dropped.
-    logging.getLogger("elasticctr_trainer").setLevel(logging.INFO)
+    log_info_to_stderr("elasticctr_trainer")
     if args.command == "run":
         from .config import load_config
         from .roles import role_from_env

@@ -95,12 +95,17 @@ class Serving:
         return http("GET", self.url + "/status", headers=self.auth)[1]
 
     def wait_version(self, version: int, timeout: float = 60.0) -> dict:
-        return wait_until(
-            lambda: (s := self.status())["version"] == version and s,
-            timeout,
-            f"{self.name} to serve version {version}",
-            0.05,
-        )
+        try:
+            return wait_until(
+                lambda: (s := self.status())["version"] == version and s,
+                timeout,
+                f"{self.name} to serve version {version}",
+                0.05,
+            )
+        except AssertionError as err:  # what serving saw, for a failure on a busy machine
+            raise AssertionError(
+                f"{err}\nstatus: {self.status()}\nlog:\n{self.log()[-3000:]}"
+            ) from None
 
     def log(self) -> str:
         return self.procs.log(self.name)

@@ -99,6 +99,10 @@ def test_a_model_that_fails_to_load_is_rejected_and_the_old_one_keeps_serving(
     code, answer, _ = http("POST", stack.serving.url + INFERENCE, {"instances": instances})
     got = np.array([p["prob1"] for p in answer["predictions"]])
     assert answer["version"] == 3 and np.max(np.abs(got - want[3])) <= 1e-5
+    # What an operator reads in the pod's log (after Paddle's import lowered the root level).
+    log = stack.serving.log()
+    assert "rejected version 2 (attempt 1), still serving 1: version 2: " in log, log[-2000:]
+    assert "serving version 3 (was 1)" in log, log[-2000:]
 
 
 def test_serving_waits_for_a_first_version_and_reads_the_shards_without_transfer(
