@@ -24,8 +24,8 @@ def _cpu_seconds(pid: int) -> float:
 
 def _role(pid: int) -> str | None:
     cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    if b"elasticctr_trainer.pipe" in cmdline:
-        return "pipe"
+    if b"elasticctr_trainer.pipe" in cmdline or cmdline[0].endswith(b"/elasticctr-pipe"):
+        return "pipe"  # the Python pipe, or the native one
     if b"run" not in cmdline:
         return None
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")

@@ -11,10 +11,14 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    """This process's environment without a role's variables, with the trainer packages."""
+    """This process's environment without a role's variables, with the trainer packages and
+    the native pipe, as the image has them (`ELASTICCTR_PIPE_BIN=` in `extra`: the Python one)."""
+    from elasticctr_trainer.pipe import NATIVE_PIPE_ENV, build_native_pipe
+
     paths = [str(REPO / "images" / p) for p in ("trainer", "common")]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "TRAINING_ROLE"))}
     env.pop("MLFLOW_TRACKING_URI", None)  # metrics to stdout only
+    env[NATIVE_PIPE_ENV] = str(build_native_pipe())
     return {**env, "PYTHONPATH": os.pathsep.join(paths), **(extra or {})}
 
 

@@ -97,8 +97,9 @@ def measure(config_path: Path, work: Path, rounds: int, threads: int) -> dict[st
 
     def cpp_path(threads: int) -> float:
         dataset = paddle.distributed.QueueDataset()
+        command = pipe_command(config, trainer.slots, str(work / "reports"))
         dataset.init(batch_size=batch, thread_num=threads, use_var=trainer.net.feed_order,
-                     pipe_command=pipe_command(config, str(work / "reports")))  # fmt: skip
+                     pipe_command=command)  # fmt: skip
         dataset.set_filelist(files)
         started = time.perf_counter()
         trainer.exe.train_from_dataset(trainer.main, dataset, thread=threads, debug=False)

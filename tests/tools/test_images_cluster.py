@@ -17,8 +17,11 @@ EXPECTED: dict[str, tuple[str, list[str], list[str], str]] = {
     "trainer": (
         "1000",
         ["python", "-m", "elasticctr_trainer"],
-        ["python", "-c", "import elasticctr_trainer, paddle; print(paddle.__version__)"],
-        "2.6.2",
+        # Paddle, and the native pipe the image installed (15 % 10 = key 5 of slot 1)
+        ["sh", "-c", "python -c 'import elasticctr_trainer, paddle; print(paddle.__version__)'"
+         " && echo '1 0 15:1' | \"$ELASTICCTR_PIPE_BIN\" --slots 1 --sparse-dim 10"
+         " --report-dir /tmp/reports"],
+        "2.6.2\n1 0 1 1 1 0 1 5",
     ),
     "cube": (
         "1000",

@@ -44,6 +44,7 @@ from .hours import next_hour, wait_for_hours, wait_for_range
 from .lines import LineParser, NotText
 from .metrics import MetricsLogger, auc_from_histograms
 from .modelcheck import check_model
+from .pipe import native_pipe
 from .program import (
     build_training_program,
     dense_parameter_names,
@@ -123,14 +124,21 @@ def offline_hours(
     return ready
 
 
-def pipe_command(config: TrainerConfig, report_dir: str) -> str:
-    """`python -m elasticctr_trainer.pipe ...`, with this process's import path."""
+def pipe_command(config: TrainerConfig, slots: list[int], report_dir: str) -> str:
+    """The native pipe where the image installed it, else `python -m elasticctr_trainer.pipe`
+    with this process's import path: the same rules, output and report."""
+    sparse_dim = str(config.hyper_parameters.sparse_dim)
+    native = native_pipe()
+    if native:
+        args = [native, "--slots", ",".join(map(str, slots)), "--sparse-dim", sparse_dim,
+                "--report-dir", report_dir]  # fmt: skip
+        return " ".join(shlex.quote(a) for a in args)
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env = f"PYTHONPATH={shlex.quote(os.pathsep.join(paths))}"
     args = [
         sys.executable, "-m", "elasticctr_trainer.pipe",
         "--slot-conf", os.path.abspath(config.runner.slot_conf),
-        "--sparse-dim", str(config.hyper_parameters.sparse_dim),
+        "--sparse-dim", sparse_dim,
         "--report-dir", report_dir,
     ]  # fmt: skip
     return f"{env} {' '.join(shlex.quote(a) for a in args)}"
@@ -253,7 +261,7 @@ class Trainer:
                 batch_size=self.config.hyper_parameters.batch_size,
                 thread_num=self.config.runner.thread_num,
                 use_var=self.net.feed_order,
-                pipe_command=pipe_command(self.config, report_dir),
+                pipe_command=pipe_command(self.config, self.slots, report_dir),
             )
             dataset.set_filelist(staged.local_paths)
             self.exe.train_from_dataset(

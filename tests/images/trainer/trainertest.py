@@ -3,6 +3,7 @@ by PID even when a test fails), and readers that do not reuse the trainer's code
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -38,10 +39,21 @@ def impressions(lines: list[str], sparse_dim: int) -> int:
     return total
 
 
+@functools.cache
+def native_pipe_bin() -> str:
+    from elasticctr_trainer.pipe import build_native_pipe
+
+    return str(build_native_pipe())
+
+
 def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The jobs' environment: the native pipe, as in the image (test_trainer_native_pipe.py
+    holds it to the Python pipe's output)."""
+    from elasticctr_trainer.pipe import NATIVE_PIPE_ENV
+
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PADDLE_", "TRAINING_ROLE"))}
     env.pop("MLFLOW_TRACKING_URI", None)
-    return {**env, "PYTHONPATH": PYTHONPATH, **(extra or {})}
+    return {**env, "PYTHONPATH": PYTHONPATH, NATIVE_PIPE_ENV: native_pipe_bin(), **(extra or {})}
 
 
 def write_config(path: Path, runner: dict, hyper: dict | None = None) -> Path:

@@ -1,0 +1,396 @@
+//! ElasticCTR example lines, read by the rules of `elasticctr_common/lines.py` and
+//! `elasticctr_trainer/lines.py` (docs/architecture.md): the same lines are good, the same
+//! bad ones get the same reason and detail, good ones the same MultiSlot line.
+//! tests/images/trainer/test_trainer_native_pipe.py runs both on the same inputs.
+
+/// show and click reach Paddle as float32: above 2^24 they are no longer exact integers.
+pub const MAX_SHOW: i128 = 1 << 24;
+const MAX_FEASIGN: i128 = u64::MAX as i128;
+/// What a number of more than 20 significant digits is read as (> any uint64).
+const BEYOND: i128 = 100_000_000_000_000_000_000;
+/// Sparse key of a slot with no feasign in an example.
+const PADDING_KEY: u64 = 0;
+
+/// A line that is not an example: a short, countable reason and what it was about.
+#[derive(Debug, PartialEq, Eq)]
+pub struct BadLine {
+    pub reason: &'static str,
+    pub detail: String,
+}
+
+impl BadLine {
+    fn new(reason: &'static str, detail: impl Into<String>) -> BadLine {
+        BadLine {
+            reason,
+            detail: detail.into(),
+        }
+    }
+
+    /// `reason: detail`, or the reason alone (Python's `str(BadLine)`).
+    pub fn message(&self) -> String {
+        if self.detail.is_empty() {
+            self.reason.to_string()
+        } else {
+            format!("{}: {}", self.reason, self.detail)
+        }
+    }
+}
+
+/// The integer `text` spells in ASCII decimal digits with an optional `-`; None if it is
+/// not one. More than 20 significant digits read as BEYOND.
+fn parse_int(text: &str) -> Option<i128> {
+    let (negative, digits) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let significant = digits.trim_start_matches('0');
+    let value = if significant.len() <= 19 {
+        // u64 arithmetic while it cannot overflow (19 digits): the usual feasign
+        i128::from(
+            significant
+                .bytes()
+                .fold(0u64, |v, d| v * 10 + u64::from(d - b'0')),
+        )
+    } else if significant.len() == 20 {
+        significant
+            .bytes()
+            .fold(0i128, |v, d| v * 10 + i128::from(d - b'0'))
+    } else {
+        BEYOND
+    };
+    Some(if negative { -value } else { value })
+}
+
+/// The first `n` characters of `text`.
+fn prefix(text: &str, n: usize) -> &str {
+    match text.char_indices().nth(n) {
+        Some((end, _)) => &text[..end],
+        None => text,
+    }
+}
+
+/// Python's `repr()` of an ASCII string: the detail of a line with a control character.
+fn py_repr(text: &str) -> String {
+    let quote = if text.contains('\'') && !text.contains('"') {
+        '"'
+    } else {
+        '\''
+    };
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push(quote);
+    for c in text.chars() {
+        match c {
+            '\\' => out.push_str("\\\\"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if c == quote => {
+                out.push('\\');
+                out.push(c);
+            }
+            c if (c as u32) < 0x20 || c as u32 == 0x7f => {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push(quote);
+    out
+}
+
+fn is_control(b: u8) -> bool {
+    matches!(b, 0x00..=0x08 | 0x0a..=0x1f | 0x7f)
+}
+
+/// A line with only spaces and tabs (or nothing): skipped, not counted.
+pub fn is_blank(line: &str) -> bool {
+    line.bytes().all(|b| b == b' ' || b == b'\t')
+}
+
+/// Parses lines for one slot.conf and sparse_dim into MultiSlot lines.
+pub struct LineParser {
+    /// Slot id -> its index in slot.conf, by the id for small ids (the usual case: a
+    /// hash per feasign was a fifth of the time), else sorted for a binary search.
+    small_slots: Vec<Option<usize>>,
+    large_slots: Vec<(i128, usize)>,
+    sparse_dim: u64,
+    /// Per slot, the keys of the line being parsed; the line's fields and features: kept
+    /// from line to line to reuse their memory.
+    keys: Vec<Vec<u64>>,
+    fields: Vec<(usize, usize)>,
+    features: Vec<(u64, i128, usize)>,
+}
+
+const SMALL_SLOT: u64 = 1 << 16;
+
+impl LineParser {
+    pub fn new(slots: &[u64], sparse_dim: u64) -> LineParser {
+        let mut small_slots = vec![
+            None;
+            slots
+                .iter()
+                .filter(|&&s| s < SMALL_SLOT)
+                .max()
+                .map_or(0, |&m| m as usize + 1)
+        ];
+        let mut large_slots = Vec::new();
+        for (index, &slot) in slots.iter().enumerate() {
+            if slot < SMALL_SLOT {
+                small_slots[slot as usize] = Some(index);
+            } else {
+                large_slots.push((i128::from(slot), index));
+            }
+        }
+        large_slots.sort_unstable();
+        LineParser {
+            small_slots,
+            large_slots,
+            sparse_dim,
+            keys: vec![Vec::new(); slots.len()],
+            fields: Vec::new(),
+            features: Vec::new(),
+        }
+    }
+
+    fn slot_index(&self, slot: i128) -> Option<usize> {
+        if (0..i128::from(SMALL_SLOT)).contains(&slot) {
+            return self.small_slots.get(slot as usize).copied().flatten();
+        }
+        let found = self.large_slots.binary_search_by_key(&slot, |&(s, _)| s);
+        found.ok().map(|at| self.large_slots[at].1)
+    }
+
+    /// Appends the MultiSlot line of `line` (without its line end) and `\n` to `out`:
+    /// label, show, click, then per slot in slot.conf order its keys
+    /// (`feasign % sparse_dim`; the padding key for an empty slot).
+    pub fn convert(&mut self, line: &str, out: &mut Vec<u8>) -> Result<(), BadLine> {
+        let (show, click) = self.split(line)?;
+        let label = if click > 0 { 1 } else { 0 };
+        out.extend_from_slice(b"1 ");
+        push_number(out, label);
+        out.extend_from_slice(b" 1 ");
+        push_number(out, show as u64);
+        out.extend_from_slice(b" 1 ");
+        push_number(out, click as u64);
+        for keys in &self.keys {
+            out.push(b' ');
+            if keys.is_empty() {
+                out.extend_from_slice(b"1 0");
+                debug_assert_eq!(PADDING_KEY, 0);
+                continue;
+            }
+            push_number(out, keys.len() as u64);
+            for &key in keys {
+                out.push(b' ');
+                push_number(out, key);
+            }
+        }
+        out.push(b'\n');
+        Ok(())
+    }
+
+    /// show and click of `line`, its keys into `self.keys`; BadLine if it is not an
+    /// example. The order of the checks is Python's: the whole line is read before any
+    /// slot is looked up.
+    fn split(&mut self, line: &str) -> Result<(i128, i128), BadLine> {
+        if !line.is_ascii() {
+            return Err(BadLine::new("non-ASCII character", prefix(line, 80)));
+        }
+        if line.bytes().any(is_control) {
+            return Err(BadLine::new("control character", py_repr(prefix(line, 80))));
+        }
+        self.fields.clear();
+        let mut start = None;
+        for (at, b) in line.bytes().enumerate() {
+            match (b == b' ' || b == b'\t', start) {
+                (true, Some(from)) => {
+                    self.fields.push((from, at));
+                    start = None;
+                }
+                (false, None) => start = Some(at),
+                _ => {}
+            }
+        }
+        if let Some(from) = start {
+            self.fields.push((from, line.len()));
+        }
+        let field = |i: usize| &line[self.fields[i].0..self.fields[i].1];
+        if self.fields.len() < 2 {
+            return Err(BadLine::new("missing show/click", prefix(line, 80)));
+        }
+        let head = || format!("{} {}", field(0), field(1));
+        let (show, click) = match (parse_int(field(0)), parse_int(field(1))) {
+            (Some(show), Some(click)) => (show, click),
+            _ => {
+                let detail = head();
+                return Err(BadLine::new(
+                    "non-integer show/click",
+                    prefix(&detail, 80).to_string(),
+                ));
+            }
+        };
+        if show == 0 {
+            // The CTR accessor divides each update by the key's show count.
+            return Err(BadLine::new("zero show", head()));
+        }
+        if show < 0 || click < 0 || click > show || show > MAX_SHOW {
+            return Err(BadLine::new(
+                "show/click out of range",
+                format!("show={show} click={click}"),
+            ));
+        }
+        if self.fields.len() == 2 {
+            return Err(BadLine::new("no feasigns", ""));
+        }
+        self.features.clear();
+        for i in 2..self.fields.len() {
+            let token = field(i);
+            let Some((feasign_text, slot_text)) = token.split_once(':') else {
+                return Err(BadLine::new("feasign without slot", prefix(token, 80)));
+            };
+            let (Some(feasign), Some(slot)) = (parse_int(feasign_text), parse_int(slot_text))
+            else {
+                return Err(BadLine::new(
+                    "non-integer feasign or slot",
+                    prefix(token, 80),
+                ));
+            };
+            if !(0..=MAX_FEASIGN).contains(&feasign) {
+                return Err(BadLine::new(
+                    "feasign out of uint64 range",
+                    prefix(token, 80),
+                ));
+            }
+            self.features.push((feasign as u64, slot, i));
+        }
+        for keys in &mut self.keys {
+            keys.clear();
+        }
+        for &(feasign, slot, i) in &self.features {
+            let Some(index) = self.slot_index(slot) else {
+                let (feasign_text, slot_text) = field(i).split_once(':').unwrap_or_default();
+                let slot_shown = exact_slot(feasign_text, slot_text).unwrap_or(slot.to_string());
+                return Err(BadLine::new(
+                    "unknown slot",
+                    format!("{feasign}:{slot_shown}"),
+                ));
+            };
+            self.keys[index].push(feasign % self.sparse_dim);
+        }
+        Ok((show, click))
+    }
+}
+
+/// Python reads `feasign:slot` of plain digits (feasign of at most 20) with `int()`, so an
+/// unknown slot of more than 20 digits is named in full there, not as 10^20.
+fn exact_slot(feasign_text: &str, slot_text: &str) -> Option<String> {
+    let plain = |t: &str| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit());
+    let significant = slot_text.trim_start_matches('0');
+    (plain(feasign_text) && plain(slot_text) && feasign_text.len() <= 20 && significant.len() > 20)
+        .then(|| significant.to_string())
+}
+
+/// Appends `value` in decimal.
+pub fn push_number(out: &mut Vec<u8>, mut value: u64) {
+    let mut digits = [0u8; 20];
+    let mut start = digits.len();
+    loop {
+        start -= 1;
+        digits[start] = b'0' + (value % 10) as u8;
+        value /= 10;
+        if value == 0 {
+            break;
+        }
+    }
+    out.extend_from_slice(&digits[start..]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn convert(line: &str) -> Result<String, BadLine> {
+        let mut out = Vec::new();
+        LineParser::new(&[101, 102, 103], 1000).convert(line, &mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    fn reason(line: &str) -> &'static str {
+        convert(line).unwrap_err().reason
+    }
+
+    #[test]
+    fn keys_map_into_sparse_dim_and_empty_slots_get_padding() {
+        assert_eq!(
+            convert("3 1 1005:101 7:101 18446744073709551615:103").unwrap(),
+            "1 1 1 3 1 1 2 5 7 1 0 1 615\n"
+        );
+        assert_eq!(convert("2\t0  8:103").unwrap(), "1 0 1 2 1 0 1 0 1 0 1 8\n");
+    }
+
+    #[test]
+    fn bad_lines_name_their_reason() {
+        for (line, want) in [
+            ("1", "missing show/click"),
+            ("1 x 5:101", "non-integer show/click"),
+            ("1 2 5:101", "show/click out of range"),
+            ("-1 0 5:101", "show/click out of range"),
+            ("16777217 0 5:101", "show/click out of range"),
+            ("1 0", "no feasigns"),
+            ("1 0 5-101", "feasign without slot"),
+            ("1 0 abc:101", "non-integer feasign or slot"),
+            ("1 0 :101", "non-integer feasign or slot"),
+            (
+                "1 0 18446744073709551616:101",
+                "feasign out of uint64 range",
+            ),
+            ("1 0 -5:101", "feasign out of uint64 range"),
+            ("1 0 5:999", "unknown slot"),
+            ("0 1 7:101", "zero show"),
+            ("-0 0 7:101", "zero show"),
+            ("1 0 5:101\r7:102", "control character"),
+            ("1 0 5:101 \u{667}:102", "non-ASCII character"),
+            ("+1 0 5:101", "non-integer show/click"),
+            ("1 0 5:1_01", "non-integer feasign or slot"),
+            // the whole line is read before a slot is looked up
+            ("1 0 5:999 x:101", "non-integer feasign or slot"),
+        ] {
+            assert_eq!(reason(line), want, "{line:?}");
+        }
+    }
+
+    #[test]
+    fn details_are_pythons() {
+        let bad = convert("1 0 5:101\r'x\\").unwrap_err();
+        assert_eq!(bad.message(), r#"control character: "1 0 5:101\r'x\\""#);
+        let bad = convert("0 00000000000000000000000007 5:101").unwrap_err();
+        assert_eq!(bad.message(), "zero show: 0 00000000000000000000000007");
+        let bad = convert("3 999999999999999999999999 5:101").unwrap_err();
+        assert_eq!(
+            bad.message(),
+            "show/click out of range: show=3 click=100000000000000000000"
+        );
+        let long_slot = format!("5:{}", "9".repeat(25));
+        let bad = convert(&format!("1 0 {long_slot}")).unwrap_err();
+        assert_eq!(bad.message(), format!("unknown slot: {long_slot}"));
+        let bad = convert(&format!("1 0 05:-{}", "9".repeat(25))).unwrap_err();
+        assert_eq!(bad.message(), "unknown slot: 5:-100000000000000000000");
+        assert_eq!(convert("1 0").unwrap_err().message(), "no feasigns");
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_int("007"), Some(7));
+        assert_eq!(parse_int("-0"), Some(0));
+        assert_eq!(parse_int("--5"), None);
+        assert_eq!(parse_int("-"), None);
+        assert_eq!(parse_int(&"1".repeat(21)), Some(BEYOND));
+        let mut out = Vec::new();
+        push_number(&mut out, u64::MAX);
+        push_number(&mut out, 0);
+        assert_eq!(out, b"184467440737095516150");
+    }
+}

@@ -1,0 +1,138 @@
+"""The native pipe (images/trainer/pipe, what the image runs) against the Python pipe (its
+reference): on the same files, byte for byte the same MultiSlot output and the same
+report, for good lines, every kind of bad one, random hostile ones and files that are not
+text. The Rust crate's own tests (`cargo test`) check its parts."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from elasticctr_trainer.config import load_config
+from elasticctr_trainer.pipe import NATIVE_PIPE_ENV, build_native_pipe
+from elasticctr_trainer.trainer import pipe_command
+
+from tests.images.trainer.trainertest import trainer_env, write_config
+
+SLOTS = [101, 102, 103, 7]
+SPARSE_DIM = 1000
+
+GOOD = [
+    "1 0 1005:101 7:102", "3 1 18446744073709551615:103 5:101 5:101", "2\t0  9:7\t",
+    "1 -0 5:101", f"1 0 {'0' * 30}5:101",  # -0 and leading zeros are numbers
+]  # fmt: skip
+BAD = [
+    "1", "1 x 5:101", "1 2 5:101", "-1 0 5:101", "1 0", "1 0 5-101", "1 0 abc:101",
+    "1 0 5:1x", "1 0 18446744073709551616:101", "1 0 -5:101", "1 0 5:999", "0 0 7:101",
+    "0 1 7:101", "16777217 0 7:101", "1 0 5:101\r7:102", "1 0 5:101\x0b7:102",
+    "1 0 5:101 \u0667:102", "1_0 0 5:101", "+1 0 5:101", "1 0 5:1_01", "1 0 :101",
+    "-0 0 5:101", "1 0 5:999 x:101", "1 0 5::101", "1 0 5:101:102",
+    f"1 0 5:{'9' * 25}", f"1 0 5:-{'9' * 25}", "é 0 5:101",
+    "1 0 5:101\x7f", "1 0 'a\"b\\:101\x01", "1 0 'x':101\x1f", f"1 {'2' * 30} 5:101",
+    "1 0 " + "5:101 " * 40 + "x" * 200,
+]  # fmt: skip
+PIECES = [
+    "0", "1", "7", "101", "102", "103", "999", "-", "+", "_", ":", ":", " ", " ", " ", "\t",
+    "\r", "\x0b", "\x0c", "\x1c", "\x7f", "é", "\u0667", "²", "'", '"', "\\", "18446744073709551615",
+    "18446744073709551616", "00000000000000000000042", "9" * 21,
+]  # fmt: skip
+
+
+def random_line(rng: random.Random) -> str:
+    if rng.random() < 0.4:  # mostly well-formed, with one piece changed
+        show = rng.randint(1, 5)
+        tokens = [f"{rng.randint(0, 2**64 - 1)}:{rng.choice(SLOTS)}" for _ in range(6)]
+        line = f"{show} {rng.randint(0, show)} {' '.join(tokens)}"
+        at = rng.randrange(len(line))
+        return line[:at] + rng.choice(PIECES) + line[at + 1 :]
+    return "".join(rng.choice(PIECES) for _ in range(rng.randint(1, 30)))
+
+
+@pytest.fixture(scope="module")
+def native() -> str:
+    return str(build_native_pipe())
+
+
+def run_both(native: str, tmp_path: Path, data: bytes) -> tuple[tuple, tuple]:
+    """(stdout, report) of the Python and the native pipe, each run as Paddle runs it."""
+    (tmp_path / "slot.conf").write_text("".join(f"{s}\n" for s in SLOTS))
+    path = tmp_path / "part-00000"
+    path.write_bytes(data)
+    results: list[tuple[bytes, dict]] = []
+    for name, command in (
+        ("python", [sys.executable, "-m", "elasticctr_trainer.pipe",
+                    "--slot-conf", str(tmp_path / "slot.conf")]),
+        ("native", [native, "--slots", ",".join(map(str, SLOTS))]),
+    ):  # fmt: skip
+        reports = tmp_path / f"reports-{name}"
+        command += ["--sparse-dim", str(SPARSE_DIM), "--report-dir", str(reports)]
+        with open(path, "rb") as stdin:
+            done = subprocess.run(command, stdin=stdin, capture_output=True, env=trainer_env())
+        assert done.returncode == 0, (name, done.stderr.decode())
+        (report,) = reports.glob("*.json")
+        results.append((done.stdout, json.loads(report.read_text())))
+    return results[0], results[1]
+
+
+def test_same_output_and_report_for_every_kind_of_line(native, tmp_path):
+    lines = GOOD + BAD + GOOD
+    python, ours = run_both(native, tmp_path, "\n".join(lines).encode() + b"\r\n\n \t\n")
+    assert ours == python
+    assert python[1]["lines"] == len(lines) and python[1]["bad"] == len(BAD)
+    assert len(python[0].splitlines()) == 2 * len(GOOD)
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_same_output_and_report_for_random_hostile_lines(native, tmp_path, seed):
+    rng = random.Random(seed)
+    lines = [random_line(rng) for _ in range(3000)]
+    data = "".join(line + rng.choice(["\n", "\r\n", "\n"]) for line in lines).encode()
+    python, ours = run_both(native, tmp_path, data)
+    assert ours[1] == python[1]  # counts, reasons, first bad lines and their details
+    assert ours[0] == python[0]
+    good = len(python[0].splitlines())
+    assert 100 < good < 2900 and len(python[1]["reasons"]) >= 5  # the corpus is mixed
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        gzip.compress(b"1 0 5:101\n" * 200),
+        b"\xfd7zXZ\x00rest",
+        b"PK\x03\x04rest",
+        b"1 0 5:101\n1 0 \xff\xfe:101\n1 0 5:101\n",
+        b"1 0 5:101\n1 0 5\x00:101\n",
+        b"1 0 5:101\n\xed\xa0\x80\n",  # a UTF-16 surrogate: not UTF-8
+        b"",
+        b"1 0 5:101",  # no line end at the end of the file
+        b"1 0 5:101\r",  # a lone CR at the end
+        b"\n\n\n",
+    ],
+)
+def test_same_verdict_on_files_that_are_not_text_and_on_edges(native, tmp_path, data):
+    python, ours = run_both(native, tmp_path, data)
+    assert ours == python
+
+
+def test_the_trainer_runs_the_native_pipe_where_the_image_installed_it(
+    native, tmp_path, monkeypatch
+):
+    (tmp_path / "slot.conf").write_text("101\n102\n")
+    uri = f"file://{tmp_path}"
+    config = load_config(write_config(tmp_path / "trainer.json", {
+        "train_data_uri": uri, "model_uri": uri, "checkpoint_uri": uri,
+        "start_date_hr": "20191221/00", "end_date_hr": "20191221/00", "slot_conf": str(tmp_path / "slot.conf"),
+    }, {"sparse_dim": 77}))  # fmt: skip
+    monkeypatch.delenv(NATIVE_PIPE_ENV, raising=False)
+    assert "-m elasticctr_trainer.pipe" in pipe_command(config, [101, 102], "/r")
+    monkeypatch.setenv(NATIVE_PIPE_ENV, native)
+    command = pipe_command(config, [101, 102], "/r")
+    assert command == f"{native} --slots 101,102 --sparse-dim 77 --report-dir /r"
+    monkeypatch.setenv(NATIVE_PIPE_ENV, str(tmp_path / "missing"))
+    with pytest.raises(FileNotFoundError, match=f"{NATIVE_PIPE_ENV}=.*missing"):
+        pipe_command(config, [101, 102], "/r")
