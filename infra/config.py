@@ -13,6 +13,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
+from elasticctr_common.trainer_json import HyperParameters, Mode, Model, Runner
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -330,20 +331,26 @@ class DataConfig(Section):
     )
     # The export visits every id below sparse_dim (docs/trainer.md): a bound it can finish.
     sparse_dim: int = Field(
-        1000001, ge=2, le=MAX_SPARSE_DIM, description="feasigns map to feasign % sparse_dim"
+        HyperParameters.sparse_dim,
+        ge=2,
+        le=MAX_SPARSE_DIM,
+        description="feasigns map to feasign % sparse_dim",
     )
     ugi: SecretStr | None = Field(
         None, description="HDFS UGI 'user,password' (secret: set with --secret)"
     )
     wait_minutes: int = Field(
-        60,
+        int(Runner.data_wait_seconds // 60),
         ge=0,
         le=7 * 24 * 60,
         description="offline: how long a job waits for the end hour's donefile, then trains "
         "the hours that are ready",
     )
     poll_seconds: int = Field(
-        60, ge=1, le=3600, description="how often trainers look for a new hour's donefile"
+        int(Runner.online_poll_seconds),
+        ge=1,
+        le=3600,
+        description="how often trainers look for a new hour's donefile",
     )
 
     @field_validator("start", "end")
@@ -611,55 +618,78 @@ class CubeConfig(Section):
 
 
 class TrainingConfig(Section):
-    mode: Literal["offline", "online"] = Field(
-        "offline", description="offline: start..end; online: follow new hours"
+    """trainer.json's settings (their defaults are the contract's, elasticctr_common
+    .trainer_json): each goes into trainer.json under its own name (infra/program.py,
+    `trainer_settings`), but for the program's own (PROGRAM_SETTINGS)."""
+
+    mode: Mode = Field(Runner.mode, description="offline: start..end; online: follow new hours")
+    passes: int = Field(
+        Runner.passes, ge=1, le=10000, description="passes over start..end (offline)"
     )
-    passes: int = Field(1, ge=1, le=10000, description="passes over start..end (offline)")
-    batch_size: int = Field(32, ge=1, le=65536, description="examples per batch per trainer")
-    learning_rate: float = Field(0.0001, gt=0, le=10, description="Adam learning rate")
-    embedding_dim: int = Field(9, ge=1, le=1024, description="sparse embedding width")
+    batch_size: int = Field(
+        HyperParameters.batch_size, ge=1, le=65536, description="examples per batch per trainer"
+    )
+    learning_rate: float = Field(
+        HyperParameters.learning_rate, gt=0, le=10, description="Adam learning rate"
+    )
+    embedding_dim: int = Field(
+        HyperParameters.embedding_dim, ge=1, le=1024, description="sparse embedding width"
+    )
     max_bad_line_fraction: float = Field(
-        0.01, ge=0, le=1, description="a pass fails above this share of bad lines"
+        Runner.max_bad_line_fraction,
+        ge=0,
+        le=1,
+        description="a pass fails above this share of bad lines",
     )
-    model: Literal["wide_deep", "dnn"] = Field(
-        "wide_deep",
+    model: Model = Field(
+        HyperParameters.model,
         description="wide_deep: per-id weights (a logistic regression on the ids) plus the "
         "DNN, for long-tailed ids (most real logs); dnn: the seeds' CTR-DNN alone",
     )
     embedx_threshold: int = Field(
-        50,
+        HyperParameters.embedx_threshold,
         ge=0,
         le=1_000_000,
         description="score an id needs before it gets its embedding vector (below: its "
         "per-id weight only); score = non-clicks * nonclk_coeff + clicks * click_coeff",
     )
-    nonclk_coeff: float = Field(1.0, ge=0, le=100, description="score of a shown, unclicked id")
-    click_coeff: float = Field(1.0, ge=0, le=100, description="score of a click")
+    nonclk_coeff: float = Field(
+        HyperParameters.nonclk_coeff, ge=0, le=100, description="score of a shown, unclicked id"
+    )
+    click_coeff: float = Field(
+        HyperParameters.click_coeff, ge=0, le=100, description="score of a click"
+    )
     show_click_decay_rate: float = Field(
-        1.0, gt=0, le=1, description="after every pass, shows and clicks decay by this factor"
+        HyperParameters.show_click_decay_rate,
+        gt=0,
+        le=1,
+        description="after every pass, shows and clicks decay by this factor",
     )
     delete_threshold: float = Field(
-        1000.0,
+        HyperParameters.delete_threshold,
         ge=0,
         le=1e6,
         description="after every pass (and the decay), ids scoring below this are deleted: "
         "rare ids forget what one pass taught them (0: never delete)",
     )
-    dense_l2: float = Field(0.0, ge=0, le=10, description="L2 regularisation of dense weights")
+    dense_l2: float = Field(
+        HyperParameters.dense_l2, ge=0, le=10, description="L2 regularisation of dense weights"
+    )
     eval_path: Annotated[str, _allowed(r"^(/.*)?$", "empty or an absolute path")] = Field(
         "",
         description="held-out data (same source as data.dataset_path): every version is "
         "evaluated on it and gated; empty: no evaluation, no gate",
     )
     publish_margin: float = Field(
-        0.002,
+        Runner.publish_margin,
         ge=0,
         le=1,
         description="a version whose held-out AUC is below the serving version's by more than "
         "this is kept but not published",
     )
     publish_every_version: bool = Field(
-        False, description="publish every version that passes its check, better or not"
+        Runner.publish_every_version,
+        description="publish every version that passes its check, better or not",
     )
     job_name: DnsLabel = Field(
         "elasticctr-train", description="Volcano Job name (pod host names derive from it)"
@@ -668,6 +698,11 @@ class TrainingConfig(Section):
     node_pool: PoolName = Field(
         "", description="pservers and trainers on nodes labelled elasticctr.io/pool=<name>"
     )
+
+
+# TrainingConfig's keys that are the program's (the job, its queue, its pool; eval_path
+# becomes runner.eval_data_uri), not trainer.json's.
+PROGRAM_SETTINGS = frozenset({"job_name", "queue", "node_pool", "eval_path"})
 
 
 class StackConfig(Section):

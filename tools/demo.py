@@ -262,31 +262,31 @@ class Demo:
     def train(self) -> int:
         """Train; the newest published version (the publish gate may hold some back)."""
         from elasticctr_common.storage import open_store
+        from elasticctr_common.trainer_json import (
+            HyperParameters,
+            Runner,
+            TrainerConfig,
+            apply_settings,
+        )
         from elasticctr_common.versions import read_versions
-        from elasticctr_trainer.config import apply_settings
 
         a = self.args
-        config: dict[str, Any] = {
-            "runner": {
-                "train_data_uri": f"file://{self.data}/train",
-                "start_date_hr": a.start,
-                "end_date_hr": a.end or f"20191221/{a.hours - 1:02d}",
-                "slot_conf": str(self.slot_conf),
-                "passes": a.passes,
-                "model_uri": f"file://{self.work}/models",
-                "checkpoint_uri": f"file://{self.work}/checkpoints",
-                "eval_data_uri": f"file://{self.heldout}" if self.heldout else None,
-                "work_dir": str(self.work / "scratch"),
-                "mlflow_experiment": "demo",
-                "data_wait_seconds": 0,
-            },
-            # A small sparse_dim keeps the export quick (it scans every key).
-            "hyper_parameters": {
-                "sparse_dim": a.sparse_dim,
-                "learning_rate": 0.003,
-                "batch_size": 64,
-            },
-        }
+        runner = Runner(
+            train_data_uri=f"file://{self.data}/train",
+            start_date_hr=a.start,
+            end_date_hr=a.end or f"20191221/{a.hours - 1:02d}",
+            slot_conf=str(self.slot_conf),
+            passes=a.passes,
+            model_uri=f"file://{self.work}/models",
+            checkpoint_uri=f"file://{self.work}/checkpoints",
+            eval_data_uri=f"file://{self.heldout}" if self.heldout else None,
+            work_dir=str(self.work / "scratch"),
+            mlflow_experiment="demo",
+            data_wait_seconds=0,
+        )
+        # A small sparse_dim keeps the export quick (it scans every key).
+        hyper = HyperParameters(sparse_dim=a.sparse_dim, learning_rate=0.003, batch_size=64)
+        config = TrainerConfig(runner, hyper).to_dict()
         apply_settings(config, a.set)
         path = self.work / "trainer.json"
         path.write_text(json.dumps(config, indent=1))

@@ -125,7 +125,7 @@ def check_server(pod: Pod) -> None:
 
 
 def check_training(pod: Pod) -> None:
-    from elasticctr_trainer.config import load_config
+    from elasticctr_common.trainer_json import load_config
     from elasticctr_trainer.roles import role_from_env
 
     for role in ("PSERVER", "TRAINER"):  # one template per task: the env says which

@@ -59,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     # Importing Paddle sets the root logger to WARNING: our own INFO lines would be dropped.
     logging.getLogger("elasticctr_trainer").setLevel(logging.INFO)
     if args.command == "run":
-        from .config import load_config
+        from elasticctr_common.trainer_json import load_config
+
         from .roles import role_from_env
 
         config, role = load_config(args.config), role_from_env()
