@@ -13,6 +13,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
+from elasticctr_common.contract import CUBE_KEEP_VERSIONS
+from elasticctr_common.cube.conf import CubeConf, LoadBalancer
 from elasticctr_common.trainer_json import HyperParameters, Mode, Model, Runner
 from pydantic import (
     AfterValidator,
@@ -576,18 +578,28 @@ class ServingConfig(Section):
 
 
 class CubeConfig(Section):
+    """CubeArgs (components/cube.py) field for field; cube.conf's defaults are CubeConf's."""
+
     replicas: int = Field(
         2, ge=1, le=10, description="cube-servers per shard (cube.conf dup); 1 only for dev"
     )
     timeout_ms: int = Field(
-        1000, ge=10, le=60000, description="one lookup of serving, retries included (ms)"
+        CubeConf.timeout_ms,
+        ge=10,
+        le=60000,
+        description="one lookup of serving, retries included (ms)",
     )
-    retry: int = Field(2, ge=0, le=10, description="retries of a lookup on another replica")
+    retry: int = Field(
+        CubeConf.retry, ge=0, le=10, description="retries of a lookup on another replica"
+    )
     backup_request_ms: int = Field(
-        100, ge=0, le=60000, description="hedged request to another replica after (ms); 0: off"
+        CubeConf.backup_request_ms,
+        ge=0,
+        le=60000,
+        description="hedged request to another replica after (ms); 0: off",
     )
-    load_balancer: Literal["rr", "random", "la"] = Field(
-        "rr", description="replica choice: round robin, random, lowest latency"
+    load_balancer: LoadBalancer = Field(
+        CubeConf.load_balancer, description="replica choice: round robin, random, lowest latency"
     )
     # The agent gets a quarter of the CPU and an eighth of the memory (components/cube.py).
     cpu: float = Field(
@@ -595,7 +607,9 @@ class CubeConfig(Section):
     )
     mem: float = Field(2, ge=8 * MIN_MEM, le=1024, description="memory in GiB per shard pod")
     storage: Quantity = Field("20Gi", description="shard volume size per pod")
-    keep_versions: int = Field(3, ge=2, le=100, description="versions kept for rollback")
+    keep_versions: int = Field(
+        CUBE_KEEP_VERSIONS, ge=2, le=100, description="versions kept for rollback"
+    )
     transfer_cpu: float = Field(1, ge=MIN_CPU, le=64, description="CPU cores of cube-transfer")
     transfer_mem: float = Field(
         2,

@@ -173,18 +173,7 @@ def main() -> None:
             store=stores[SHARD_ACCOUNT],
             transfer_store=stores[TRANSFER_ACCOUNT],
             shards=config.cube_shards,
-            replicas=config.cube.replicas,
-            timeout_ms=config.cube.timeout_ms,
-            retry=config.cube.retry,
-            backup_request_ms=config.cube.backup_request_ms,
-            load_balancer=config.cube.load_balancer,
-            cpu=config.cube.cpu,
-            mem=config.cube.mem,
-            storage=config.cube.storage,
-            keep_versions=config.cube.keep_versions,
-            transfer_cpu=config.cube.transfer_cpu,
-            transfer_mem=config.cube.transfer_mem,
-            node_pool=config.cube.node_pool,
+            **config.cube.model_dump(),  # CubeArgs has every field of the section
         ),
     )
 

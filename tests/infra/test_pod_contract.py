@@ -87,7 +87,7 @@ class Pod:
 
 
 def check_serving(pod: Pod) -> None:
-    from elasticctr_cube.cubeconf import CubeConf
+    from elasticctr_common.cube.conf import CubeConf
     from elasticctr_serving.__main__ import parse_args
 
     args = pod.parse(parse_args)
@@ -97,7 +97,7 @@ def check_serving(pod: Pod) -> None:
 
 
 def check_transfer(pod: Pod) -> None:
-    from elasticctr_cube.cubeconf import CubeConf
+    from elasticctr_common.cube.conf import CubeConf
     from elasticctr_cube.transfer import parse_args
 
     args = pod.parse(parse_args)

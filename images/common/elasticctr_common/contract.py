@@ -39,6 +39,11 @@ CUBE_TRANSFER_PORT: Final = 8099
 CUBE_TRANSFER_CONTROL_PORT: Final = 8098  # the pod's loopback: operators' port-forward
 
 
+# Committed cube versions cube-transfer keeps for rollback (CubeEnv.KEEP_VERSIONS; the
+# stack's cube.keep_versions).
+CUBE_KEEP_VERSIONS: Final = 3
+
+
 class CubeEnv:
     """The cube image's variables (elasticctr_cube.cliargs: each defaults an option)."""
 
