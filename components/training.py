@@ -16,7 +16,13 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
-from elasticctr_common.contract import CHECKPOINTS, MODELS, SLOT_CONF, TRAINER_JSON
+from elasticctr_common.contract import (
+    CHECKPOINTS,
+    MODELS,
+    SLOT_CONF,
+    TRAINER_JSON,
+    TrainerEnv,
+)
 from elasticctr_common.trainer_json import HyperParameters, Runner, TrainerConfig
 
 from components import kube
@@ -127,7 +133,7 @@ class Training(pulumi.ComponentResource):
             ugi_secret = k8s.core.v1.Secret(
                 f"{name}-hdfs-ugi",
                 metadata=target.metadata(UGI_SECRET, "training"),
-                string_data={"HDFS_UGI": pulumi.Output.secret(args.hdfs_ugi)},
+                string_data={TrainerEnv.HDFS_UGI: pulumi.Output.secret(args.hdfs_ugi)},
                 opts=target.opts(self),
             )
         account = kube.service_account(target, SERVICE_ACCOUNT, "training", self)
@@ -135,19 +141,19 @@ class Training(pulumi.ComponentResource):
         env: list[k8s.core.v1.EnvVarArgsDict] = [
             *kube.env(
                 {
-                    "PADDLE_PSERVERS_IP_PORT_LIST": pserver_endpoints(args.job_name, args.pservers),
-                    "PADDLE_TRAINERS_NUM": str(args.trainers),
-                    "PADDLE_PORT": str(PSERVER_PORT),
+                    TrainerEnv.PSERVERS: pserver_endpoints(args.job_name, args.pservers),
+                    TrainerEnv.TRAINERS_NUM: str(args.trainers),
+                    TrainerEnv.PSERVER_PORT: str(PSERVER_PORT),
                     "HOME": "/tmp",
                 }
             ),
-            kube.field_env("POD_IP", "status.podIP"),
+            kube.field_env(TrainerEnv.POD_IP, "status.podIP"),
             *args.store.env(),
         ]
         if args.mlflow_url is not None:
-            env += kube.env({"MLFLOW_TRACKING_URI": args.mlflow_url})
+            env += kube.env({TrainerEnv.MLFLOW_TRACKING_URI: args.mlflow_url})
         if ugi_secret is not None:
-            env += kube.secret_env(ugi_secret.metadata["name"], ["HDFS_UGI"])
+            env += kube.secret_env(ugi_secret.metadata["name"], [TrainerEnv.HDFS_UGI])
 
         # The config's content is part of the pod template, so a new config restarts the job.
         config_hash = config_map.data.apply(lambda data: kube.digest(data or {}))
@@ -159,7 +165,7 @@ class Training(pulumi.ComponentResource):
                 args.image,
                 ["python", "-m", "elasticctr_trainer", "run"],
                 args=["--config", TRAINER_JSON],
-                env=[*env, *kube.env({"TRAINING_ROLE": role.upper()})],
+                env=[*env, *kube.env({TrainerEnv.ROLE: role.upper()})],
                 ports={"pserver": PSERVER_PORT} if role == "pserver" else None,
                 cpu=args.cpu,
                 mem=args.mem,

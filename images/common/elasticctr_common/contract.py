@@ -57,6 +57,22 @@ class CubeEnv:
     WORK_DIR: Final = "CUBE_WORK_DIR"
 
 
+class TrainerEnv:
+    """The trainer image's variables (elasticctr_trainer.roles; the PADDLE_* ones are
+    Paddle fleet's own names, VC_TASK_INDEX Volcano's env plugin's)."""
+
+    ROLE: Final = "TRAINING_ROLE"  # PSERVER or TRAINER
+    PSERVERS: Final = "PADDLE_PSERVERS_IP_PORT_LIST"
+    TRAINERS_NUM: Final = "PADDLE_TRAINERS_NUM"
+    PSERVER_PORT: Final = "PADDLE_PORT"
+    PSERVER_ID: Final = "PADDLE_PSERVER_ID"
+    TRAINER_ID: Final = "PADDLE_TRAINER_ID"
+    TASK_INDEX: Final = "VC_TASK_INDEX"  # the pod's index in its task, when no *_ID is set
+    POD_IP: Final = "POD_IP"  # a pserver listens on it
+    HDFS_UGI: Final = "HDFS_UGI"  # from a Secret: "user,password"
+    MLFLOW_TRACKING_URI: Final = "MLFLOW_TRACKING_URI"  # MLflow's own name
+
+
 class ServingEnv:
     """The serving image's variables (elasticctr_serving.__main__)."""
 
