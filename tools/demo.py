@@ -159,6 +159,7 @@ class Demo:
         return summary
 
     def start_cube(self) -> Path:
+        from elasticctr_common.cube.conf import DICT_NAME, CubeConf, CubeNode
         from elasticctr_cube.server import BINARY_NAME, build_server, server_binary
 
         if os.environ.get("ELASTICCTR_CUBE_SERVER_BIN") or shutil.which(BINARY_NAME):
@@ -167,12 +168,9 @@ class Demo:
             self.say("building the native cube-server (cargo)")
             binary = build_server()
         self.env["ELASTICCTR_CUBE_SERVER_BIN"] = binary
-        nodes = [
-            {"ip": "127.0.0.1", "port": free_port(), "agent_port": free_port()}
-            for _ in range(SHARDS)
-        ]
+        nodes = tuple(CubeNode("127.0.0.1", free_port(), free_port()) for _ in range(SHARDS))
         conf = self.work / "cube.conf"
-        conf.write_text(json.dumps({"dict_name": "ctr_embedding", "shard": SHARDS, "nodes": nodes}))
+        conf.write_text(CubeConf(DICT_NAME, SHARDS, nodes).to_json())
         self.say(f"starting cube: {SHARDS} shard servers + agents + transfer")
         for i, node in enumerate(nodes):
             control_port = free_port()  # loads and switches: the agent's, beside its server
@@ -185,7 +183,7 @@ class Demo:
                     "--host",
                     "127.0.0.1",
                     "--port",
-                    str(node["port"]),
+                    str(node.port),
                     "--control-port",
                     str(control_port),
                     "--shard",
@@ -203,7 +201,7 @@ class Demo:
                     "--host",
                     "127.0.0.1",
                     "--port",
-                    str(node["agent_port"]),
+                    str(node.agent_port),
                     "--shard",
                     str(i),
                     "--shard-num",

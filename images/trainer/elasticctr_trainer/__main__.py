@@ -7,6 +7,8 @@ import logging
 import os
 import sys
 
+from elasticctr_common.trainer_json import HyperParameters
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m elasticctr_trainer")
@@ -33,7 +35,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also fit logistic regressions (ids; ids + the interacting pair) and print "
         "their held-out AUC (needs scipy)",
     )  # fmt: skip
-    gen.add_argument("--sparse-dim", type=int, default=1000001, help="for --baselines")
+    gen.add_argument(
+        "--sparse-dim", type=int, default=HyperParameters.sparse_dim, help="for --baselines"
+    )
     gen.add_argument("--max-vocab", type=int, default=100_000, help="realistic: largest slot")
     gen.add_argument("--slots", type=int, default=8)
     gen.add_argument(
