@@ -7,7 +7,7 @@ with the target's real client library, turn the answer into a float32 matrix [ba
 loaded keys before the clock starts. Only calls that start inside the measured window
 (after a warm-up) count.
 
-Targets: "cube" = elasticctr_cube.client.CubeClient.seek (binary protocol, one shard);
+Targets: "cube" = elasticctr_common.cube.client.CubeClient.seek (binary protocol, one shard);
 "redis" = redis-py `mget` with the hiredis parser (hiredis also packs the command).
 """
 
@@ -39,8 +39,8 @@ class Target:
 
 def fetcher(target: Target) -> Fetch:
     if target.kind == "cube":
-        from elasticctr_cube.client import CubeClient
-        from elasticctr_cube.cubeconf import CubeConf, CubeNode
+        from elasticctr_common.cube.client import CubeClient
+        from elasticctr_common.cube.conf import CubeConf, CubeNode
 
         client = CubeClient(CubeConf("bench", 1, (CubeNode(target.host, target.port),)), timeout=10)
 

@@ -65,7 +65,7 @@ def trainer_config(data: Path, work: Path, passes: int, overrides: list[str]) ->
         },
         "hyper_parameters": {},
     }
-    from elasticctr_trainer.config import apply_settings
+    from elasticctr_common.trainer_json import apply_settings
 
     apply_settings(config, overrides)
     path = work / "trainer.json"

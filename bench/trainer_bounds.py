@@ -116,7 +116,7 @@ def run_local_bound(
 
 
 def run_sgemm_ceiling(batch: int, threads: int, seconds: float) -> dict[str, float]:
-    from elasticctr_trainer.config import HyperParameters
+    from elasticctr_common.trainer_json import HyperParameters
 
     hyper = HyperParameters()
     command = [sys.executable, str(BENCH / "sgemm_ceiling.py"),

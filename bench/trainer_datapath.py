@@ -80,7 +80,7 @@ def main() -> None:
 
 def measure(config_path: Path, work: Path, rounds: int, threads: int) -> dict[str, list[float]]:
     import paddle
-    from elasticctr_trainer.config import load_config
+    from elasticctr_common.trainer_json import load_config
     from elasticctr_trainer.feed import feed_dict
     from elasticctr_trainer.lines import LineParser
     from elasticctr_trainer.roles import role_from_env

@@ -46,7 +46,7 @@ def train_local(
     files: list[str], slots: int, sparse_dim: int, batch_size: int, threads: int
 ) -> dict[str, float]:
     import paddle
-    from elasticctr_trainer.config import HyperParameters
+    from elasticctr_common.trainer_json import HyperParameters
     from elasticctr_trainer.model import SPARSE_TABLE, build_ctr_dnn
 
     paddle.enable_static()

@@ -63,7 +63,7 @@ def write_config(work: Path, keys: int) -> Path:
 def export(config_path: Path, fill: Path, pserver_pid: int) -> dict[str, Any]:
     import paddle
     from elasticctr_common.storage import open_store
-    from elasticctr_trainer.config import load_config
+    from elasticctr_common.trainer_json import load_config
     from elasticctr_trainer.export import prepare_version, publish_version
     from elasticctr_trainer.roles import role_from_env
     from elasticctr_trainer.trainer import Trainer

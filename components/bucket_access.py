@@ -12,11 +12,11 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-# The bucket's layout (docs/architecture.md, "Model versions" and "Cube").
-MODELS = "models"
-CUBE = "cube"
-CHECKPOINTS = "checkpoints"
-MLFLOW = "mlflow"
+# The bucket's layout: the contract's prefixes (docs/architecture.md, "Model versions").
+from elasticctr_common.contract import CHECKPOINTS as CHECKPOINTS
+from elasticctr_common.contract import CUBE as CUBE
+from elasticctr_common.contract import MLFLOW as MLFLOW
+from elasticctr_common.contract import MODELS as MODELS
 
 
 @dataclass(frozen=True)

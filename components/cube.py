@@ -14,23 +14,31 @@ pods.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
 from elasticctr_common.contract import (
+    CUBE,
     CUBE_AGENT_PORT,
+    CUBE_CONF,
     CUBE_SERVER_CONTROL_PORT,
     CUBE_SERVER_PORT,
     CUBE_TRANSFER_CONTROL_PORT,
     CUBE_TRANSFER_PORT,
+    MODELS,
     CubeEnv,
+)
+from elasticctr_common.cube.conf import (
+    DEFAULT_MAX_KEYS,
+    DICT_NAME,
+    CubeConf,
+    CubeNode,
+    LoadBalancer,
 )
 
 from components import kube
-from components.bucket_access import CUBE, MODELS, BucketUser
+from components.bucket_access import BucketUser
 from components.kube import KubeTarget
 from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
@@ -43,10 +51,9 @@ TRANSFER_PORT = CUBE_TRANSFER_PORT
 SERVER_CONTROL_PORT = CUBE_SERVER_CONTROL_PORT
 TRANSFER_CONTROL_PORT = CUBE_TRANSFER_CONTROL_PORT
 CONFIG_MAP = "cube-conf"
-DICT_NAME = "ctr_embedding"
 # Keys per request a cube-server takes: its --max-keys and cube.conf's max_keys, from which
 # serving derives its own per-request limit (one place for both).
-MAX_KEYS = 100_000
+MAX_KEYS = DEFAULT_MAX_KEYS
 SHARD_LABEL = "elasticctr.io/cube-shard"
 SHARD_DIR = f"{kube.DATA_DIR}/cube"
 SHARD_ACCOUNT = "cube"  # servers and agents
@@ -65,19 +72,20 @@ class CubeArgs:
     image: pulumi.Input[str]  # a pinned tag, or the digest of a build
     store: ObjectStore  # the agents' (they read shards)
     shards: int
-    replicas: int = 1  # cube-servers per shard (cube.conf dup)
-    timeout_ms: int = 1000  # a lookup, retries and hedged requests included
-    retry: int = 2
-    backup_request_ms: int = 100  # 0: no hedged requests
-    load_balancer: str = "rr"
-    cpu: float = 1
-    mem: float = 2  # GiB per shard pod
-    storage: str = "20Gi"
-    keep_versions: int = 3
-    transfer_cpu: float = 1
-    transfer_mem: float = 2  # GiB
+    # The stack's cube section (infra/config.py CubeConfig), field for field: its defaults.
+    replicas: int  # cube-servers per shard (cube.conf dup)
+    timeout_ms: int  # a lookup, retries and hedged requests included
+    retry: int
+    backup_request_ms: int  # 0: no hedged requests
+    load_balancer: LoadBalancer
+    cpu: float
+    mem: float  # GiB per shard pod
+    storage: str
+    keep_versions: int
+    transfer_cpu: float
+    transfer_mem: float  # GiB
+    node_pool: str  # shards and transfer on this pool's nodes; "": any node
     clients: tuple[str, ...] = ("serving",)  # components that look up embeddings
-    node_pool: str = ""  # shards and transfer on this pool's nodes; "": any node
     transfer_store: ObjectStore | None = None  # the transfer's (writes shards); None: store
 
     @property
@@ -85,36 +93,30 @@ class CubeArgs:
         return self.transfer_store or self.store
 
 
-def cube_conf(namespace: str, args: CubeArgs) -> list[dict[str, Any]]:
-    """The shard list in Paddle Serving's form: node s serves keys k with k % shards == s;
-    `ip`/`port` is the shard's Service (Paddle's Python client reads only these),
-    `ipport_list` its replicas (Paddle's brpc client and ours balance over them)."""
+def cube_conf(namespace: str, args: CubeArgs) -> CubeConf:
+    """The shard list: node s serves keys k with k % shards == s; its address is the
+    shard's Service (Paddle's Python client reads only that), its replicas the pods
+    (Paddle's brpc client and ours balance over them)."""
     domain = f"{namespace}.svc.cluster.local"
-    nodes = []
-    for s in range(args.shards):
-        pods = [f"cube-{s}-{r}.cube-headless.{domain}:{SERVER_PORT}" for r in range(args.replicas)]
-        nodes.append(
-            {
-                "ip": f"cube-{s}.{domain}",
-                "port": SERVER_PORT,
-                "agent_port": AGENT_PORT,
-                "ipport_list": "list://" + ",".join(pods),
-            }
-        )
-    return [
-        {
-            "dict_name": DICT_NAME,
-            "shard": args.shards,
-            "dup": args.replicas,
-            "timeout": args.timeout_ms,
-            "retry": args.retry,
-            "backup_request": args.backup_request_ms,
-            "type": "ipport_list",
-            "load_balancer": args.load_balancer,
-            "max_keys": MAX_KEYS,
-            "nodes": nodes,
-        }
-    ]
+    return CubeConf(
+        dict_name=DICT_NAME,
+        shard=args.shards,
+        nodes=tuple(
+            CubeNode(f"cube-{s}.{domain}", SERVER_PORT, AGENT_PORT) for s in range(args.shards)
+        ),
+        replicas=tuple(
+            tuple(
+                CubeNode(f"cube-{s}-{r}.cube-headless.{domain}", SERVER_PORT, AGENT_PORT)
+                for r in range(args.replicas)
+            )
+            for s in range(args.shards)
+        ),
+        timeout_ms=args.timeout_ms,
+        retry=args.retry,
+        backup_request_ms=args.backup_request_ms,
+        load_balancer=args.load_balancer,
+        max_keys=MAX_KEYS,
+    )
 
 
 class Cube(pulumi.ComponentResource):
@@ -135,7 +137,7 @@ class Cube(pulumi.ComponentResource):
         super().__init__("elasticctr:cube:Cube", name, None, opts)
         target = args.target
         conf = pulumi.Output.from_input(target.namespace).apply(
-            lambda ns: json.dumps(cube_conf(ns, args), indent=2)
+            lambda ns: cube_conf(ns, args).to_json()
         )
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-conf",
@@ -348,7 +350,7 @@ class Cube(pulumi.ComponentResource):
             env=[
                 *kube.env(
                     {
-                        CubeEnv.CUBE_CONF: f"{kube.CONFIG_DIR}/cube.conf",
+                        CubeEnv.CUBE_CONF: CUBE_CONF,
                         CubeEnv.MODEL_URI: args.transfer_bucket.uri(MODELS),
                         CubeEnv.CUBE_URI: args.transfer_bucket.uri(CUBE),
                         CubeEnv.KEEP_VERSIONS: str(args.keep_versions),

@@ -14,9 +14,11 @@ from typing import Any
 import pulumi
 import pulumi_kubernetes as k8s
 
+# The contract's config and scratch directories, which every component mounts.
+from elasticctr_common.contract import CONFIG_DIR as CONFIG_DIR
+from elasticctr_common.contract import DATA_DIR as DATA_DIR
+
 RUN_AS_USER = 1000
-CONFIG_DIR = "/etc/elasticctr"
-DATA_DIR = "/var/lib/elasticctr"
 PART_OF = "elasticctr"
 # Seconds a server goes on answering, not ready, after SIGTERM before it stops accepting:
 # time for the endpoints to drop the pod, so no client is sent to a closed port. With the

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
-from elasticctr_common.contract import SERVING_PORT, ServingEnv
+from elasticctr_common.contract import CUBE_CONF, SERVING_PORT, SLOT_CONF, ServingEnv
 
 from components import kube
 from components.bucket_access import MODELS, BucketUser
@@ -43,16 +43,17 @@ class ServingArgs:
     cube_conf_hash: pulumi.Input[str]
     cube_transfer_url: pulumi.Input[str]
     sparse_dim: int
+    # The stack's serving section (infra/config.py ServingConfig): its defaults.
+    replicas: int
+    max_replicas: int
+    target_cpu_percent: int
+    cpu: float
+    mem: float
+    service_type: str
+    node_pool: str  # pods on this pool's nodes; "": any node
+    source_ranges: tuple[str, ...]  # CIDRs clients connect from; (): any address
+    auth: bool  # clients send the generated bearer token
     cube_routes: tuple[Route, ...] = ()  # cube's lookups and the transfer's status
-    replicas: int = 1
-    max_replicas: int = 4
-    target_cpu_percent: int = 70
-    cpu: float = 1
-    mem: float = 2
-    service_type: str = "ClusterIP"
-    node_pool: str = ""  # pods on this pool's nodes; "": any node
-    source_ranges: tuple[str, ...] = ()  # CIDRs clients connect from; (): any address
-    auth: bool = False  # clients send the generated bearer token
     service_annotations: dict[str, str] | None = None  # the cloud's load balancer options
 
 
@@ -93,9 +94,9 @@ class Serving(pulumi.ComponentResource):
                 *kube.env(
                     {
                         ServingEnv.MODEL_URI: args.store.uri(MODELS),
-                        ServingEnv.CUBE_CONF: f"{kube.CONFIG_DIR}/cube.conf",
+                        ServingEnv.CUBE_CONF: CUBE_CONF,
                         ServingEnv.CUBE_TRANSFER_URL: args.cube_transfer_url,
-                        ServingEnv.SLOT_CONF: f"{kube.CONFIG_DIR}/slot.conf",
+                        ServingEnv.SLOT_CONF: SLOT_CONF,
                         ServingEnv.SPARSE_DIM: str(args.sparse_dim),
                         "HOME": "/tmp",
                     }

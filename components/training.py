@@ -10,15 +10,23 @@ names derive from it), and the new trainers resume from the last checkpoint.
 
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+from elasticctr_common.contract import (
+    CHECKPOINTS,
+    MODELS,
+    SLOT_CONF,
+    TRAINER_JSON,
+    TrainerEnv,
+)
+from elasticctr_common.trainer_json import HyperParameters, Runner, TrainerConfig
 
 from components import kube
-from components.bucket_access import CHECKPOINTS, MODELS, BucketUser
+from components.bucket_access import BucketUser
 from components.kube import KubeTarget
 from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
@@ -30,6 +38,7 @@ SERVICE_ACCOUNT = "training"
 # A trainer's exit code for a pass that failed its checks: bad data, or a model version refused
 # before publishing (elasticctr_trainer.BAD_DATA_EXIT_CODE).
 BAD_DATA_EXIT_CODE = 3
+WORK_SIZE = "20Gi"  # per-pod scratch (emptyDir) for staged data and checkpoints
 
 
 @dataclass(frozen=True)
@@ -44,26 +53,14 @@ class TrainingArgs:
     cpu: float
     mem: float  # GiB per pod
     train_data_uri: pulumi.Input[str]  # hdfs://.../train_data or s3://bucket/train_data
-    start_date_hr: str
-    end_date_hr: str
-    sparse_dim: int
-    mode: str = "offline"
-    passes: int = 1
-    batch_size: int = 32
-    learning_rate: float = 0.0001
-    embedding_dim: int = 9
-    max_bad_line_fraction: float = 0.01
-    # The model and its accessor thresholds: trainer.json's hyper_parameters of those names
-    # (model, embedx_threshold, nonclk_coeff, ...); empty: the trainer's defaults.
-    model_options: dict[str, Any] = field(default_factory=dict)
-    eval_data_uri: pulumi.Input[str] | None = None  # held-out data: evaluate and gate
-    publish_margin: float = 0.002
-    publish_every_version: bool = False
-    data_wait_seconds: float = 3600.0  # offline: for the end hour's donefile
-    data_poll_seconds: float = 60.0
-    queue: str = "default"
-    node_pool: str = ""  # pservers and trainers on this pool's nodes; "": any node
-    work_size: str = "20Gi"  # per-pod scratch (emptyDir) for staged data and checkpoints
+    eval_data_uri: pulumi.Input[str] | None  # held-out data: evaluate and gate
+    # trainer.json's settings the stack decides (the contract's types, elasticctr_common
+    # .trainer_json): the whole model, and the runner's settings by name (mode, passes,
+    # hours, waits, the publish gate); the component adds the URIs and paths it owns.
+    hyper_parameters: HyperParameters
+    runner_settings: Mapping[str, Any]
+    queue: str
+    node_pool: str  # pservers and trainers on this pool's nodes; "": any node
     hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
     mlflow_url: pulumi.Input[str] | None = None
     # What trainers reach besides the pservers and the bucket: HDFS, MLflow (their routes).
@@ -91,37 +88,19 @@ def pserver_endpoints(job_name: str, pservers: int) -> str:
 
 def trainer_config(
     args: TrainingArgs, train_data_uri: str, eval_data_uri: str | None = None
-) -> dict[str, Any]:
-    """/etc/elasticctr/trainer.json: the trainer image's config (runner + hyper_parameters)."""
-    return {
-        "runner": {
-            "mode": args.mode,
-            "train_data_uri": train_data_uri,
-            "start_date_hr": args.start_date_hr,
-            # Online follows new hours for good (data.end is for offline passes only).
-            "end_date_hr": args.end_date_hr if args.mode == "offline" else None,
-            "slot_conf": f"{kube.CONFIG_DIR}/slot.conf",
-            "passes": args.passes,
-            "model_uri": args.store.uri(MODELS),
-            "checkpoint_uri": args.store.uri(CHECKPOINTS),
-            "max_bad_line_fraction": args.max_bad_line_fraction,
-            "data_wait_seconds": args.data_wait_seconds,
-            "online_poll_seconds": args.data_poll_seconds,
-            "mlflow_experiment": args.job_name,
-            "work_dir": kube.DATA_DIR,
-            "eval_data_uri": eval_data_uri,
-            "publish_margin": args.publish_margin,
-            "publish_every_version": args.publish_every_version,
-        },
-        "hyper_parameters": {
-            "sparse_dim": args.sparse_dim,
-            "embedding_dim": args.embedding_dim,
-            "fc_sizes": [400, 400, 400],
-            "learning_rate": args.learning_rate,
-            "batch_size": args.batch_size,
-            **args.model_options,
-        },
-    }
+) -> TrainerConfig:
+    """/etc/elasticctr/trainer.json: the stack's settings, and where things are."""
+    runner = Runner(
+        train_data_uri=train_data_uri,
+        eval_data_uri=eval_data_uri,
+        slot_conf=SLOT_CONF,
+        model_uri=args.store.uri(MODELS),
+        checkpoint_uri=args.store.uri(CHECKPOINTS),
+        mlflow_experiment=args.job_name,
+        work_dir=kube.DATA_DIR,
+        **args.runner_settings,
+    )
+    return TrainerConfig(runner, args.hyper_parameters)
 
 
 class Training(pulumi.ComponentResource):
@@ -144,7 +123,7 @@ class Training(pulumi.ComponentResource):
             metadata=target.metadata(CONFIG_MAP, "training"),
             data={
                 "trainer.json": pulumi.Output.all(args.train_data_uri, args.eval_data_uri).apply(
-                    lambda uris: json.dumps(trainer_config(args, *uris), indent=2)
+                    lambda uris: trainer_config(args, *uris).to_json()
                 )
             },
             opts=target.opts(self),
@@ -154,7 +133,7 @@ class Training(pulumi.ComponentResource):
             ugi_secret = k8s.core.v1.Secret(
                 f"{name}-hdfs-ugi",
                 metadata=target.metadata(UGI_SECRET, "training"),
-                string_data={"HDFS_UGI": pulumi.Output.secret(args.hdfs_ugi)},
+                string_data={TrainerEnv.HDFS_UGI: pulumi.Output.secret(args.hdfs_ugi)},
                 opts=target.opts(self),
             )
         account = kube.service_account(target, SERVICE_ACCOUNT, "training", self)
@@ -162,19 +141,19 @@ class Training(pulumi.ComponentResource):
         env: list[k8s.core.v1.EnvVarArgsDict] = [
             *kube.env(
                 {
-                    "PADDLE_PSERVERS_IP_PORT_LIST": pserver_endpoints(args.job_name, args.pservers),
-                    "PADDLE_TRAINERS_NUM": str(args.trainers),
-                    "PADDLE_PORT": str(PSERVER_PORT),
+                    TrainerEnv.PSERVERS: pserver_endpoints(args.job_name, args.pservers),
+                    TrainerEnv.TRAINERS_NUM: str(args.trainers),
+                    TrainerEnv.PSERVER_PORT: str(PSERVER_PORT),
                     "HOME": "/tmp",
                 }
             ),
-            kube.field_env("POD_IP", "status.podIP"),
+            kube.field_env(TrainerEnv.POD_IP, "status.podIP"),
             *args.store.env(),
         ]
         if args.mlflow_url is not None:
-            env += kube.env({"MLFLOW_TRACKING_URI": args.mlflow_url})
+            env += kube.env({TrainerEnv.MLFLOW_TRACKING_URI: args.mlflow_url})
         if ugi_secret is not None:
-            env += kube.secret_env(ugi_secret.metadata["name"], ["HDFS_UGI"])
+            env += kube.secret_env(ugi_secret.metadata["name"], [TrainerEnv.HDFS_UGI])
 
         # The config's content is part of the pod template, so a new config restarts the job.
         config_hash = config_map.data.apply(lambda data: kube.digest(data or {}))
@@ -185,8 +164,8 @@ class Training(pulumi.ComponentResource):
                 role,
                 args.image,
                 ["python", "-m", "elasticctr_trainer", "run"],
-                args=["--config", f"{kube.CONFIG_DIR}/trainer.json"],
-                env=[*env, *kube.env({"TRAINING_ROLE": role.upper()})],
+                args=["--config", TRAINER_JSON],
+                env=[*env, *kube.env({TrainerEnv.ROLE: role.upper()})],
                 ports={"pserver": PSERVER_PORT} if role == "pserver" else None,
                 cpu=args.cpu,
                 mem=args.mem,
@@ -198,7 +177,7 @@ class Training(pulumi.ComponentResource):
                 [container],
                 [
                     kube.config_volume(config_map.metadata["name"], args.slot_conf_map),
-                    {"name": "work", "empty_dir": {"size_limit": args.work_size}},
+                    {"name": "work", "empty_dir": {"size_limit": WORK_SIZE}},
                 ],
                 service_account=account.metadata["name"],
                 annotations={"elasticctr.io/config-sha256": config_hash},

@@ -13,6 +13,9 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal
 
+from elasticctr_common.contract import CUBE_KEEP_VERSIONS
+from elasticctr_common.cube.conf import CubeConf, LoadBalancer
+from elasticctr_common.trainer_json import HyperParameters, Mode, Model, Runner
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -330,20 +333,26 @@ class DataConfig(Section):
     )
     # The export visits every id below sparse_dim (docs/trainer.md): a bound it can finish.
     sparse_dim: int = Field(
-        1000001, ge=2, le=MAX_SPARSE_DIM, description="feasigns map to feasign % sparse_dim"
+        HyperParameters.sparse_dim,
+        ge=2,
+        le=MAX_SPARSE_DIM,
+        description="feasigns map to feasign % sparse_dim",
     )
     ugi: SecretStr | None = Field(
         None, description="HDFS UGI 'user,password' (secret: set with --secret)"
     )
     wait_minutes: int = Field(
-        60,
+        int(Runner.data_wait_seconds // 60),
         ge=0,
         le=7 * 24 * 60,
         description="offline: how long a job waits for the end hour's donefile, then trains "
         "the hours that are ready",
     )
     poll_seconds: int = Field(
-        60, ge=1, le=3600, description="how often trainers look for a new hour's donefile"
+        int(Runner.online_poll_seconds),
+        ge=1,
+        le=3600,
+        description="how often trainers look for a new hour's donefile",
     )
 
     @field_validator("start", "end")
@@ -569,18 +578,28 @@ class ServingConfig(Section):
 
 
 class CubeConfig(Section):
+    """CubeArgs (components/cube.py) field for field; cube.conf's defaults are CubeConf's."""
+
     replicas: int = Field(
         2, ge=1, le=10, description="cube-servers per shard (cube.conf dup); 1 only for dev"
     )
     timeout_ms: int = Field(
-        1000, ge=10, le=60000, description="one lookup of serving, retries included (ms)"
+        CubeConf.timeout_ms,
+        ge=10,
+        le=60000,
+        description="one lookup of serving, retries included (ms)",
     )
-    retry: int = Field(2, ge=0, le=10, description="retries of a lookup on another replica")
+    retry: int = Field(
+        CubeConf.retry, ge=0, le=10, description="retries of a lookup on another replica"
+    )
     backup_request_ms: int = Field(
-        100, ge=0, le=60000, description="hedged request to another replica after (ms); 0: off"
+        CubeConf.backup_request_ms,
+        ge=0,
+        le=60000,
+        description="hedged request to another replica after (ms); 0: off",
     )
-    load_balancer: Literal["rr", "random", "la"] = Field(
-        "rr", description="replica choice: round robin, random, lowest latency"
+    load_balancer: LoadBalancer = Field(
+        CubeConf.load_balancer, description="replica choice: round robin, random, lowest latency"
     )
     # The agent gets a quarter of the CPU and an eighth of the memory (components/cube.py).
     cpu: float = Field(
@@ -588,7 +607,9 @@ class CubeConfig(Section):
     )
     mem: float = Field(2, ge=8 * MIN_MEM, le=1024, description="memory in GiB per shard pod")
     storage: Quantity = Field("20Gi", description="shard volume size per pod")
-    keep_versions: int = Field(3, ge=2, le=100, description="versions kept for rollback")
+    keep_versions: int = Field(
+        CUBE_KEEP_VERSIONS, ge=2, le=100, description="versions kept for rollback"
+    )
     transfer_cpu: float = Field(1, ge=MIN_CPU, le=64, description="CPU cores of cube-transfer")
     transfer_mem: float = Field(
         2,
@@ -611,55 +632,78 @@ class CubeConfig(Section):
 
 
 class TrainingConfig(Section):
-    mode: Literal["offline", "online"] = Field(
-        "offline", description="offline: start..end; online: follow new hours"
+    """trainer.json's settings (their defaults are the contract's, elasticctr_common
+    .trainer_json): each goes into trainer.json under its own name (infra/program.py,
+    `trainer_settings`), but for the program's own (PROGRAM_SETTINGS)."""
+
+    mode: Mode = Field(Runner.mode, description="offline: start..end; online: follow new hours")
+    passes: int = Field(
+        Runner.passes, ge=1, le=10000, description="passes over start..end (offline)"
     )
-    passes: int = Field(1, ge=1, le=10000, description="passes over start..end (offline)")
-    batch_size: int = Field(32, ge=1, le=65536, description="examples per batch per trainer")
-    learning_rate: float = Field(0.0001, gt=0, le=10, description="Adam learning rate")
-    embedding_dim: int = Field(9, ge=1, le=1024, description="sparse embedding width")
+    batch_size: int = Field(
+        HyperParameters.batch_size, ge=1, le=65536, description="examples per batch per trainer"
+    )
+    learning_rate: float = Field(
+        HyperParameters.learning_rate, gt=0, le=10, description="Adam learning rate"
+    )
+    embedding_dim: int = Field(
+        HyperParameters.embedding_dim, ge=1, le=1024, description="sparse embedding width"
+    )
     max_bad_line_fraction: float = Field(
-        0.01, ge=0, le=1, description="a pass fails above this share of bad lines"
+        Runner.max_bad_line_fraction,
+        ge=0,
+        le=1,
+        description="a pass fails above this share of bad lines",
     )
-    model: Literal["wide_deep", "dnn"] = Field(
-        "wide_deep",
+    model: Model = Field(
+        HyperParameters.model,
         description="wide_deep: per-id weights (a logistic regression on the ids) plus the "
         "DNN, for long-tailed ids (most real logs); dnn: the seeds' CTR-DNN alone",
     )
     embedx_threshold: int = Field(
-        50,
+        HyperParameters.embedx_threshold,
         ge=0,
         le=1_000_000,
         description="score an id needs before it gets its embedding vector (below: its "
         "per-id weight only); score = non-clicks * nonclk_coeff + clicks * click_coeff",
     )
-    nonclk_coeff: float = Field(1.0, ge=0, le=100, description="score of a shown, unclicked id")
-    click_coeff: float = Field(1.0, ge=0, le=100, description="score of a click")
+    nonclk_coeff: float = Field(
+        HyperParameters.nonclk_coeff, ge=0, le=100, description="score of a shown, unclicked id"
+    )
+    click_coeff: float = Field(
+        HyperParameters.click_coeff, ge=0, le=100, description="score of a click"
+    )
     show_click_decay_rate: float = Field(
-        1.0, gt=0, le=1, description="after every pass, shows and clicks decay by this factor"
+        HyperParameters.show_click_decay_rate,
+        gt=0,
+        le=1,
+        description="after every pass, shows and clicks decay by this factor",
     )
     delete_threshold: float = Field(
-        1000.0,
+        HyperParameters.delete_threshold,
         ge=0,
         le=1e6,
         description="after every pass (and the decay), ids scoring below this are deleted: "
         "rare ids forget what one pass taught them (0: never delete)",
     )
-    dense_l2: float = Field(0.0, ge=0, le=10, description="L2 regularisation of dense weights")
+    dense_l2: float = Field(
+        HyperParameters.dense_l2, ge=0, le=10, description="L2 regularisation of dense weights"
+    )
     eval_path: Annotated[str, _allowed(r"^(/.*)?$", "empty or an absolute path")] = Field(
         "",
         description="held-out data (same source as data.dataset_path): every version is "
         "evaluated on it and gated; empty: no evaluation, no gate",
     )
     publish_margin: float = Field(
-        0.002,
+        Runner.publish_margin,
         ge=0,
         le=1,
         description="a version whose held-out AUC is below the serving version's by more than "
         "this is kept but not published",
     )
     publish_every_version: bool = Field(
-        False, description="publish every version that passes its check, better or not"
+        Runner.publish_every_version,
+        description="publish every version that passes its check, better or not",
     )
     job_name: DnsLabel = Field(
         "elasticctr-train", description="Volcano Job name (pod host names derive from it)"
@@ -668,6 +712,11 @@ class TrainingConfig(Section):
     node_pool: PoolName = Field(
         "", description="pservers and trainers on nodes labelled elasticctr.io/pool=<name>"
     )
+
+
+# TrainingConfig's keys that are the program's (the job, its queue, its pool; eval_path
+# becomes runner.eval_data_uri), not trainer.json's.
+PROGRAM_SETTINGS = frozenset({"job_name", "queue", "node_pool", "eval_path"})
 
 
 class StackConfig(Section):

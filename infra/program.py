@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+from typing import Any
+
 import pulumi
+from elasticctr_common.trainer_json import HyperParameters, Runner
 
 from components.bucket_access import BucketUser
 from components.cluster import ClusterResult
@@ -22,10 +26,28 @@ from components.volcano import Volcano, VolcanoArgs
 from infra import load_config, outputs
 from infra.access import bucket_users, workload_keys
 from infra.clusters import build_cluster
-from infra.config import StackConfig
+from infra.config import PROGRAM_SETTINGS, StackConfig
 from infra.images import project_images
 from infra.load_config import as_secret
 from infra.volcano_chart import go_module_chart
+
+
+def trainer_settings(config: StackConfig) -> tuple[HyperParameters, dict[str, Any]]:
+    """trainer.json's model and the runner's settings the stack decides. A training key
+    goes to the part that has a field of its name: a new setting needs no line here, and
+    a key that neither part (nor PROGRAM_SETTINGS) knows fails at preview."""
+    training = config.training.model_dump(exclude=set(PROGRAM_SETTINGS))
+    runner_keys = {f.name for f in fields(Runner)}
+    data = config.data
+    runner = {key: value for key, value in training.items() if key in runner_keys} | {
+        "start_date_hr": data.start,
+        # Online follows new hours for good (data.end is for offline passes only).
+        "end_date_hr": data.end if config.training.mode == "offline" else None,
+        "data_wait_seconds": data.wait_minutes * 60,
+        "online_poll_seconds": data.poll_seconds,
+    }
+    model = {key: value for key, value in training.items() if key not in runner_keys}
+    return HyperParameters(sparse_dim=data.sparse_dim, **model), runner
 
 
 def _storage_args(
@@ -151,18 +173,7 @@ def main() -> None:
             store=stores[SHARD_ACCOUNT],
             transfer_store=stores[TRANSFER_ACCOUNT],
             shards=config.cube_shards,
-            replicas=config.cube.replicas,
-            timeout_ms=config.cube.timeout_ms,
-            retry=config.cube.retry,
-            backup_request_ms=config.cube.backup_request_ms,
-            load_balancer=config.cube.load_balancer,
-            cpu=config.cube.cpu,
-            mem=config.cube.mem,
-            storage=config.cube.storage,
-            keep_versions=config.cube.keep_versions,
-            transfer_cpu=config.cube.transfer_cpu,
-            transfer_mem=config.cube.transfer_mem,
-            node_pool=config.cube.node_pool,
+            **config.cube.model_dump(),  # CubeArgs has every field of the section
         ),
     )
 
@@ -174,14 +185,8 @@ def main() -> None:
         return pulumi.Output.from_input(stores[TRAINING_ACCOUNT].uri(relative))
 
     train_data_uri = data_uri(config.data.dataset_path)
-    quality = config.training
-    model_options = {
-        key: getattr(quality, key)
-        for key in (
-            "model", "embedx_threshold", "nonclk_coeff", "click_coeff",
-            "show_click_decay_rate", "delete_threshold", "dense_l2",
-        )
-    }  # fmt: skip
+    eval_path = config.training.eval_path
+    hyper_parameters, runner_settings = trainer_settings(config)
     training = Training(
         "training",
         TrainingArgs(
@@ -195,21 +200,9 @@ def main() -> None:
             cpu=config.cpu,
             mem=config.mem,
             train_data_uri=train_data_uri,
-            start_date_hr=config.data.start,
-            end_date_hr=config.data.end,
-            sparse_dim=config.data.sparse_dim,
-            mode=config.training.mode,
-            passes=config.training.passes,
-            batch_size=config.training.batch_size,
-            learning_rate=config.training.learning_rate,
-            embedding_dim=config.training.embedding_dim,
-            max_bad_line_fraction=config.training.max_bad_line_fraction,
-            model_options=model_options,
-            eval_data_uri=data_uri(quality.eval_path) if quality.eval_path else None,
-            publish_margin=quality.publish_margin,
-            publish_every_version=quality.publish_every_version,
-            data_wait_seconds=config.data.wait_minutes * 60,
-            data_poll_seconds=config.data.poll_seconds,
+            eval_data_uri=data_uri(eval_path) if eval_path else None,
+            hyper_parameters=hyper_parameters,
+            runner_settings=runner_settings,
             queue=config.training.queue,
             node_pool=config.training.node_pool,
             hdfs_ugi=as_secret(config.data.ugi),

@@ -159,6 +159,7 @@ class Demo:
         return summary
 
     def start_cube(self) -> Path:
+        from elasticctr_common.cube.conf import DICT_NAME, CubeConf, CubeNode
         from elasticctr_cube.server import BINARY_NAME, build_server, server_binary
 
         if os.environ.get("ELASTICCTR_CUBE_SERVER_BIN") or shutil.which(BINARY_NAME):
@@ -167,12 +168,9 @@ class Demo:
             self.say("building the native cube-server (cargo)")
             binary = build_server()
         self.env["ELASTICCTR_CUBE_SERVER_BIN"] = binary
-        nodes = [
-            {"ip": "127.0.0.1", "port": free_port(), "agent_port": free_port()}
-            for _ in range(SHARDS)
-        ]
+        nodes = tuple(CubeNode("127.0.0.1", free_port(), free_port()) for _ in range(SHARDS))
         conf = self.work / "cube.conf"
-        conf.write_text(json.dumps({"dict_name": "ctr_embedding", "shard": SHARDS, "nodes": nodes}))
+        conf.write_text(CubeConf(DICT_NAME, SHARDS, nodes).to_json())
         self.say(f"starting cube: {SHARDS} shard servers + agents + transfer")
         for i, node in enumerate(nodes):
             control_port = free_port()  # loads and switches: the agent's, beside its server
@@ -185,7 +183,7 @@ class Demo:
                     "--host",
                     "127.0.0.1",
                     "--port",
-                    str(node["port"]),
+                    str(node.port),
                     "--control-port",
                     str(control_port),
                     "--shard",
@@ -203,7 +201,7 @@ class Demo:
                     "--host",
                     "127.0.0.1",
                     "--port",
-                    str(node["agent_port"]),
+                    str(node.agent_port),
                     "--shard",
                     str(i),
                     "--shard-num",
@@ -262,31 +260,31 @@ class Demo:
     def train(self) -> int:
         """Train; the newest published version (the publish gate may hold some back)."""
         from elasticctr_common.storage import open_store
+        from elasticctr_common.trainer_json import (
+            HyperParameters,
+            Runner,
+            TrainerConfig,
+            apply_settings,
+        )
         from elasticctr_common.versions import read_versions
-        from elasticctr_trainer.config import apply_settings
 
         a = self.args
-        config: dict[str, Any] = {
-            "runner": {
-                "train_data_uri": f"file://{self.data}/train",
-                "start_date_hr": a.start,
-                "end_date_hr": a.end or f"20191221/{a.hours - 1:02d}",
-                "slot_conf": str(self.slot_conf),
-                "passes": a.passes,
-                "model_uri": f"file://{self.work}/models",
-                "checkpoint_uri": f"file://{self.work}/checkpoints",
-                "eval_data_uri": f"file://{self.heldout}" if self.heldout else None,
-                "work_dir": str(self.work / "scratch"),
-                "mlflow_experiment": "demo",
-                "data_wait_seconds": 0,
-            },
-            # A small sparse_dim keeps the export quick (it scans every key).
-            "hyper_parameters": {
-                "sparse_dim": a.sparse_dim,
-                "learning_rate": 0.003,
-                "batch_size": 64,
-            },
-        }
+        runner = Runner(
+            train_data_uri=f"file://{self.data}/train",
+            start_date_hr=a.start,
+            end_date_hr=a.end or f"20191221/{a.hours - 1:02d}",
+            slot_conf=str(self.slot_conf),
+            passes=a.passes,
+            model_uri=f"file://{self.work}/models",
+            checkpoint_uri=f"file://{self.work}/checkpoints",
+            eval_data_uri=f"file://{self.heldout}" if self.heldout else None,
+            work_dir=str(self.work / "scratch"),
+            mlflow_experiment="demo",
+            data_wait_seconds=0,
+        )
+        # A small sparse_dim keeps the export quick (it scans every key).
+        hyper = HyperParameters(sparse_dim=a.sparse_dim, learning_rate=0.003, batch_size=64)
+        config = TrainerConfig(runner, hyper).to_dict()
         apply_settings(config, a.set)
         path = self.work / "trainer.json"
         path.write_text(json.dumps(config, indent=1))

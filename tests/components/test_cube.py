@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from components.cube import Cube, CubeArgs, cube_conf
+from infra.config import CubeConfig
 from tests.support.components import STORE, env_of, run_component
 from tests.support.paddle_cube import PythonMeta, cpp_meta
 
@@ -20,8 +21,8 @@ def cube_graph(shards: int, replicas: int = 1, **more: Any):
         lambda t: Cube(
             "cube",
             CubeArgs(
-                target=t, image="r.test/cube:1", store=STORE, shards=shards, replicas=replicas,
-                **more,
+                target=t, image="r.test/cube:1", store=STORE, shards=shards,
+                **{**CubeConfig().model_dump(), "replicas": replicas, **more},
             ),
         )
     )  # fmt: skip
@@ -137,9 +138,9 @@ def test_config_hash_changes_with_the_shard_list() -> None:
 
 
 def test_cube_conf_routes_key_mod_shard() -> None:
-    args = CubeArgs(target=None, image="", store=STORE, shards=4)  # type: ignore[arg-type]
-    (conf,) = cube_conf("ns", args)
-    assert conf["dict_name"] == "ctr_embedding" and conf["shard"] == len(conf["nodes"]) == 4
+    args = CubeArgs(target=None, image="", store=STORE, shards=4, **CubeConfig().model_dump())  # type: ignore[arg-type]
+    conf = cube_conf("ns", args)
+    assert conf.dict_name == "ctr_embedding" and conf.shard == len(conf.nodes) == 4
 
 
 def test_zero_shards_or_replicas_fail_before_any_child() -> None:

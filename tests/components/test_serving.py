@@ -9,6 +9,7 @@ import pytest
 
 from components.kube import KubeTarget
 from components.serving import Serving, ServingArgs
+from infra.config import ServingConfig
 from tests.support.components import STORE, env_of, run_component
 from tests.support.pulumi_harness import Graph
 
@@ -23,9 +24,9 @@ def args(target: KubeTarget, **overrides: Any) -> ServingArgs:
         cube_conf_hash="abc123",
         cube_transfer_url="http://t:8099",
         sparse_dim=1000,
-        replicas=2,
-        max_replicas=6,
+        **{**ServingConfig().model_dump(), "source_ranges": (), "auth": False},
     )
+    base = dataclasses.replace(base, replicas=2, max_replicas=6)
     return dataclasses.replace(base, **overrides)
 
 

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from elasticctr_common.trainer_json import HyperParameters, parse_config
 
 from components.kube import KubeTarget
 from components.training import Training, TrainingArgs, pserver_endpoints
@@ -25,9 +26,11 @@ def args(target: KubeTarget, **overrides: Any) -> TrainingArgs:
         cpu=2,
         mem=4,
         train_data_uri="hdfs://nn:8020/train_data",
-        start_date_hr="20191221/00",
-        end_date_hr="20191221/23",
-        sparse_dim=1000001,
+        eval_data_uri=None,
+        hyper_parameters=HyperParameters(sparse_dim=1000001),
+        runner_settings={"start_date_hr": "20191221/00", "end_date_hr": "20191221/23"},
+        queue="default",
+        node_pool="",
         mlflow_url="http://mlflow:5000",
     )
     return dataclasses.replace(base, **overrides)
@@ -86,34 +89,31 @@ def test_paddle_fleet_environment() -> None:
 
 
 def test_config_file_and_mounts() -> None:
+    runner = {
+        "mode": "online", "start_date_hr": "20191221/00", "end_date_hr": None,
+        "data_wait_seconds": 120, "online_poll_seconds": 5, "publish_margin": 0.01,
+    }  # fmt: skip
+    hyper = HyperParameters(sparse_dim=1000001, embedding_dim=11, model="dnn", embedx_threshold=7)
     job, graph = job_of(
-        mode="online", passes=3, embedding_dim=11, data_wait_seconds=120, data_poll_seconds=5,
-        model_options={"model": "dnn", "embedx_threshold": 7},
-        eval_data_uri="hdfs://nn:8020/heldout", publish_margin=0.01,
-    )  # fmt: skip
-    config = json.loads(graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]["trainer.json"])
-    assert config["runner"] == {
-        "mode": "online",
-        "train_data_uri": "hdfs://nn:8020/train_data",
-        "start_date_hr": "20191221/00",
-        "end_date_hr": None,  # online follows new hours for good
-        "slot_conf": "/etc/elasticctr/slot.conf",
-        "passes": 3,
-        "model_uri": "s3://test-bucket/models",
-        "checkpoint_uri": "s3://test-bucket/checkpoints",
-        "max_bad_line_fraction": 0.01,
-        "data_wait_seconds": 120,
-        "online_poll_seconds": 5,
-        "mlflow_experiment": "ctr",
-        "work_dir": "/var/lib/elasticctr",
-        "eval_data_uri": "hdfs://nn:8020/heldout",
-        "publish_margin": 0.01,
-        "publish_every_version": False,
-    }
-    assert config["hyper_parameters"]["embedding_dim"] == 11
-    assert config["hyper_parameters"]["model"] == "dnn"
-    assert config["hyper_parameters"]["embedx_threshold"] == 7
-    assert config["hyper_parameters"]["fc_sizes"] == [400, 400, 400]
+        runner_settings=runner, hyper_parameters=hyper, eval_data_uri="hdfs://nn:8020/heldout"
+    )
+    text = graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]["trainer.json"]
+    config = parse_config(json.loads(text))  # the trainer's own reader
+    assert config.hyper_parameters == hyper  # the whole model, fc_sizes and all
+    assert {key: getattr(config.runner, key) for key in runner} == runner
+    assert (config.runner.train_data_uri, config.runner.eval_data_uri) == (
+        "hdfs://nn:8020/train_data",
+        "hdfs://nn:8020/heldout",
+    )
+    assert config.runner.slot_conf == "/etc/elasticctr/slot.conf"
+    assert (config.runner.model_uri, config.runner.checkpoint_uri) == (
+        "s3://test-bucket/models",
+        "s3://test-bucket/checkpoints",
+    )
+    assert (config.runner.mlflow_experiment, config.runner.work_dir) == (
+        "ctr",
+        "/var/lib/elasticctr",
+    )
     pod = job["spec"]["tasks"][0]["template"]["spec"]
     sources = pod["volumes"][0]["projected"]["sources"]
     assert [s["configMap"]["name"] for s in sources] == ["training-config", "slot-conf"]
@@ -124,8 +124,8 @@ def test_config_file_and_mounts() -> None:
 
 
 def test_a_new_config_changes_the_pod_template_hash() -> None:
-    first, _ = job_of(learning_rate=0.001)
-    second, _ = job_of(learning_rate=0.002)
+    first, _ = job_of(hyper_parameters=HyperParameters(learning_rate=0.001))
+    second, _ = job_of(hyper_parameters=HyperParameters(learning_rate=0.002))
     key = "elasticctr.io/config-sha256"
     hashes = [
         j["spec"]["tasks"][0]["template"]["metadata"]["annotations"][key] for j in (first, second)

@@ -1,7 +1,10 @@
 """The contract between the program and the images, checked end to end (issue 14, item 2):
 every pod of every stack, as the program renders it, is fed to the image's own parsers:
 its args and env to the image's option parser, its mounted config files to the image's
-readers. A variable, flag or file renamed on one side only fails here, not in a pod.
+readers (trainer.json, cube.conf, slot.conf). A variable, flag, key or file renamed on one
+side only fails here, not in a pod. Then the pods are checked against each other: the
+addresses one reads (cube.conf, the transfer's URL, the agent's server) are the ports
+the other listens on.
 
 Secrets (`valueFrom`) read as a placeholder; Volcano's `env` plugin adds VC_TASK_INDEX.
 """
@@ -15,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticctr_common.contract import CubeEnv
+from elasticctr_common.contract import CubeEnv, TrainerEnv
 from elasticctr_common.slotconf import read_slot_conf
 
 from tests.support import pulumi_harness as harness
@@ -63,7 +66,7 @@ class Pod:
 
     def __init__(self, container: dict[str, Any], files: dict[str, Path]) -> None:
         self.env = {e["name"]: e.get("value", PLACEHOLDER) for e in container.get("env", [])} | {
-            "VC_TASK_INDEX": "0"
+            TrainerEnv.TASK_INDEX: "0"
         }
         self.args: list[str] = list(container.get("args") or [])
         self.files = files
@@ -86,33 +89,36 @@ class Pod:
             os.environ.update(saved)
 
 
-def check_serving(pod: Pod) -> None:
-    from elasticctr_cube.cubeconf import CubeConf
+def check_serving(pod: Pod) -> dict[str, Any]:
+    from elasticctr_common.cube.conf import CubeConf
     from elasticctr_serving.__main__ import parse_args
 
     args = pod.parse(parse_args)
-    CubeConf.load(pod.file(args.cube_conf))
+    conf = CubeConf.load(pod.file(args.cube_conf))
     assert read_slot_conf(str(pod.file(args.slot_conf)))
     assert args.sparse_dim and args.model_uri and args.cube_transfer_url
+    return {"cube_conf": conf, "transfer_url": args.cube_transfer_url}
 
 
-def check_transfer(pod: Pod) -> None:
-    from elasticctr_cube.cubeconf import CubeConf
+def check_transfer(pod: Pod) -> dict[str, Any]:
+    from elasticctr_common.cube.conf import CubeConf
     from elasticctr_cube.transfer import parse_args
 
     args = pod.parse(parse_args)
     conf = CubeConf.load(pod.file(args.cube_conf))
     assert conf.shard >= 1 and args.model_uri and args.cube_uri
+    return {"cube_conf": conf, "port": args.port}
 
 
-def check_agent(pod: Pod) -> None:
+def check_agent(pod: Pod) -> dict[str, Any]:
     from elasticctr_cube.agent import parse_args
 
     args = pod.parse(parse_args)
     assert 0 <= args.shard < args.shard_num and args.cube_uri
+    return {"port": args.port, "server": args.server, "shards": args.shard_num}
 
 
-def check_server(pod: Pod) -> None:
+def check_server(pod: Pod) -> dict[str, Any]:
     """The Python entry point adds the shard from the env; the flags are the binary's."""
     from elasticctr_cube.server import _given
 
@@ -122,19 +128,22 @@ def check_server(pod: Pod) -> None:
     usage = (Path(__file__).parents[2] / "images/cube/server/src/main.rs").read_text()
     for arg in args:
         assert f"[{arg.split('=')[0]} " in usage, f"cube-server takes no {arg}"
+    flags = dict(arg.removeprefix("--").split("=", 1) for arg in args)
+    return {"port": int(flags["port"]), "control_port": int(flags["control-port"])}
 
 
-def check_training(pod: Pod) -> None:
-    from elasticctr_trainer.config import load_config
+def check_training(pod: Pod) -> dict[str, Any]:
+    from elasticctr_common.trainer_json import load_config
     from elasticctr_trainer.roles import role_from_env
 
-    for role in ("PSERVER", "TRAINER"):  # one template per task: the env says which
-        if pod.env.get("TRAINING_ROLE") == role:
-            role_from_env(pod.env)
-    load_config(pod.file(pod.args[pod.args.index("--config") + 1]))
+    role = role_from_env(pod.env)  # one template per task: TRAINING_ROLE says which
+    config = load_config(pod.file(pod.args[pod.args.index("--config") + 1]))
+    assert read_slot_conf(str(pod.file(config.runner.slot_conf)))
+    assert config.runner.model_uri and config.runner.checkpoint_uri
+    return {"pserver": role.is_server}
 
 
-CHECKS: dict[str, Callable[[Pod], None]] = {
+CHECKS: dict[str, Callable[[Pod], dict[str, Any]]] = {
     "serving": check_serving,
     "transfer": check_transfer,
     "agent": check_agent,
@@ -144,20 +153,44 @@ CHECKS: dict[str, Callable[[Pod], None]] = {
 }
 
 
-def test_every_pod_is_read_by_its_images_own_parsers(
-    stack_graph: tuple[str, harness.Graph], tmp_path: Path
-) -> None:
-    stack, graph = stack_graph
-    checked = set()
+def read_every_pod(stack: str, graph: harness.Graph, root: Path) -> dict[str, list[Any]]:
+    """What each of the project's containers read, by container name."""
+    read: dict[str, list[Any]] = {name: [] for name in CHECKS}
     for where, pod, container in containers(graph):
         check = CHECKS.get(container["name"])
         if check is None:
             continue  # not one of this project's images (MinIO, HDFS, MLflow, Volcano)
-        root = tmp_path / where.replace("/", "_")
-        files = config_files(graph, pod, root)
+        files = config_files(graph, pod, root / where.replace("/", "_"))
         try:
-            check(Pod(container, files))
+            read[container["name"]].append(check(Pod(container, files)))
         except Exception as err:
             pytest.fail(f"{stack}: {where}: {type(err).__name__}: {err}")
-        checked.add(container["name"])
-    assert checked == set(CHECKS), f"{stack}: no pod for {set(CHECKS) - checked}"
+    return read
+
+
+def test_every_pod_is_read_by_its_images_own_parsers(
+    stack_graph: tuple[str, harness.Graph], tmp_path: Path
+) -> None:
+    stack, graph = stack_graph
+    read = read_every_pod(stack, graph, tmp_path)
+    missing = {name for name, seen in read.items() if not seen}
+    assert not missing, f"{stack}: no pod for {missing}"
+    assert {r["pserver"] for r in read["trainer"] + read["pserver"]} == {True, False}
+
+
+def test_the_pods_reach_each_other_where_they_listen(
+    stack_graph: tuple[str, harness.Graph], tmp_path: Path
+) -> None:
+    stack, graph = stack_graph
+    read = read_every_pod(stack, graph, tmp_path)
+    (server,) = {(r["port"], r["control_port"]) for r in read["server"]}
+    (agent,) = {(r["port"], r["server"], r["shards"]) for r in read["agent"]}
+    (transfer,) = read["transfer"]
+    (serving,) = {(r["cube_conf"], r["transfer_url"]) for r in read["serving"]}
+    conf, transfer_url = serving
+    assert conf == transfer["cube_conf"], f"{stack}: serving and transfer read other shards"
+    assert agent[1].endswith(f":{server[1]}"), f"{stack}: agent -> {agent[1]}, server {server}"
+    assert conf.shard == agent[2] == len(read["server"]), f"{stack}: one StatefulSet per shard"
+    ports = {(n.port, n.agent_port) for _, _, n in conf.servers()}
+    assert ports == {(server[0], agent[0])}, f"{stack}: cube.conf {ports}, pods {server} {agent}"
+    assert transfer_url.endswith(f":{transfer['port']}"), f"{stack}: {transfer_url}"

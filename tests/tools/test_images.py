@@ -155,7 +155,6 @@ def test_copy_sources_are_what_the_dockerfile_reads_from_its_context() -> None:
         "serving/parser/src",
         "common",
         "serving/requirements.txt",
-        "cube/elasticctr_cube",
         "serving/elasticctr_serving",
     ]  # not the parser library: that comes --from the build stage
     assert inputs.copy_sources(ROOT / "images" / "mlflow" / "Dockerfile") == []

@@ -33,7 +33,8 @@ EXPECTED: dict[str, tuple[str, list[str], list[str], str]] = {
     "serving": (
         "1000",
         ["python", "-m", "elasticctr_serving"],
-        ["python", "-c", "import ctypes, os, elasticctr_serving, paddle; "
+        ["python", "-c", "import ctypes, os, importlib.util, elasticctr_serving.rollout, paddle; "
+         "assert importlib.util.find_spec('elasticctr_cube') is None, 'ships elasticctr_cube'; "
          "ctypes.CDLL(os.environ['ELASTICCTR_SERVING_PARSER_LIB']); print('parser loaded')"],
         "parser loaded",
     ),

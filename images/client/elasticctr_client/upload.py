@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
 
+from elasticctr_common.contract import DONEFILE
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import open_store
 
-DONEFILE = "donefile"
 DAY, HOUR = re.compile(r"^\d{8}$"), re.compile(r"^\d{2}$")
 
 

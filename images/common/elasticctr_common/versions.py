@@ -10,9 +10,8 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
+from .contract import DONEFILE
 from .storage import Store
-
-DONEFILE = "donefile"
 
 
 class DonefileError(ValueError):

@@ -18,7 +18,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from elasticctr_common.contract import CUBE_AGENT_PORT, CUBE_SERVER_CONTROL_PORT, CubeEnv
+from elasticctr_common.contract import (
+    CUBE_AGENT_PORT,
+    CUBE_SERVER_CONTROL_PORT,
+    DATA_DIR,
+    CubeEnv,
+)
 from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import open_store
 
@@ -299,7 +304,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         p,
         "--data-dir",
         CubeEnv.DATA_DIR,
-        default="/var/lib/elasticctr/cube",
+        default=f"{DATA_DIR}/cube",
         help="local shard files (shared with the server)",
     )
     p.add_argument("--host", default="0.0.0.0")

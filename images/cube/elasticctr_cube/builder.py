@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from elasticctr_common.cube.conf import DICT_NAME
 from elasticctr_common.seqfile import SequenceFileError, read_sequence_file
 from elasticctr_common.storage import Store, open_store
 from numpy.typing import NDArray
@@ -40,7 +41,7 @@ def build(
     version: int,
     shard_num: int,
     dim: int | None = None,
-    dict_name: str = "ctr_embedding",
+    dict_name: str = DICT_NAME,
 ) -> Manifest:
     """Build every shard file of `version` into the local directory `out_dir`."""
     if shard_num < 1:
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--version", required=True, type=int)
     p.add_argument("--shards", required=True, type=int)
     p.add_argument("--dim", type=int, help="expected float32 values per key")
-    p.add_argument("--dict-name", default="ctr_embedding")
+    p.add_argument("--dict-name", default=DICT_NAME)
     args = p.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="cube-builder-") as tmp:
         try:

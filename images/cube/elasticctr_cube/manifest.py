@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from elasticctr_common.cube.conf import DICT_NAME
 from elasticctr_common.storage import Store
 
 MANIFEST = "manifest.json"
@@ -38,7 +39,7 @@ class Manifest:
     dim: int
     key_count: int
     input: str
-    dict_name: str = "ctr_embedding"
+    dict_name: str = DICT_NAME
     built_at: str = ""
     shards: list[ShardEntry] = field(default_factory=list)
     format: int = 1

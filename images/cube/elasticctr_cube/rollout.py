@@ -18,7 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from .cubeconf import CubeConf
+from elasticctr_common.cube.conf import CubeConf
+
 from .httpjson import HttpCallError, call
 
 log = logging.getLogger("cube-transfer")

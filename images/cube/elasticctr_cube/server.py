@@ -16,8 +16,7 @@ from pathlib import Path
 
 from elasticctr_common.cargo import cargo_build
 from elasticctr_common.contract import CubeEnv
-
-from .cubeconf import DEFAULT_MAX_KEYS
+from elasticctr_common.cube.conf import DEFAULT_MAX_KEYS
 
 SERVER_DIR = Path(__file__).resolve().parent.parent / "server"
 BINARY_NAME = "cube-server"

@@ -23,14 +23,21 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from elasticctr_common.contract import CUBE_TRANSFER_CONTROL_PORT, CUBE_TRANSFER_PORT, CubeEnv
+from elasticctr_common.contract import (
+    CUBE_CONF,
+    CUBE_KEEP_VERSIONS,
+    CUBE_TRANSFER_CONTROL_PORT,
+    CUBE_TRANSFER_PORT,
+    DATA_DIR,
+    CubeEnv,
+)
+from elasticctr_common.cube.conf import CubeConf
 from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import StorageError, open_store
 from elasticctr_common.versions import DonefileError, Version, read_versions
 
 from .builder import BuildError, build, publish
 from .cliargs import env_option
-from .cubeconf import CubeConf
 from .httpjson import ApiError, Handler, drain_all, serve
 from .manifest import MANIFEST, ManifestError, read_manifest, write_current
 from .rollout import Rollout, RolloutRunner
@@ -307,8 +314,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="elasticctr_cube transfer", description=__doc__)
     env_option(p, "--model-uri", CubeEnv.MODEL_URI, help="where the trainer's donefile is")
     env_option(p, "--cube-uri", CubeEnv.CUBE_URI, help="where built versions are published")
-    env_option(p, "--cube-conf", CubeEnv.CUBE_CONF, default="/etc/elasticctr/cube.conf")
-    env_option(p, "--work-dir", CubeEnv.WORK_DIR, default="/var/lib/elasticctr/cube-transfer")
+    env_option(p, "--cube-conf", CubeEnv.CUBE_CONF, default=CUBE_CONF)
+    env_option(p, "--work-dir", CubeEnv.WORK_DIR, default=f"{DATA_DIR}/cube-transfer")
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=CUBE_TRANSFER_PORT)
     p.add_argument("--control-host", default="127.0.0.1", help="the control port's address")
@@ -320,7 +327,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--keep",
         CubeEnv.KEEP_VERSIONS,
         type=int,
-        default=3,
+        default=CUBE_KEEP_VERSIONS,
         help="committed versions kept for rollback",
     )
     p.add_argument("--poll-seconds", type=float, default=10.0)

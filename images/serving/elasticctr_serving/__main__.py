@@ -12,7 +12,7 @@ import logging
 import os
 import sys
 
-from elasticctr_common.contract import SERVING_PORT, ServingEnv
+from elasticctr_common.contract import CUBE_CONF, SERVING_PORT, ServingEnv
 from elasticctr_common.logs import log_info_to_stderr
 
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
@@ -24,7 +24,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=SERVING_PORT)
     p.add_argument("--model-uri", default=env(ServingEnv.MODEL_URI), help="the trainer's model URI")
-    p.add_argument("--cube-conf", default=env(ServingEnv.CUBE_CONF, "/etc/elasticctr/cube.conf"))
+    p.add_argument("--cube-conf", default=env(ServingEnv.CUBE_CONF, CUBE_CONF))
     p.add_argument(
         "--cube-transfer-url",
         default=env(ServingEnv.CUBE_TRANSFER_URL, ""),
@@ -89,11 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("GLOG_minloglevel", "2")  # Paddle's C++ info logs, per predictor
 
     from aiohttp import web
+    from elasticctr_common.cube.client import CubeClient
+    from elasticctr_common.cube.conf import CubeConf
     from elasticctr_common.shutdown import DRAIN_SECONDS
     from elasticctr_common.slotconf import read_slot_conf
     from elasticctr_common.storage import open_store
-    from elasticctr_cube.client import CubeClient
-    from elasticctr_cube.cubeconf import CubeConf
 
     from .app import ServingApp
     from .batcher import Batcher

@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from elasticctr_cube.client import CubeClient, CubeError, CubeRequestError, CubeVersionError
+from elasticctr_common.cube.client import CubeClient, CubeError, CubeRequestError, CubeVersionError
 from numpy.typing import NDArray
 
 from .instances import BadRequest, Parsed, merge

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from elasticctr_common.cube.client import CubeClient, CubeError
+from elasticctr_common.cube.conf import CubeConf
 from elasticctr_common.storage import Store
-from elasticctr_cube.client import CubeClient, CubeError
-from elasticctr_cube.cubeconf import CubeConf
 
 from .metrics import ServingMetrics
 from .model import DenseModel, ModelError, load_model

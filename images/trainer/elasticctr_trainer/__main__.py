@@ -8,6 +8,7 @@ import os
 import sys
 
 from elasticctr_common.logs import log_info_to_stderr
+from elasticctr_common.trainer_json import HyperParameters
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,7 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         help="also fit logistic regressions (ids; ids + the interacting pair) and print "
         "their held-out AUC (needs scipy)",
     )  # fmt: skip
-    gen.add_argument("--sparse-dim", type=int, default=1000001, help="for --baselines")
+    gen.add_argument(
+        "--sparse-dim", type=int, default=HyperParameters.sparse_dim, help="for --baselines"
+    )
     gen.add_argument("--max-vocab", type=int, default=100_000, help="realistic: largest slot")
     gen.add_argument("--slots", type=int, default=8)
     gen.add_argument(
@@ -59,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     log_info_to_stderr("elasticctr_trainer")
     if args.command == "run":
-        from .config import load_config
+        from elasticctr_common.trainer_json import load_config
+
         from .roles import role_from_env
 
         config, role = load_config(args.config), role_from_env()

@@ -18,10 +18,11 @@ from typing import Any, Protocol
 
 import numpy as np
 from elasticctr_common.storage import Store, open_store
+from elasticctr_common.trainer_json import parse_hour
 from numpy.typing import NDArray
 
 from . import realistic
-from .hours import format_hour, parse_hour
+from .hours import format_hour
 from .metrics import auc
 from .realistic import RealisticModel
 

@@ -12,18 +12,11 @@ import time
 from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
+from elasticctr_common.contract import DONEFILE, HOUR_FORMAT
 from elasticctr_common.storage import Store
+from elasticctr_common.trainer_json import parse_hour
 
 log = logging.getLogger(__name__)
-HOUR_FORMAT = "%Y%m%d/%H"
-DONEFILE = "donefile"
-
-
-def parse_hour(text: str) -> datetime:
-    try:
-        return datetime.strptime(text, HOUR_FORMAT)
-    except ValueError:
-        raise ValueError(f"expected YYYYMMDD/HH, got {text!r}") from None
 
 
 def format_hour(hour: datetime) -> str:

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from elasticctr_common.contract import TrainerEnv
+
 SHUTDOWN_GRACE_SECONDS = 30.0
 FAILURE_GRACE_SECONDS = 10.0
 
@@ -33,17 +35,17 @@ def free_ports(count: int) -> list[int]:
 
 def process_envs(pservers: int, trainers: int, ports: list[int]) -> dict[str, dict[str, str]]:
     common = {
-        "PADDLE_PSERVERS_IP_PORT_LIST": ",".join(f"localhost:{p}" for p in ports),
-        "PADDLE_TRAINERS_NUM": str(trainers),
+        TrainerEnv.PSERVERS: ",".join(f"localhost:{p}" for p in ports),
+        TrainerEnv.TRAINERS_NUM: str(trainers),
     }
     envs = {}
     for i, port in enumerate(ports[:pservers]):
         envs[f"pserver-{i}"] = {
-            **common, "TRAINING_ROLE": "PSERVER", "PADDLE_PSERVER_ID": str(i),
-            "PADDLE_PORT": str(port), "POD_IP": "127.0.0.1",
+            **common, TrainerEnv.ROLE: "PSERVER", TrainerEnv.PSERVER_ID: str(i),
+            TrainerEnv.PSERVER_PORT: str(port), TrainerEnv.POD_IP: "127.0.0.1",
         }  # fmt: skip
     for i in range(trainers):
-        envs[f"trainer-{i}"] = {**common, "TRAINING_ROLE": "TRAINER", "PADDLE_TRAINER_ID": str(i)}
+        envs[f"trainer-{i}"] = {**common, TrainerEnv.ROLE: "TRAINER", TrainerEnv.TRAINER_ID: str(i)}
     return envs
 
 

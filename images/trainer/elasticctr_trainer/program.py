@@ -4,11 +4,11 @@ must build the same program so they agree on the tables)."""
 from __future__ import annotations
 
 import paddle
+from elasticctr_common.trainer_json import HyperParameters
 from paddle.distributed import fleet
 from paddle.distributed.fleet.base.role_maker import Role as FleetRole
 from paddle.distributed.fleet.base.role_maker import UserDefinedRoleMaker
 
-from .config import HyperParameters
 from .model import AccessorParams, CtrDnn, async_strategy, build_ctr_dnn
 from .roles import Role
 

@@ -16,10 +16,10 @@ import sys
 
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import open_store
+from elasticctr_common.trainer_json import TrainerConfig
 from paddle.distributed import fleet
 
 from . import checkpoint as ckpt
-from .config import TrainerConfig
 from .program import build_training_program, init_fleet
 from .roles import Role
 

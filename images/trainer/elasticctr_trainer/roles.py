@@ -16,6 +16,8 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from elasticctr_common.contract import TrainerEnv
+
 
 class RoleError(ValueError):
     """The training environment is missing or inconsistent; the message names the variable."""
@@ -56,7 +58,7 @@ def _int(name: str, text: str, minimum: int = 0) -> int:
 
 
 def _index(env: Mapping[str, str], explicit: str, count: int, what: str) -> int:
-    given = {n: env[n].strip() for n in (explicit, "VC_TASK_INDEX") if env.get(n, "").strip()}
+    given = {n: env[n].strip() for n in (explicit, TrainerEnv.TASK_INDEX) if env.get(n, "").strip()}
     if not given:
         raise RoleError(f"neither {explicit} nor VC_TASK_INDEX is set: which {what} is this?")
     values = {n: _int(n, v) for n, v in given.items()}
@@ -83,23 +85,23 @@ def parse_endpoints(text: str) -> list[str]:
 
 def role_from_env(env: Mapping[str, str] | None = None) -> Role:
     env = os.environ if env is None else env
-    training_role = _require(env, "TRAINING_ROLE")
+    training_role = _require(env, TrainerEnv.ROLE)
     if training_role not in ("PSERVER", "TRAINER"):
         raise RoleError(f"TRAINING_ROLE={training_role!r}: expected PSERVER or TRAINER")
-    endpoints = parse_endpoints(_require(env, "PADDLE_PSERVERS_IP_PORT_LIST"))
-    trainers = _int("PADDLE_TRAINERS_NUM", _require(env, "PADDLE_TRAINERS_NUM"), minimum=1)
+    endpoints = parse_endpoints(_require(env, TrainerEnv.PSERVERS))
+    trainers = _int(TrainerEnv.TRAINERS_NUM, _require(env, TrainerEnv.TRAINERS_NUM), minimum=1)
     if training_role == "TRAINER":
-        index = _index(env, "PADDLE_TRAINER_ID", trainers, "trainer")
+        index = _index(env, TrainerEnv.TRAINER_ID, trainers, "trainer")
         return Role(False, index, endpoints, trainers)
-    index = _index(env, "PADDLE_PSERVER_ID", len(endpoints), "pserver")
+    index = _index(env, TrainerEnv.PSERVER_ID, len(endpoints), "pserver")
     own_port = endpoints[index].rsplit(":", 1)[1]
-    port = env.get("PADDLE_PORT", "").strip()
+    port = env.get(TrainerEnv.PSERVER_PORT, "").strip()
     if port and port != own_port:
         raise RoleError(
             f"PADDLE_PORT={port} but this pserver's entry in PADDLE_PSERVERS_IP_PORT_LIST "
             f"is {endpoints[index]}"
         )
-    bind_host = env.get("POD_IP", "").strip() or None
+    bind_host = env.get(TrainerEnv.POD_IP, "").strip() or None
     return Role(True, index, endpoints, trainers, bind_host=bind_host)
 
 

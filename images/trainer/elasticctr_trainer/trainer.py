@@ -32,12 +32,12 @@ import numpy as np
 import paddle
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import Store, open_store
+from elasticctr_common.trainer_json import TrainerConfig
 from elasticctr_common.versions import read_versions
 from numpy.typing import NDArray
 from paddle.distributed import fleet
 
 from . import checkpoint as ckpt
-from .config import TrainerConfig
 from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
 from .hours import next_hour, wait_for_hours, wait_for_range

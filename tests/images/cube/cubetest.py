@@ -11,11 +11,11 @@ import time
 from pathlib import Path
 
 import numpy as np
+from elasticctr_common.cube.client import CubeClient
+from elasticctr_common.cube.conf import CubeConf, CubeNode
 from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
-from elasticctr_cube.client import CubeClient
-from elasticctr_cube.cubeconf import CubeConf, CubeNode
 from elasticctr_cube.httpjson import HttpCallError, call
 
 REPO = Path(__file__).resolve().parents[3]

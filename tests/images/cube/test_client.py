@@ -8,8 +8,8 @@ import time
 
 import numpy as np
 import pytest
-from elasticctr_cube.client import CubeClient, CubeUnavailable, CubeVersionError
-from elasticctr_cube.cubeconf import CubeConf, CubeConfError, CubeNode
+from elasticctr_common.cube.client import CubeClient, CubeUnavailable, CubeVersionError
+from elasticctr_common.cube.conf import CubeConf, CubeConfError, CubeNode
 from elasticctr_cube.shardfile import write_shard_file
 
 from tests.images.cube.cubetest import (

@@ -10,8 +10,13 @@ from typing import Any
 
 import numpy as np
 import pytest
-from elasticctr_cube.client import CubeClient, CubeRequestError, CubeUnavailable, CubeVersionError
-from elasticctr_cube.cubeconf import CubeConf, CubeNode
+from elasticctr_common.cube.client import (
+    CubeClient,
+    CubeRequestError,
+    CubeUnavailable,
+    CubeVersionError,
+)
+from elasticctr_common.cube.conf import CubeConf, CubeNode
 from elasticctr_cube.httpjson import HttpCallError, call
 from elasticctr_cube.shardfile import write_shard_file
 

@@ -9,7 +9,7 @@ import socket
 import time
 
 import pytest
-from elasticctr_cube.cubeconf import CubeConf
+from elasticctr_common.cube.conf import CubeConf
 from elasticctr_cube.rollout import RolloutRunner
 from elasticctr_cube.transfer import Transfer, _with_storage_retry
 

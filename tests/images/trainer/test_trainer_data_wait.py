@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 from elasticctr_common.storage import open_store
-from elasticctr_trainer.config import ConfigError, parse_config
+from elasticctr_common.trainer_json import ConfigError, parse_config
 from elasticctr_trainer.hours import wait_for_range
 from elasticctr_trainer.metrics import MetricsLogger
 from elasticctr_trainer.trainer import offline_hours

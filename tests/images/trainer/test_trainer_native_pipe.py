@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from elasticctr_trainer.config import load_config
+from elasticctr_common.trainer_json import load_config
 from elasticctr_trainer.pipe import NATIVE_PIPE_ENV, build_native_pipe
 from elasticctr_trainer.trainer import pipe_command
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 from elasticctr_common.storage import open_store
+from elasticctr_common.trainer_json import HyperParameters, parse_config
 from elasticctr_common.versions import Version, append_version, read_versions
 from elasticctr_trainer import realistic
-from elasticctr_trainer.config import HyperParameters, parse_config
 from elasticctr_trainer.export import PreparedVersion, held_back_versions, publish_version
 from elasticctr_trainer.generate import baseline_aucs, generate_realistic
 from elasticctr_trainer.roles import Role

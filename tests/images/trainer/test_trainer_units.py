@@ -15,7 +15,7 @@ import pytest
 from elasticctr_common.seqfile import SYNC_INTERVAL, SequenceFileWriter
 from elasticctr_common.seqfile import read_sequence_file as shared_reader
 from elasticctr_common.storage import open_store
-from elasticctr_trainer.config import ConfigError, parse_config
+from elasticctr_common.trainer_json import ConfigError, parse_config
 from elasticctr_trainer.hours import hour_range, ready_hours, wait_for_hours
 from elasticctr_trainer.metrics import auc, auc_from_histograms
 from elasticctr_trainer.modelcheck import check_model

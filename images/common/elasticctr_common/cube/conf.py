@@ -22,14 +22,18 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast, get_args
 
-from elasticctr_common.contract import CUBE_AGENT_PORT, CUBE_SERVER_PORT
+from ..contract import CUBE_AGENT_PORT, CUBE_SERVER_PORT
 
 DEFAULT_SERVER_PORT = CUBE_SERVER_PORT
 DEFAULT_AGENT_PORT = CUBE_AGENT_PORT
-DEFAULT_MAX_KEYS = 100_000  # keys per request a cube-server takes (its --max-keys)
-LOAD_BALANCERS = ("rr", "random", "la")  # brpc's names: round robin, random, locality-aware
+# Keys per request a cube-server takes (its --max-keys, set by the program from cube.conf's).
+DEFAULT_MAX_KEYS = 100_000
+DICT_NAME = "ctr_embedding"  # the one dict: the sparse embeddings
+# brpc's names: round robin, random, locality-aware (the lowest recent latency).
+LoadBalancer = Literal["rr", "random", "la"]
+LOAD_BALANCERS: tuple[str, ...] = get_args(LoadBalancer)
 TYPES = ("ipport", "ipport_list")
 
 
@@ -56,6 +60,10 @@ class CubeNode:
 
 @dataclass(frozen=True)
 class CubeConf:
+    """One dict of cube.conf. The Pulumi program writes it (components/cube.py: `to_json`),
+    cube-transfer and serving read it (`load`); its defaults are the stack's (infra/config.py
+    takes them from here)."""
+
     dict_name: str
     shard: int
     nodes: tuple[CubeNode, ...]  # per shard: its one address (Paddle's Python client)
@@ -63,7 +71,7 @@ class CubeConf:
     timeout_ms: int = 1000  # one seek, retries and hedged requests included
     retry: int = 2  # further attempts per shard after a failure, on another replica
     backup_request_ms: int = 100  # ask another replica when one has not answered; 0: never
-    load_balancer: str = "rr"
+    load_balancer: LoadBalancer = "rr"
     max_keys: int = DEFAULT_MAX_KEYS
 
     def __post_init__(self) -> None:
@@ -103,7 +111,7 @@ class CubeConf:
         kind = str(raw.get("type", "ipport"))
         if kind not in TYPES:
             raise ValueError(f"type {kind!r} is not one of {TYPES}")
-        balancer = str(raw.get("load_balancer", "rr"))
+        balancer = str(raw.get("load_balancer", cls.load_balancer))
         if balancer not in LOAD_BALANCERS:
             raise ValueError(f"load_balancer {balancer!r} is not one of {LOAD_BALANCERS}")
         nodes, replicas = [], []
@@ -126,14 +134,14 @@ class CubeConf:
             counts = [len(group) for group in replicas]
             raise ValueError(f"dup is {dup} but the shards list {counts} replicas")
         conf = cls(
-            str(raw.get("dict_name", "ctr_embedding")),
+            str(raw.get("dict_name", DICT_NAME)),
             shard,
             tuple(nodes),
             tuple(replicas),
-            timeout_ms=int(raw.get("timeout", 1000)),
-            retry=int(raw.get("retry", 2)),
-            backup_request_ms=int(raw.get("backup_request", 100)),
-            load_balancer=balancer,
+            timeout_ms=int(raw.get("timeout", cls.timeout_ms)),
+            retry=int(raw.get("retry", cls.retry)),
+            backup_request_ms=int(raw.get("backup_request", cls.backup_request_ms)),
+            load_balancer=cast(LoadBalancer, balancer),  # one of LOAD_BALANCERS: checked
             max_keys=int(raw.get("max_keys", DEFAULT_MAX_KEYS)),
         )
         if conf.timeout_ms < 1 or conf.retry < 0 or conf.backup_request_ms < 0 or conf.max_keys < 1:

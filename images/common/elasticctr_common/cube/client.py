@@ -6,7 +6,7 @@ one replica of each, over persistent per-thread connections (all requests are se
 before any answer is read, so the shards work in parallel), and assembles the answers in
 key order. Missing keys come back as zero vectors and are counted.
 
-Replicas, as cube.conf's fields say, like Paddle's brpc client does (cubeconf.py):
+Replicas, as cube.conf's fields say, like Paddle's brpc client does (conf.py):
 - `load_balancer` picks the replica: rr (round robin), random, or la (the lowest recent
   latency); a replica that failed is tried last for a second.
 - `timeout` bounds the whole seek; within it a shard whose replica fails (connection
@@ -37,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from . import protocol
-from .cubeconf import CubeConf, CubeNode
+from .conf import CubeConf, CubeNode
 
 DOWN_SECONDS = 1.0  # a replica that failed is tried last for this long
 RETRY_PAUSE = 0.05  # before asking a replica again that said "not ready"

@@ -1,18 +1,25 @@
 """trainer.json (docs/architecture.md): a `runner` part (I/O, mode, passes) and a
-`hyper_parameters` part (the model). Unknown keys are an error, so a typo is never
-silently ignored; every default is written once, here.
+`hyper_parameters` part (the model). The Pulumi program writes it (components/training.py,
+`TrainerConfig.to_json`), the trainer image reads it (`load_config`); the demo, the
+benchmarks and the tests write and read it with the same types. Unknown keys are an
+error, so a typo is never silently ignored. Every default is written once, here: the stack
+model (infra/config.py) takes its training defaults from these classes.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, get_args
 
-from .hours import parse_hour
+from .contract import DATA_DIR, HOUR_FORMAT
 
-MODELS = ("wide_deep", "dnn")
+Mode = Literal["offline", "online"]
+Model = Literal["wide_deep", "dnn"]
+MODES: tuple[str, ...] = get_args(Mode)
+MODELS: tuple[str, ...] = get_args(Model)
 
 
 class ConfigError(ValueError):
@@ -26,7 +33,7 @@ class Runner:
     slot_conf: str
     model_uri: str
     checkpoint_uri: str
-    mode: str = "offline"  # offline: train START..END `passes` times; online: one pass per hour
+    mode: Mode = "offline"  # offline: train START..END `passes` times; online: one pass per hour
     end_date_hr: str | None = None  # required offline; online stops after it when set
     passes: int = 1
     max_bad_line_fraction: float = 0.01
@@ -34,7 +41,7 @@ class Runner:
     max_abs_weight: float = 10.0
     mlflow_experiment: str = "elasticctr"
     eval_data_uri: str | None = None  # trainer 0 evaluates and saves predictions per version
-    work_dir: str = "/var/lib/elasticctr"  # local scratch: staged data, checkpoint shards
+    work_dir: str = DATA_DIR  # local scratch: staged data, checkpoint shards
     thread_num: int = 1  # Paddle dataset reader/trainer threads per trainer
     online_poll_seconds: float = 60.0  # also offline, while waiting for the data
     # Offline: how long to wait for END's donefile before training the hours that are ready.
@@ -55,7 +62,7 @@ class HyperParameters:
     batch_size: int = 32
     sparse_learning_rate: float = 0.05  # AdaGrad of the sparse table (CTR accessor)
     sparse_initial_range: float = 0.0001
-    model: str = "wide_deep"  # or "dnn" (model.py)
+    model: Model = "wide_deep"  # or "dnn" (model.py)
     # The CTR accessor (model.py): an id's score is (shows - clicks) * nonclk_coeff + clicks *
     # click_coeff; with both 1 it counts shows. Below embedx_threshold an id has only its
     # per-id weight (embed_w), no embedding vector. After every pass the scores decay by
@@ -74,6 +81,24 @@ class HyperParameters:
 class TrainerConfig:
     runner: Runner
     hyper_parameters: HyperParameters
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def to_json(self) -> str:
+        """trainer.json's text; checked as the trainer checks it, so the program never
+        writes a file the image refuses."""
+        data = self.to_dict()
+        parse_config(data)
+        return json.dumps(data, indent=2)
+
+
+def parse_hour(text: str) -> datetime:
+    """A date-hour YYYYMMDD/HH (an hour directory's name, data.start/end)."""
+    try:
+        return datetime.strptime(text, HOUR_FORMAT)
+    except ValueError:
+        raise ValueError(f"expected YYYYMMDD/HH, got {text!r}") from None
 
 
 def _build(cls: type, section: str, data: Any) -> Any:
@@ -102,8 +127,8 @@ def parse_config(data: Any) -> TrainerConfig:
 
 
 def _check(runner: Runner, hyper: HyperParameters) -> None:
-    if runner.mode not in ("offline", "online"):
-        raise ConfigError(f"runner.mode: expected offline or online, got {runner.mode!r}")
+    if runner.mode not in MODES:
+        raise ConfigError(f"runner.mode: expected {' or '.join(MODES)}, got {runner.mode!r}")
     for key in ("start_date_hr", "end_date_hr"):
         value = getattr(runner, key)
         if value is not None:
