@@ -45,11 +45,12 @@ class Stack:
 def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = "5",
                 server_args: tuple[str, ...] = (), replicas: int = 1,
                 transfer_args: tuple[str, ...] = (),
-                serving_env: dict[str, str] | None = None) -> Stack:  # fmt: skip
-    """3 cube shards (of `replicas` servers each) + transfer + serving, version 1 served."""
+                serving_env: dict[str, str] | None = None, **conf) -> Stack:  # fmt: skip
+    """3 cube shards (of `replicas` servers each) + transfer + serving, version 1 served;
+    `conf`: cube.conf settings (CubeConf's fields)."""
     cluster = CubeCluster(procs, root, 3, ["--max-attempts", "1", "--unload-previous-after",
                                            unload_after, *transfer_args], replicas,
-                          server_args)  # fmt: skip
+                          server_args, **conf)  # fmt: skip
     spec = publish(cluster, [1])
     cluster.wait_result(1)
     serving = Serving(procs, "serving", cluster, *serving_args, env=serving_env)
