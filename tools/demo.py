@@ -333,10 +333,8 @@ class Demo:
                 str(conf),
                 "--cube-transfer-url",
                 self.transfer_url,
-                "--slot-conf",
-                str(self.slot_conf),
-                "--sparse-dim",
-                str(self.args.sparse_dim),
+                # No --slot-conf or --sparse-dim: each version's meta.json has the ones it
+                # was trained with (a --set hyper_parameters.sparse_dim included).
                 "--poll-seconds",
                 "0.5",
             ),
