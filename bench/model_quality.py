@@ -61,7 +61,8 @@ def generate(out: Path, seed: int, size: dict[str, int]) -> dict[str, Any]:
 
 
 def trainer_config(data: Path, work: Path, hours: int, passes: int, overrides: list[str]) -> Path:
-    from elasticctr_trainer.hours import format_hour, parse_hour
+    from elasticctr_common.trainer_json import parse_hour
+    from elasticctr_trainer.hours import format_hour
 
     end = format_hour(parse_hour(START) + timedelta(hours=hours - 1))
     config: dict[str, dict[str, Any]] = {
