@@ -51,6 +51,9 @@ class HostView:
     links: list[str]
     mounts: list[str]
     paths: dict[str, bool]
+    # Daemons already running (another control plane of this machine's user, say) are not
+    # the cluster's to stop: only those it started count as left.
+    daemons: list[str]
 
     @classmethod
     def take(cls) -> HostView:
@@ -64,6 +67,7 @@ class HostView:
                 line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()
             ),
             paths={p: Path(p).exists() for p in host.PATHS},
+            daemons=_daemons_running(),
         )
 
 
@@ -115,7 +119,7 @@ def differences(before: HostView, after: HostView) -> list[str]:
     for path, existed in before.paths.items():
         if after.paths.get(path) != existed:
             found.append(f"path {path}: existed {existed}, now {after.paths.get(path)}")
-    found += [f"process left: {p}" for p in _daemons_running()]
+    found += [f"process left: {p}" for p in after.daemons if p not in before.daemons]
     for cidr in (POD_CIDR, SERVICE_CIDR):
         entries = subprocess.run(
             ["conntrack", "-L", "-d", cidr], capture_output=True, text=True, check=False

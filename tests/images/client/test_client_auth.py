@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import secrets
+import string
 
 import pytest
 
@@ -13,7 +14,10 @@ from tests.images.serving.conftest import start_stack
 from tests.images.serving.servingtest import Processes
 
 pytestmark = pytest.mark.slow
-TOKEN = secrets.token_urlsafe(30)
+# As the stack makes it (components/generated_secret.py): letters and digits. A token of
+# token_urlsafe's alphabet may start with "-", which argparse takes for an option after
+# --token (a user's own token like that goes as --token=-...; tested below).
+TOKEN = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(40))
 LINE = "1 1 5:101 7:102\n"
 
 
@@ -55,3 +59,10 @@ def test_the_token_from_a_flag_or_the_environment(guarded, lines, where):
     done = run_client(*flag, "predict", lines, "--serving-url", guarded.serving.url,
                       "--no-progress", env=env)  # fmt: skip
     assert done.returncode == 0 and "examples: 3" in done.stdout, done.stderr
+
+
+def test_a_token_that_looks_like_an_option(guarded, lines):
+    """--token=VALUE takes any value; serving refuses the wrong one with 401."""
+    done = run_client("--token=-" + TOKEN[1:], "predict", lines, "--serving-url",
+                      guarded.serving.url, "--no-progress")  # fmt: skip
+    assert done.returncode == 1 and "serving answered 401" in done.stderr, done.stderr

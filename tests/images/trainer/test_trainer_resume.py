@@ -8,10 +8,12 @@ import os
 import signal
 
 import pytest
+from elasticctr_trainer.pipe import NATIVE_PIPE_ENV
 
 from tests.images.trainer.trainertest import (
     LocalJob,
     has_descendant,
+    native_pipe_bin,
     run_job,
     wait_for,
     write_config,
@@ -34,14 +36,30 @@ def test_killed_trainer_resumes_from_checkpoint(synthetic, tmp_path):
     config = write_config(tmp_path / "trainer.json", runner)
     index = tmp_path / "checkpoints" / "index"
 
-    first = LocalJob(config, tmp_path / "logs-1", pservers=1, trainers=2)
+    # Pass 2 is held inside train_from_dataset: once pass 1's checkpoint is indexed (trainer
+    # 0 does it before any trainer starts pass 2), the dataset pipe waits instead of reading.
+    # So the kill lands mid-pass 2 whatever the machine's load (a native pipe is through a
+    # pass's file in milliseconds; waiting to catch it running failed CI).
+    held = tmp_path / "pass-held"  # the marker the test looks for: only a held pipe runs it
+    held.write_text("#!/bin/sh\nsleep 600\n")
+    wrapper = tmp_path / "pipe-wrapper"
+    wrapper.write_text(
+        f'#!/bin/sh\nif [ -e {index} ]; then exec {held}; fi\nexec {native_pipe_bin()} "$@"\n'
+    )
+    for script in (held, wrapper):
+        script.chmod(0o755)
+    first = LocalJob(config, tmp_path / "logs-1", pservers=1, trainers=2,
+                     env={NATIVE_PIPE_ENV: str(wrapper)})  # fmt: skip
+
+    def held_in_pass_2() -> bool:
+        assert first.proc.poll() is None, f"the job ended early:\n{first.output()}"
+        pid_file = first.log_dir / "trainer-1.pid"
+        return pid_file.exists() and has_descendant(int(pid_file.read_text()), b"pass-held")
+
     try:
-        wait_for(index.exists, timeout=300, what="the checkpoint of pass 1")
-        wait_for(lambda: '"pass_start", "pass": 2' in first.log("trainer-1"), 300, "pass 2")
-        # Inside train_from_dataset of pass 2: its dataset pipe is running (a fixed sleep
-        # here landed before or after the pass depending on the machine's load).
+        wait_for(held_in_pass_2, 600, "trainer 1 inside pass 2 (its pipe held)")
         trainer_1 = first.pid("trainer-1")
-        wait_for(lambda: has_descendant(trainer_1, b"elasticctr_trainer.pipe"), 120, "pipe")
+        assert '"pass_start", "pass": 2' in first.log("trainer-1")
         os.killpg(trainer_1, signal.SIGKILL)
         assert first.wait(timeout=120) == 1
     finally:
