@@ -16,7 +16,10 @@ optimisation on, but without `fc_fuse_pass`, whose fused `fc` kernel was 5x slow
 the `matmul` + `elementwise_add` it replaces; oneDNN for the matrix products only (its
 kernels for concat, add, relu and softmax cost ~150 µs per call in set-up, 40% of a
 batch-1 call); one math thread per predictor (the workers are the parallelism).
-Input and output handles are looked up once per predictor.
+A batch of one example runs on a second predictor without oneDNN: its matrix products
+cost ~110 µs of set-up per call there (235 -> 125 µs per call), but Paddle's own `mul`
+kernel is slower from 2 examples up (bench/serving_predictor.py). Input and output handles
+are looked up once per predictor.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -54,18 +57,23 @@ class DenseModel:
     predictors: list[paddle_infer.Predictor]  # one per batch worker
     loaded_at: float
     load_seconds: float
+    # One per batch worker, for batches of one example (oneDNN off); none: `predictors`.
+    single: list[paddle_infer.Predictor] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self._handles: dict[int, tuple[list[paddle_infer.Tensor], paddle_infer.Tensor]] = {}
+        self._handles: dict[
+            tuple[int, bool], tuple[list[paddle_infer.Tensor], paddle_infer.Tensor]
+        ] = {}
 
     def predict(self, worker: int, pooled: NDArray[np.float32]) -> NDArray[np.float32]:
         """[slots, n, dim] pooled embeddings -> [n, 2] class probabilities."""
-        predictor = self.predictors[worker]
-        handles = self._handles.get(worker)
+        one = pooled.shape[1] == 1 and bool(self.single)
+        predictor = self.single[worker] if one else self.predictors[worker]
+        handles = self._handles.get((worker, one))
         if handles is None:  # looked up once per predictor: a lookup costs as much as a copy
             inputs = [predictor.get_input_handle(name) for name in self.meta["feed_names"]]
             output = predictor.get_output_handle(self._output_name(predictor))
-            handles = self._handles[worker] = (inputs, output)
+            handles = self._handles[worker, one] = (inputs, output)
         inputs, output = handles
         for handle, values in zip(inputs, pooled, strict=True):
             handle.copy_from_cpu(values)  # sets the shape too
@@ -121,6 +129,8 @@ def load_model(
     _check_in_child(version, meta, program, params)
     first = _create_predictor(version, program, params)
     predictors = [first] + [first.clone() for _ in range(workers - 1)]
+    first_single = _create_predictor(version, program, params, onednn=False)
+    single = [first_single] + [first_single.clone() for _ in range(workers - 1)]
     model = DenseModel(
         version=version,
         meta=meta,
@@ -129,6 +139,7 @@ def load_model(
         predictors=predictors,
         loaded_at=time.time(),
         load_seconds=0.0,
+        single=single,
     )
     _smoke_test(model)
     model.load_seconds = time.monotonic() - started
@@ -147,7 +158,8 @@ ONEDNN_FUSES = (
 )
 
 
-def _create_predictor(version: int, program: bytes, params: bytes) -> paddle_infer.Predictor:
+def predictor_config(program: bytes, params: bytes, onednn: bool = True) -> paddle_infer.Config:
+    """Serving's predictor options (the module doc); `onednn=False`: the batch-1 predictor."""
     config = paddle_infer.Config()
     config.set_model_buffer(program, len(program), params, len(params))
     config.disable_gpu()
@@ -155,12 +167,22 @@ def _create_predictor(version: int, program: bytes, params: bytes) -> paddle_inf
     config.set_cpu_math_library_num_threads(1)
     config.switch_ir_optim(True)
     config.delete_pass("fc_fuse_pass")
-    # oneDNN (on by default) for the matrix products only: its other kernels cost more to
-    # set up per call than they compute here (and its fuses need them: deleted too).
-    config.set_mkldnn_op(set(ONEDNN_OPS))
-    for name in ONEDNN_FUSES:
-        config.delete_pass(name)
+    if onednn:
+        # oneDNN (on by default) for the matrix products only: its other kernels cost more
+        # to set up per call than they compute here (and its fuses need them: deleted too).
+        config.set_mkldnn_op(set(ONEDNN_OPS))
+        for name in ONEDNN_FUSES:
+            config.delete_pass(name)
+    else:
+        config.disable_mkldnn()
     config.enable_memory_optim()
+    return config
+
+
+def _create_predictor(
+    version: int, program: bytes, params: bytes, onednn: bool = True
+) -> paddle_infer.Predictor:
+    config = predictor_config(program, params, onednn)
     try:
         return paddle_infer.create_predictor(config)
     except Exception as err:  # Paddle raises its own error types for a corrupt program
@@ -174,16 +196,17 @@ def _smoke_test(model: DenseModel) -> None:
     absent = [n for n in model.meta["feed_names"] if n not in inputs]
     if absent:
         raise ModelError(f"version {model.version}: the program has no input(s) {absent}")
-    probe = np.zeros((len(model.space.slots), 2, model.embedding_dim), dtype=np.float32)
-    try:
-        out = model.predict(0, probe)
-    except Exception as err:
-        raise ModelError(f"version {model.version}: a probe prediction failed: {err}") from None
-    if out.shape != (2, 2) or not np.all(np.isfinite(out)):
-        raise ModelError(
-            f"version {model.version}: a probe prediction gave shape {out.shape}, "
-            f"expected (2, 2) finite probabilities"
-        )
+    for n in (2, 1):  # both predictors: batch 1 runs on its own
+        probe = np.zeros((len(model.space.slots), n, model.embedding_dim), dtype=np.float32)
+        try:
+            out = model.predict(0, probe)
+        except Exception as err:
+            raise ModelError(f"version {model.version}: a probe prediction failed: {err}") from None
+        if out.shape != (n, 2) or not np.all(np.isfinite(out)):
+            raise ModelError(
+                f"version {model.version}: a probe prediction gave shape {out.shape}, "
+                f"expected ({n}, 2) finite probabilities"
+            )
 
 
 CHILD_TIMEOUT = 300.0
@@ -235,6 +258,7 @@ def _child_main(directory: str, version: int) -> None:
         [predictor],
         time.time(),
         0.0,
+        [_create_predictor(version, program, params, onednn=False)],
     )
     _smoke_test(model)
 
