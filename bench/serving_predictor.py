@@ -29,6 +29,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +44,7 @@ import numpy as np  # noqa: E402
 import paddle  # noqa: E402
 import paddle.inference as paddle_infer  # noqa: E402
 from elasticctr_serving import model as serving_model  # noqa: E402
+from numpy.typing import NDArray  # noqa: E402
 from sgemm_ceiling import step_seconds  # noqa: E402
 
 BATCHES = (1, 64)
@@ -126,14 +128,14 @@ class Runner:
         self.inputs = [predictor.get_input_handle(n) for n in feed_names]
         self.output = predictor.get_output_handle(predictor.get_output_names()[0])
 
-    def copy_in(self, pooled: np.ndarray) -> None:
+    def copy_in(self, pooled: NDArray[np.float32]) -> None:
         for handle, values in zip(self.inputs, pooled, strict=True):
             handle.copy_from_cpu(values)
 
-    def __call__(self, pooled: np.ndarray) -> np.ndarray:
+    def __call__(self, pooled: NDArray[np.float32]) -> NDArray[np.float32]:
         self.copy_in(pooled)
         self.predictor.run()
-        out: np.ndarray = self.output.copy_to_cpu()
+        out: NDArray[np.float32] = self.output.copy_to_cpu()
         return out
 
 
@@ -148,7 +150,7 @@ def median_us(call: Callable[[], Any], calls: int) -> float:
     return statistics.median(times) * 1e6
 
 
-def numpy_probabilities(params_dir: Path, pooled: np.ndarray) -> np.ndarray:
+def numpy_probabilities(params_dir: Path, pooled: NDArray[np.float32]) -> NDArray[np.float32]:
     from tests.images.serving.make_model import expected_probabilities
 
     flat = pooled.transpose(1, 0, 2).reshape(pooled.shape[1], -1)
@@ -203,17 +205,17 @@ def main() -> int:
         timings: dict[str, dict[int, list[float]]] = {}
         for _ in range(rounds):
             for b in BATCHES:
-                bound = step_seconds(shapes, b, seconds=0.5, backward=False) * 1e6
+                bound_us = step_seconds(shapes, b, seconds=0.5, backward=False) * 1e6
                 timings.setdefault("FLOP bound (numpy BLAS, 1 thread)", {}).setdefault(b, [])
-                timings["FLOP bound (numpy BLAS, 1 thread)"][b].append(bound)
+                timings["FLOP bound (numpy BLAS, 1 thread)"][b].append(bound_us)
                 for label, runner in runners.items():
-                    us = median_us(lambda r=runner, x=pooled[b]: r(x), calls[b])
+                    us = median_us(partial(runner, pooled[b]), calls[b])
                     timings.setdefault(label, {}).setdefault(b, []).append(us)
-                us = median_us(lambda x=pooled[b]: model.predict(0, x), calls[b])
+                us = median_us(partial(model.predict, 0, pooled[b]), calls[b])
                 timings.setdefault("serving's DenseModel.predict (chosen)", {}).setdefault(b, [])
                 timings["serving's DenseModel.predict (chosen)"][b].append(us)
                 split = {
-                    "copy in": median_us(lambda x=pooled[b]: serving.copy_in(x), calls[b]),
+                    "copy in": median_us(partial(serving.copy_in, pooled[b]), calls[b]),
                     "run": median_us(serving.predictor.run, calls[b]),
                     "copy out": median_us(serving.output.copy_to_cpu, calls[b]),
                 }
