@@ -12,7 +12,8 @@ Writes a synthetic model version with the production architecture (26 slots x 9,
 - µs per call of the bare Paddle predictor at batch 1 and 64 under each config variant,
   the rounds interleaved so that every variant sees the same machine (medians), and each
   variant's largest difference from numpy's probabilities;
-- serving's own DenseModel.predict (the chosen configs) and where a call's time goes
+- serving's own DenseModel.predict (the chosen configs, and one input instead of 26 where
+  graph.py can rewrite the program) and where a call of the 26-input program's time goes
   (copy in the 26 inputs, run, copy out);
 - with --serving, the whole serving process at batch 64 (HTTP + batcher + cube, 3 shards):
   bench/serving_latency.py's cell, one concurrency.
@@ -220,7 +221,7 @@ def main() -> int:
                     "copy out": median_us(serving.output.copy_to_cpu, calls[b]),
                 }
                 for part, us in split.items():
-                    key = f"  of serving's call: {part}"
+                    key = f"  of the 26-input call above: {part}"
                     timings.setdefault(key, {}).setdefault(b, []).append(us)
         differences = {
             label: max(float(np.abs(r(pooled[b])[:, 1] - expected[b]).max()) for b in BATCHES)
