@@ -26,6 +26,7 @@ and output handles are looked up once per predictor.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -44,6 +45,7 @@ from numpy.typing import NDArray
 from .graph import flatten, fuse_inputs
 from .instances import SlotSpace
 
+log = logging.getLogger(__name__)
 REQUIRED_META = ("slots", "embedding_dim", "sparse_dim", "feed_names")
 
 
@@ -137,6 +139,8 @@ def load_model(
         raise ModelError(f"version {version}: {err}") from None
     _check_in_child(version, meta, program, params)
     program, fused_input = served_program(program, meta)
+    if fused_input is None:
+        log.info("version %d: the program's inputs are served as exported", version)
     first = _create_predictor(version, program, params)
     predictors = [first] + [first.clone() for _ in range(workers - 1)]
     first_single = _create_predictor(version, program, params, onednn=False)
