@@ -32,8 +32,11 @@ def flops_per_example(shapes: list[tuple[int, int]]) -> int:
     return sum(3 * 2 * fan_in * fan_out for fan_in, fan_out in shapes)
 
 
-def step_seconds(shapes: list[tuple[int, int]], batch: int, seconds: float = 2.0) -> float:
-    """Median time of one step's matrix products, repeated for about `seconds`."""
+def step_seconds(
+    shapes: list[tuple[int, int]], batch: int, seconds: float = 2.0, backward: bool = True
+) -> float:
+    """Median time of one step's matrix products, repeated for about `seconds`; without
+    `backward`, of the forward products alone (inference)."""
     rng = np.random.default_rng(0)
     mats = [
         (rng.random((batch, i), np.float32), rng.random((i, o), np.float32),
@@ -44,8 +47,9 @@ def step_seconds(shapes: list[tuple[int, int]], batch: int, seconds: float = 2.0
     def step() -> None:
         for x, w, dy in mats:
             x @ w
-            dy @ w.T
-            x.T @ dy
+            if backward:
+                dy @ w.T
+                x.T @ dy
 
     step()  # warm-up: BLAS buffers, page faults
     times: list[float] = []

@@ -247,8 +247,9 @@ class ServingApp:
 
     async def metrics_text(self, request: web.Request) -> web.Response:
         return web.Response(
-            text=self.metrics.render(),
-            content_type="text/plain",
-            charset="utf-8",
-            headers={"X-Content-Type-Options": "nosniff"},
+            body=self.metrics.render().encode(),
+            headers={
+                "Content-Type": "text/plain; version=0.0.4; charset=utf-8",
+                "X-Content-Type-Options": "nosniff",
+            },
         )

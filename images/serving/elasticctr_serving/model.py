@@ -16,28 +16,36 @@ optimisation on, but without `fc_fuse_pass`, whose fused `fc` kernel was 5x slow
 the `matmul` + `elementwise_add` it replaces; oneDNN for the matrix products only (its
 kernels for concat, add, relu and softmax cost ~150 µs per call in set-up, 40% of a
 batch-1 call); one math thread per predictor (the workers are the parallelism).
-Input and output handles are looked up once per predictor.
+A batch of one example runs on a second predictor without oneDNN: its matrix products
+cost ~110 µs of set-up per call there (235 -> 125 µs per call), but Paddle's own `mul`
+kernel is slower from 2 examples up (bench/serving_predictor.py). The program's 26
+per-slot inputs become one where its graph allows (graph.py: 55 µs less per call). Input
+and output handles are looked up once per predictor.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import paddle.inference as paddle_infer
 from elasticctr_common.storage import Store
+from google.protobuf.message import DecodeError
 from numpy.typing import NDArray
 
+from .graph import flatten, fuse_inputs
 from .instances import SlotSpace
 
+log = logging.getLogger(__name__)
 REQUIRED_META = ("slots", "embedding_dim", "sparse_dim", "feed_names")
 
 
@@ -54,24 +62,35 @@ class DenseModel:
     predictors: list[paddle_infer.Predictor]  # one per batch worker
     loaded_at: float
     load_seconds: float
+    # One per batch worker, for batches of one example (oneDNN off); none: `predictors`.
+    single: list[paddle_infer.Predictor] = field(default_factory=list)
+    fused_input: str | None = None  # the one input replacing the per-slot ones (graph.py)
 
     def __post_init__(self) -> None:
-        self._handles: dict[int, tuple[list[paddle_infer.Tensor], paddle_infer.Tensor]] = {}
+        self._handles: dict[
+            tuple[int, bool], tuple[list[paddle_infer.Tensor], paddle_infer.Tensor]
+        ] = {}
 
     def predict(self, worker: int, pooled: NDArray[np.float32]) -> NDArray[np.float32]:
         """[slots, n, dim] pooled embeddings -> [n, 2] class probabilities."""
-        predictor = self.predictors[worker]
-        handles = self._handles.get(worker)
+        one = pooled.shape[1] == 1 and bool(self.single)
+        predictor = self.single[worker] if one else self.predictors[worker]
+        handles = self._handles.get((worker, one))
         if handles is None:  # looked up once per predictor: a lookup costs as much as a copy
-            inputs = [predictor.get_input_handle(name) for name in self.meta["feed_names"]]
+            inputs = [predictor.get_input_handle(name) for name in self.input_names]
             output = predictor.get_output_handle(self._output_name(predictor))
-            handles = self._handles[worker] = (inputs, output)
+            handles = self._handles[worker, one] = (inputs, output)
         inputs, output = handles
-        for handle, values in zip(inputs, pooled, strict=True):
+        fed = [flatten(pooled)] if self.fused_input else pooled
+        for handle, values in zip(inputs, fed, strict=True):
             handle.copy_from_cpu(values)  # sets the shape too
         predictor.run()
         probabilities: NDArray[np.float32] = output.copy_to_cpu()
         return probabilities
+
+    @property
+    def input_names(self) -> list[str]:
+        return [self.fused_input] if self.fused_input else list(self.meta["feed_names"])
 
     def _output_name(self, predictor: paddle_infer.Predictor) -> str:
         names: list[str] = predictor.get_output_names()
@@ -119,8 +138,13 @@ def load_model(
     except FileNotFoundError as err:
         raise ModelError(f"version {version}: {err}") from None
     _check_in_child(version, meta, program, params)
+    program, fused_input = served_program(program, meta)
+    if fused_input is None:
+        log.info("version %d: the program's inputs are served as exported", version)
     first = _create_predictor(version, program, params)
     predictors = [first] + [first.clone() for _ in range(workers - 1)]
+    first_single = _create_predictor(version, program, params, onednn=False)
+    single = [first_single] + [first_single.clone() for _ in range(workers - 1)]
     model = DenseModel(
         version=version,
         meta=meta,
@@ -129,6 +153,8 @@ def load_model(
         predictors=predictors,
         loaded_at=time.time(),
         load_seconds=0.0,
+        single=single,
+        fused_input=fused_input,
     )
     _smoke_test(model)
     model.load_seconds = time.monotonic() - started
@@ -147,7 +173,17 @@ ONEDNN_FUSES = (
 )
 
 
-def _create_predictor(version: int, program: bytes, params: bytes) -> paddle_infer.Predictor:
+def served_program(program: bytes, meta: dict[str, Any]) -> tuple[bytes, str | None]:
+    """The program serving runs, and its one input when graph.py could fuse the inputs."""
+    try:
+        fused = fuse_inputs(program, list(meta["feed_names"]))
+    except DecodeError:  # not a program: Paddle says so when it loads it
+        return program, None
+    return (program, None) if fused is None else fused
+
+
+def predictor_config(program: bytes, params: bytes, onednn: bool = True) -> paddle_infer.Config:
+    """Serving's predictor options (the module doc); `onednn=False`: the batch-1 predictor."""
     config = paddle_infer.Config()
     config.set_model_buffer(program, len(program), params, len(params))
     config.disable_gpu()
@@ -155,12 +191,22 @@ def _create_predictor(version: int, program: bytes, params: bytes) -> paddle_inf
     config.set_cpu_math_library_num_threads(1)
     config.switch_ir_optim(True)
     config.delete_pass("fc_fuse_pass")
-    # oneDNN (on by default) for the matrix products only: its other kernels cost more to
-    # set up per call than they compute here (and its fuses need them: deleted too).
-    config.set_mkldnn_op(set(ONEDNN_OPS))
-    for name in ONEDNN_FUSES:
-        config.delete_pass(name)
+    if onednn:
+        # oneDNN (on by default) for the matrix products only: its other kernels cost more
+        # to set up per call than they compute here (and its fuses need them: deleted too).
+        config.set_mkldnn_op(set(ONEDNN_OPS))
+        for name in ONEDNN_FUSES:
+            config.delete_pass(name)
+    else:
+        config.disable_mkldnn()
     config.enable_memory_optim()
+    return config
+
+
+def _create_predictor(
+    version: int, program: bytes, params: bytes, onednn: bool = True
+) -> paddle_infer.Predictor:
+    config = predictor_config(program, params, onednn)
     try:
         return paddle_infer.create_predictor(config)
     except Exception as err:  # Paddle raises its own error types for a corrupt program
@@ -171,19 +217,20 @@ def _create_predictor(version: int, program: bytes, params: bytes) -> paddle_inf
 def _smoke_test(model: DenseModel) -> None:
     """Inputs named as meta.json says, and two finite probabilities per example."""
     inputs = set(model.predictors[0].get_input_names())
-    absent = [n for n in model.meta["feed_names"] if n not in inputs]
+    absent = [n for n in model.input_names if n not in inputs]
     if absent:
         raise ModelError(f"version {model.version}: the program has no input(s) {absent}")
-    probe = np.zeros((len(model.space.slots), 2, model.embedding_dim), dtype=np.float32)
-    try:
-        out = model.predict(0, probe)
-    except Exception as err:
-        raise ModelError(f"version {model.version}: a probe prediction failed: {err}") from None
-    if out.shape != (2, 2) or not np.all(np.isfinite(out)):
-        raise ModelError(
-            f"version {model.version}: a probe prediction gave shape {out.shape}, "
-            f"expected (2, 2) finite probabilities"
-        )
+    for n in (2, 1):  # both predictors: batch 1 runs on its own
+        probe = np.zeros((len(model.space.slots), n, model.embedding_dim), dtype=np.float32)
+        try:
+            out = model.predict(0, probe)
+        except Exception as err:
+            raise ModelError(f"version {model.version}: a probe prediction failed: {err}") from None
+        if out.shape != (n, 2) or not np.all(np.isfinite(out)):
+            raise ModelError(
+                f"version {model.version}: a probe prediction gave shape {out.shape}, "
+                f"expected ({n}, 2) finite probabilities"
+            )
 
 
 CHILD_TIMEOUT = 300.0
@@ -226,6 +273,7 @@ def _child_main(directory: str, version: int) -> None:
     meta = json.loads((folder / "meta.json").read_text())
     program = (folder / "model.pdmodel").read_bytes()
     params = (folder / "model.pdiparams").read_bytes()
+    program, fused_input = served_program(program, meta)
     predictor = _create_predictor(version, program, params)
     model = DenseModel(
         version,
@@ -235,6 +283,8 @@ def _child_main(directory: str, version: int) -> None:
         [predictor],
         time.time(),
         0.0,
+        [_create_predictor(version, program, params, onednn=False)],
+        fused_input,
     )
     _smoke_test(model)
 

@@ -210,3 +210,15 @@ class Load:
         self.stop.set()
         for t in self.threads:
             t.join(30)
+
+
+def metric_sample(text: str, name: str, **labels: str) -> float | None:
+    """The value of sample `name` with exactly `labels` in Prometheus text `text`, read with
+    prometheus_client's parser (which refuses text that is not the format); None if absent."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and sample.labels == labels:
+                return float(sample.value)
+    return None

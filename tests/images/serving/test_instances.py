@@ -4,6 +4,7 @@ servers)."""
 from __future__ import annotations
 
 import json
+from functools import partial
 
 import numpy as np
 import pytest
@@ -21,6 +22,9 @@ from elasticctr_serving.instances import (
 from elasticctr_serving.metrics import ServingMetrics
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.images.serving.servingtest import metric_sample
 
 SPACE = SlotSpace([101, 102, 103], 1000)
 
@@ -150,16 +154,37 @@ def test_merge_renumbers_rows_and_pool_sums_per_slot_and_instance():
 def test_metrics_text_format():
     m = ServingMetrics()
     m.requests.inc(1, "/predict", "200")
+    m.requests.inc(2, "/predict", "200")
     m.latency.observe(0.003, "/predict")
     m.latency.observe(7.0, "/predict")
     m.model_version.set(4)
+    m.stage_seconds.inc(0.25, "parse")
     text = m.render()
-    assert 'elasticctr_serving_requests_total{path="/predict",code="200"} 1' in text
-    assert 'elasticctr_serving_request_seconds_bucket{path="/predict",le="0.005"} 1' in text
-    assert 'elasticctr_serving_request_seconds_bucket{path="/predict",le="+Inf"} 2' in text
-    assert 'elasticctr_serving_request_seconds_count{path="/predict"} 2' in text
-    assert "elasticctr_serving_model_version 4" in text
-    assert "# TYPE elasticctr_serving_request_seconds histogram" in text
+    # Valid text format: prometheus_client's parser reads every family back.
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    assert families["elasticctr_serving_request_seconds"].type == "histogram"
+    assert families["elasticctr_serving_requests"].type == "counter"
+    value = partial(metric_sample, text)
+    assert value("elasticctr_serving_requests_total", path="/predict", code="200") == 3
+    assert m.requests.get("/predict", "200") == 3
+    assert value("elasticctr_serving_request_seconds_bucket", path="/predict", le="0.005") == 1
+    assert value("elasticctr_serving_request_seconds_bucket", path="/predict", le="+Inf") == 2
+    assert value("elasticctr_serving_request_seconds_count", path="/predict") == 2
+    assert value("elasticctr_serving_request_seconds_sum", path="/predict") == 7.003
+    assert value("elasticctr_serving_model_version") == 4
+    assert value("elasticctr_serving_cube_committed_version") == -1
+    assert value("elasticctr_serving_stage_seconds_total", stage="parse") == 0.25
+    # The names docs/serving.md lists, and no _created series beside them.
+    for name in (
+        "requests_total", "request_seconds_count", "examples_total", "batches_total",
+        "batch_examples_count", "cube_keys_total", "cube_missing_keys_total", "model_version",
+        "cube_committed_version", "model_switches_total", "model_rejections_total",
+        "isolated_requests_total",
+    ):  # fmt: skip
+        assert f"\nelasticctr_serving_{name}" in text, name
+    assert "_created" not in text
+    # Each ServingMetrics has its own registry: a second one starts from zero.
+    assert "elasticctr_serving_requests_total{" not in ServingMetrics().render()
 
 
 # -- the native parser, unique and pool (images/serving/parser) ------------------------------

@@ -5,13 +5,18 @@ health, readiness, status, metrics and dynamic batching."""
 from __future__ import annotations
 
 import json
-import re
 import threading
 
 import numpy as np
 import pytest
 
-from tests.images.serving.servingtest import Serving, expected, http, probe_instances
+from tests.images.serving.servingtest import (
+    Serving,
+    expected,
+    http,
+    metric_sample,
+    probe_instances,
+)
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"
@@ -120,10 +125,10 @@ def test_health_readiness_and_status(stack):
     assert status["rejected"] == {} and status["cube"]["shards"] == 3
 
 
-def metric(text: str, name: str, labels: str = "") -> float:
-    match = re.search(rf"^{re.escape(name + labels)} (\S+)$", text, re.M)
-    assert match, f"{name}{labels} not in metrics"
-    return float(match.group(1))
+def metric(text: str, name: str, **labels: str) -> float:
+    value = metric_sample(text, name, **labels)
+    assert value is not None, f"{name}{labels} not in metrics"
+    return value
 
 
 def test_metrics_count_requests_latency_version_and_missing_keys(stack):
@@ -136,11 +141,9 @@ def test_metrics_count_requests_latency_version_and_missing_keys(stack):
     assert metric(text, name) == metric(before, name) + 1
     assert metric(text, "elasticctr_serving_model_version") == 1
     assert metric(text, "elasticctr_serving_cube_committed_version") == 1
-    path = f'{{path="{INFERENCE}",code="200"}}'
-    assert metric(text, "elasticctr_serving_requests_total", path) >= 1
-    count = metric(text, "elasticctr_serving_request_seconds_count", f'{{path="{INFERENCE}"}}')
-    inf = metric(text, "elasticctr_serving_request_seconds_bucket",
-                 f'{{path="{INFERENCE}",le="+Inf"}}')  # fmt: skip
+    assert metric(text, "elasticctr_serving_requests_total", path=INFERENCE, code="200") >= 1
+    count = metric(text, "elasticctr_serving_request_seconds_count", path=INFERENCE)
+    inf = metric(text, "elasticctr_serving_request_seconds_bucket", path=INFERENCE, le="+Inf")
     assert count == inf >= 1
     assert "# TYPE elasticctr_serving_request_seconds histogram" in text
 

@@ -3,14 +3,13 @@ nothing but the kubelet's probes answers, and those say no more than ready or no
 
 from __future__ import annotations
 
-import re
 import secrets
 
 import numpy as np
 import pytest
 
 from tests.images.serving.conftest import start_stack
-from tests.images.serving.servingtest import expected, http, probe_instances
+from tests.images.serving.servingtest import expected, http, metric_sample, probe_instances
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"
@@ -67,8 +66,10 @@ def test_the_token_opens_every_endpoint(guarded):
     assert np.max(np.abs(got - expected(guarded.spec, 1, instances))) <= 1e-5
     assert call(guarded, "GET", "/status", bearer)[1]["version"] == 1
     metrics = call(guarded, "GET", "/metrics", bearer)[1]
-    refused = re.search(r'path="/predict",code="401"\} (\d+)', metrics)
-    assert refused and int(refused.group(1)) >= 7, metrics  # refusals are counted
+    refused = metric_sample(
+        metrics, "elasticctr_serving_requests_total", path="/predict", code="401"
+    )
+    assert refused is not None and refused >= 7, metrics  # refusals are counted
 
 
 def test_probes_answer_without_the_token_and_say_only_ready_or_not(guarded):
