@@ -6,6 +6,7 @@
 //! ports apart but not paths, can let readers in without letting them change versions.
 
 use crate::state::{json_string, Failure, State};
+use base64::prelude::{Engine, BASE64_STANDARD};
 use serde_json::Value;
 use std::io::{self, BufRead, Read, Write};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
@@ -56,7 +57,80 @@ pub fn handle(
     Ok(req.keep_alive)
 }
 
+/// Headers of one request at most (more: 431): a reader's request carries a handful.
+const MAX_HEADERS: usize = 64;
+
 fn read_request(r: &mut impl BufRead, max_body: usize) -> io::Result<Result<Request, Failure>> {
+    let head = match read_head(r)? {
+        Ok(head) => head,
+        Err(failure) => return Ok(Err(failure)),
+    };
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    match parsed.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Ok(Err((400, "incomplete request head".into()))),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Ok(Err((431, format!("more than {MAX_HEADERS} header fields"))))
+        }
+        Err(e) => {
+            let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+            return Ok(Err((
+                400,
+                format!(
+                    "malformed request ({e}) in {:?}",
+                    String::from_utf8_lossy(line).trim_end()
+                ),
+            )));
+        }
+    }
+    let mut keep_alive = parsed.version == Some(1);
+    let mut length: Option<usize> = None;
+    for h in parsed.headers.iter() {
+        let value = String::from_utf8_lossy(h.value);
+        let value = value.trim();
+        if h.name.eq_ignore_ascii_case("content-length") {
+            match value.parse() {
+                // Two different lengths: which one a proxy in front used is unknowable.
+                Ok(n) if length.is_none_or(|l| l == n) => length = Some(n),
+                Ok(_) => return Ok(Err((400, "conflicting Content-Length headers".into()))),
+                Err(_) => return Ok(Err((400, format!("bad Content-Length {value:?}")))),
+            }
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding")
+            && !value.eq_ignore_ascii_case("identity")
+        {
+            return Ok(Err((
+                411,
+                "chunked bodies are not supported: send Content-Length".into(),
+            )));
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            keep_alive = !value.eq_ignore_ascii_case("close")
+                && (keep_alive || value.eq_ignore_ascii_case("keep-alive"));
+        }
+    }
+    let length = length.unwrap_or(0);
+    if length > max_body {
+        return Ok(Err((
+            413,
+            format!("request body of {length} bytes exceeds the limit of {max_body} bytes"),
+        )));
+    }
+    let (Some(method), Some(target)) = (parsed.method, parsed.path) else {
+        return Ok(Err((400, "incomplete request line".into())));
+    };
+    let mut request = Request {
+        method: method.to_string(),
+        path: target.split('?').next().unwrap_or("").to_string(),
+        body: vec![0u8; length],
+        keep_alive,
+    };
+    r.read_exact(&mut request.body)?;
+    Ok(Ok(request))
+}
+
+/// The request line and header fields, through the blank line that ends them (at most
+/// MAX_HEADER_BYTES; blank lines before the request line are skipped, RFC 9112 2.2).
+fn read_head(r: &mut impl BufRead) -> io::Result<Result<Vec<u8>, Failure>> {
     let mut head = Vec::with_capacity(512);
     loop {
         let before = head.len();
@@ -75,62 +149,11 @@ fn read_request(r: &mut impl BufRead, max_body: usize) -> io::Result<Result<Requ
         }
         if head[before..].iter().all(|b| *b == b'\r' || *b == b'\n') {
             if before > 0 {
-                break;
+                return Ok(Ok(head));
             }
-            head.clear(); // blank lines before a request line are ignored (RFC 9112 2.2)
+            head.clear();
         }
     }
-    let text = String::from_utf8_lossy(&head);
-    let mut lines = text.split("\r\n").flat_map(|l| l.split('\n'));
-    let request_line = lines.next().unwrap_or("");
-    let mut parts = request_line.split_whitespace();
-    let (Some(method), Some(target), Some(proto)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Ok(Err((
-            400,
-            format!("malformed request line {request_line:?}"),
-        )));
-    };
-    let mut keep_alive = proto == "HTTP/1.1";
-    let mut length = 0usize;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
-        match name.as_str() {
-            "content-length" => match value.parse() {
-                Ok(n) => length = n,
-                Err(_) => return Ok(Err((400, format!("bad Content-Length {value:?}")))),
-            },
-            "transfer-encoding" if !value.eq_ignore_ascii_case("identity") => {
-                return Ok(Err((
-                    411,
-                    "chunked bodies are not supported: send Content-Length".into(),
-                )))
-            }
-            "connection" => {
-                keep_alive = !value.eq_ignore_ascii_case("close")
-                    && (keep_alive || value.eq_ignore_ascii_case("keep-alive"))
-            }
-            _ => {}
-        }
-    }
-    if length > max_body {
-        return Ok(Err((
-            413,
-            format!("request body of {length} bytes exceeds the limit of {max_body} bytes"),
-        )));
-    }
-    let mut body = vec![0u8; length];
-    r.read_exact(&mut body)?;
-    let path = target.split('?').next().unwrap_or("").to_string();
-    Ok(Ok(Request {
-        method: method.to_string(),
-        path,
-        body,
-        keep_alive,
-    }))
 }
 
 fn respond(w: &mut impl Write, code: u16, body: &str, keep_alive: bool) -> io::Result<()> {
@@ -293,7 +316,7 @@ fn seek(cmd: &Value, state: &State) -> Result<(u16, String), Failure> {
         match dict.get(k) {
             Some(v) => {
                 out.push_str("{\"status\":0,\"value\":\"");
-                crate::b64::encode_into(v, &mut out);
+                BASE64_STANDARD.encode_string(v, &mut out);
                 out.push_str("\"}");
             }
             None => {
