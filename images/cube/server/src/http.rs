@@ -5,9 +5,9 @@
 //! shard's agent) listens on loopback by default, so that a NetworkPolicy, which can tell
 //! ports apart but not paths, can let readers in without letting them change versions.
 
-use crate::state::{json_string, Failure, State};
+use crate::state::{Failure, State};
 use base64::prelude::{Engine, BASE64_STANDARD};
-use serde_json::Value;
+use serde_json::{json, Value};
 use std::io::{self, BufRead, Read, Write};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
@@ -182,7 +182,7 @@ fn respond(w: &mut impl Write, code: u16, body: &str, keep_alive: bool) -> io::R
 }
 
 fn error_json(msg: &str) -> String {
-    format!("{{\"error\":{}}}", json_string(msg))
+    json!({ "error": msg }).to_string()
 }
 
 fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String), Failure> {
@@ -206,7 +206,7 @@ fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String),
             Ok((503, "{\"ready\":false,\"error\":\"stopping\"}".into()))
         }
         ("/readyz", _) => match state.current_version() {
-            Some(v) => Ok((200, format!("{{\"ready\":true,\"version\":{v}}}"))),
+            Some(v) => Ok((200, json!({"ready": true, "version": v}).to_string())),
             None => Ok((
                 503,
                 "{\"ready\":false,\"error\":\"no version is switched in\"}".into(),
@@ -224,7 +224,7 @@ fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String),
             let result = state.start_load(version, path.to_string())?;
             Ok((
                 202,
-                format!("{{\"result\":\"{result}\",\"version\":{version}}}"),
+                json!({"result": result, "version": version}).to_string(),
             ))
         }
         ("/control/switch", true) => {
@@ -233,12 +233,12 @@ fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String),
             let result = state.switch(version)?;
             Ok((
                 200,
-                format!("{{\"result\":\"{result}\",\"version\":{version}}}"),
+                json!({"result": result, "version": version}).to_string(),
             ))
         }
         ("/control/unload", true) => {
             let result = state.unload(version_of(&parse(&req.body)?)?)?;
-            Ok((200, format!("{{\"result\":\"{result}\"}}")))
+            Ok((200, json!({ "result": result }).to_string()))
         }
         ("/DictService/seek" | "/control/load" | "/control/switch" | "/control/unload", false) => {
             Err((405, format!("{} needs POST", req.path)))
