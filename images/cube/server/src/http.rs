@@ -39,7 +39,12 @@ pub fn handle(
     state: &Arc<State>,
     port: Port,
 ) -> io::Result<bool> {
-    let req = match read_request(r, state.config.max_keys * 32 + 4096)? {
+    let max_body = state
+        .config
+        .max_keys
+        .saturating_mul(32)
+        .saturating_add(4096);
+    let req = match read_request(r, max_body)? {
         Ok(req) => req,
         Err((code, msg)) => {
             respond(w, code, &error_json(&msg), false)?;
