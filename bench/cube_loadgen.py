@@ -8,7 +8,10 @@ loaded keys before the clock starts. Only calls that start inside the measured w
 (after a warm-up) count.
 
 Targets: "cube" = elasticctr_common.cube.client.CubeClient.seek (binary protocol, one shard);
-"redis" = redis-py `mget` with the hiredis parser (hiredis also packs the command).
+"cube-json" = `POST /DictService/seek` with a JSON body on one kept-alive HTTP/1.1
+connection, base64 values decoded (what Paddle Serving's Python client sends: the HTTP
+and base64 path of cube-server); "redis" = redis-py `mget` with the hiredis parser
+(hiredis also packs the command).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ Fetch = Callable[[Any], Values]
 
 @dataclass(frozen=True)
 class Target:
-    kind: str  # "cube" or "redis"
+    kind: str  # "cube", "cube-json" or "redis"
     host: str
     port: int
     dim: int
@@ -48,6 +51,8 @@ def fetcher(target: Target) -> Fetch:
             return client.seek(batch).values
 
         return fetch
+    if target.kind == "cube-json":
+        return _json_fetcher(target)
     import redis
 
     r = redis.Redis(host=target.host, port=target.port, socket_timeout=10)
@@ -57,6 +62,26 @@ def fetcher(target: Target) -> Fetch:
         return np.frombuffer(b"".join(values), "<f4").reshape(len(values), target.dim)
 
     return fetch_redis
+
+
+def _json_fetcher(target: Target) -> Fetch:
+    import base64
+    import http.client
+    import json
+
+    conn = http.client.HTTPConnection(target.host, target.port, timeout=10)
+
+    def fetch(batch: Keys) -> Values:
+        conn.request("POST", "/DictService/seek", json.dumps({"keys": batch.tolist()}))
+        answer = conn.getresponse()
+        body = answer.read()
+        if answer.status != 200:
+            raise RuntimeError(f"cube-json: HTTP {answer.status}: {body[:200]!r}")
+        values = json.loads(body)["values"]
+        raw = b"".join(base64.b64decode(v["value"]) for v in values)
+        return np.frombuffer(raw, "<f4").reshape(len(values), target.dim)
+
+    return fetch
 
 
 def batch_for(target: Target, keys: npt.ArrayLike) -> Batch:

@@ -16,6 +16,7 @@ import numpy.typing as npt
 from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_cube.builder import build
 from elasticctr_cube.httpjson import call
+from elasticctr_cube.manifest import shard_file_name
 from elasticctr_cube.server import build_server
 
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -55,21 +56,28 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], what: str, timeout: floa
 
 
 def start_cube(
-    work: Path, keys: npt.NDArray[np.uint64], values: npt.NDArray[np.float32]
+    work: Path,
+    keys: npt.NDArray[np.uint64],
+    values: npt.NDArray[np.float32],
+    binary: str | None = None,
 ) -> tuple[subprocess.Popen[bytes], int, dict[str, float]]:
-    """SequenceFile -> builder (1 shard) -> cube-server; returns (process, port, timings)."""
+    """SequenceFile -> builder (1 shard) -> cube-server; returns (process, port, timings).
+    `binary`: another build of cube-server (a baseline), else this checkout's; a second
+    call with the same `work` reuses the shard file."""
     timings: dict[str, float] = {}
     t = time.perf_counter()
-    binary = build_server()
+    binary = binary or build_server()
     timings["cargo_build_s"] = time.perf_counter() - t
     sparse = work / "sparse"
-    sparse.mkdir(parents=True)
-    t = time.perf_counter()
-    write_sequence_file(sparse / "part-00000", (keys, values))
-    timings["seqfile_write_s"] = time.perf_counter() - t
-    t = time.perf_counter()
-    manifest = build(f"file://{sparse}", work / "cube", version=1, shard_num=1)
-    timings["build_s"] = time.perf_counter() - t
+    shard_file = work / "cube" / shard_file_name(0)
+    if not shard_file.exists():
+        sparse.mkdir(parents=True)
+        t = time.perf_counter()
+        write_sequence_file(sparse / "part-00000", (keys, values))
+        timings["seqfile_write_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        build(f"file://{sparse}", work / "cube", version=1, shard_num=1)
+        timings["build_s"] = time.perf_counter() - t
     port, control = free_port(), free_port()
     proc = subprocess.Popen(
         [binary, "--shard", "0", "--shard-num", "1", "--host", "127.0.0.1", "--port", str(port),
@@ -78,13 +86,14 @@ def start_cube(
     )  # fmt: skip
     wait_port(port, proc, "cube-server")
     t = time.perf_counter()
-    path = work / "cube" / manifest.shards[0].file
-    call("POST", f"http://127.0.0.1:{control}/control/load", {"version": 1, "path": str(path)})
+    call(
+        "POST", f"http://127.0.0.1:{control}/control/load", {"version": 1, "path": str(shard_file)}
+    )
     while call("GET", f"http://127.0.0.1:{port}/control/status")[1]["bg_version"] != 1:
         time.sleep(0.01)
     call("POST", f"http://127.0.0.1:{control}/control/switch", {"version": 1})
     timings["load_s"] = time.perf_counter() - t
-    timings["file_bytes"] = manifest.shards[0].bytes
+    timings["file_bytes"] = shard_file.stat().st_size
     return proc, port, timings
 
 

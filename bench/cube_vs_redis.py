@@ -1,13 +1,17 @@
 """Benchmark: cube-server vs Redis MGET, same keys and values, same load generator.
 
     .venv/bin/python bench/cube_vs_redis.py            # 1M keys, 40-byte values, c=1,4,8,16
+    .venv/bin/python bench/cube_vs_redis.py --baseline-bin /tmp/old/cube-server --json-seek
 
 Loads N random uint64 keys with float32 values (40 bytes = 10 floats) into one
 cube-server (built from a SequenceFile by the real builder) and into a redis-server
 (persistence off, keys as their 8 raw bytes), both on loopback. Then, for each
 concurrency, drives both with bench/cube_loadgen.py (batches of 1000 keys; cube via its
 client library, Redis via redis-py + hiredis MGET) and prints keys/s, p50/p99 latency,
-CPU per request and the ratio. Also prints the cube-server's resident memory against the
+CPU per request and the ratio. `--baseline-bin` measures another build of cube-server
+(say, main's, to compare a change) on the same shard file in the same alternation;
+`--json-seek` adds rows for the HTTP/JSON seek (Paddle's Python client's path). Also
+prints the cube-server's resident memory against the
 raw key + value bytes. Needs `redis-server` (Debian: apt-get install -y redis-server)
 and cargo. Results and their reading are in docs/cube.md.
 """
@@ -68,18 +72,32 @@ def main() -> int:
     p.add_argument("--warmup", type=float, default=1.0)
     p.add_argument("--repeat", type=int, default=1, help="sweeps; then medians are printed")
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--baseline-bin", help="another cube-server build, measured alike")
+    p.add_argument("--json-seek", action="store_true", help="also measure the JSON seek")
     args = p.parse_args()
     dim = args.value_bytes // 4
     keys, values = table(args.keys, dim)
     raw_bytes = args.keys * (8 + args.value_bytes)
-    cube_proc = redis_proc = None
+    cube_proc = redis_proc = base_proc = None
     with tempfile.TemporaryDirectory(prefix="cube-bench-") as tmp:
         try:
             cube_proc, cube_port, cube_info = cube_servers.start_cube(Path(tmp), keys, values)
             redis_proc, redis_port, redis_info = cube_servers.start_redis(keys, values)
-            cube = cube_loadgen.Target("cube", "127.0.0.1", cube_port, dim)
             redis_t = cube_loadgen.Target("redis", "127.0.0.1", redis_port, dim)
-            check_same_answers((cube, redis_t), keys, values)
+            variants = {"": (cube_port, cube_proc)}
+            if args.baseline_bin:
+                base_proc, base_port, _ = cube_servers.start_cube(
+                    Path(tmp), keys, values, args.baseline_bin
+                )
+                variants["baseline"] = (base_port, base_proc)
+            # (label, target, process): the binary protocol, then the JSON seek if asked
+            cubes = [
+                (f"{'json ' if kind == 'cube-json' else ''}{build}".strip(), target, proc)
+                for kind in ["cube", *(["cube-json"] if args.json_seek else [])]
+                for build, (port, proc) in variants.items()
+                for target in [cube_loadgen.Target(kind, "127.0.0.1", port, dim)]
+            ]
+            check_same_answers([t for _, t, _ in cubes] + [redis_t], keys, values)
             rss = cube_servers.rss_bytes(cube_proc.pid)
             print(
                 f"machine: {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f}; "
@@ -97,19 +115,31 @@ def main() -> int:
             levels = [int(x) for x in args.concurrency.split(",")]
             for repeat in range(args.repeat):
                 for c in levels:
-                    row: dict[str, Any] = {"concurrency": c, "repeat": repeat}
-                    for name, target, proc in (
-                        ("cube", cube, cube_proc),
-                        ("redis", redis_t, redis_proc),
-                    ):
-                        row[name] = measure(target, proc, keys, c, args)
-                    row["ratio"] = row["cube"]["keys_per_s"] / row["redis"]["keys_per_s"]
-                    runs.append(row)
-                    print_row(row, header=len(runs) == 1)
+                    # cube variants first, then Redis, then the rows (each against that Redis)
+                    measured = [
+                        (label, measure(t, proc, keys, c, args)) for label, t, proc in cubes
+                    ]
+                    redis_result = measure(redis_t, redis_proc, keys, c, args)
+                    for label, result in measured:
+                        row: dict[str, Any] = {
+                            "concurrency": c,
+                            "variant": label,
+                            "repeat": repeat,
+                            "cube": result,
+                            "redis": redis_result,
+                            "ratio": result["keys_per_s"] / redis_result["keys_per_s"],
+                        }
+                        runs.append(row)
+                        print_row(row, header=len(runs) == 1)
             if args.repeat > 1:
                 print(f"\nmedians of {args.repeat} runs:")
-                for n, c in enumerate(levels):
-                    print_row(median_row([r for r in runs if r["concurrency"] == c]), header=n == 0)
+                for n, (c, (label, _, _)) in enumerate((c, v) for c in levels for v in cubes):
+                    print_row(
+                        median_row(
+                            [r for r in runs if r["concurrency"] == c and r["variant"] == label]
+                        ),
+                        header=n == 0,
+                    )
             rss_after = cube_servers.rss_bytes(cube_proc.pid)
             print(
                 f"cube-server resident memory: {rss / 1e6:.1f} MB after load, "
@@ -124,6 +154,7 @@ def main() -> int:
         finally:
             cube_servers.stop(cube_proc)
             cube_servers.stop(redis_proc)
+            cube_servers.stop(base_proc)
     if args.json:
         Path(args.json).write_text(
             json.dumps(
@@ -165,7 +196,7 @@ def measure(
 
 
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"concurrency": rows[0]["concurrency"]}
+    out: dict[str, Any] = {"concurrency": rows[0]["concurrency"], "variant": rows[0]["variant"]}
     for name in ("cube", "redis"):
         out[name] = {k: float(np.median([r[name][k] for r in rows])) for k in rows[0][name]}
     out["ratio"] = out["cube"]["keys_per_s"] / out["redis"]["keys_per_s"]
@@ -179,7 +210,7 @@ def print_row(row: dict[str, Any], header: bool) -> None:
             "| redis keys/s | redis p50 / p99 ms | redis CPU µs/req server+client | cube / redis |"
         )
         print("|---:|---:|---:|---:|---:|---:|---:|---:|")
-    cells = [str(row["concurrency"])]
+    cells = [" ".join(str(x) for x in (row["concurrency"], row["variant"]) if x)]
     for name in ("cube", "redis"):
         r = row[name]
         cells += [

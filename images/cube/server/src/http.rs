@@ -5,8 +5,9 @@
 //! shard's agent) listens on loopback by default, so that a NetworkPolicy, which can tell
 //! ports apart but not paths, can let readers in without letting them change versions.
 
-use crate::state::{json_string, Failure, State};
-use serde_json::Value;
+use crate::state::{Failure, State};
+use base64::prelude::{Engine, BASE64_STANDARD};
+use serde_json::{json, Value};
 use std::io::{self, BufRead, Read, Write};
 use std::sync::atomic::Ordering::{Relaxed, SeqCst};
 use std::sync::Arc;
@@ -38,7 +39,12 @@ pub fn handle(
     state: &Arc<State>,
     port: Port,
 ) -> io::Result<bool> {
-    let req = match read_request(r, state.config.max_keys * 32 + 4096)? {
+    let max_body = state
+        .config
+        .max_keys
+        .saturating_mul(32)
+        .saturating_add(4096);
+    let req = match read_request(r, max_body)? {
         Ok(req) => req,
         Err((code, msg)) => {
             respond(w, code, &error_json(&msg), false)?;
@@ -56,7 +62,80 @@ pub fn handle(
     Ok(req.keep_alive)
 }
 
+/// Headers of one request at most (more: 431): a reader's request carries a handful.
+const MAX_HEADERS: usize = 64;
+
 fn read_request(r: &mut impl BufRead, max_body: usize) -> io::Result<Result<Request, Failure>> {
+    let head = match read_head(r)? {
+        Ok(head) => head,
+        Err(failure) => return Ok(Err(failure)),
+    };
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut parsed = httparse::Request::new(&mut headers);
+    match parsed.parse(&head) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Ok(Err((400, "incomplete request head".into()))),
+        Err(httparse::Error::TooManyHeaders) => {
+            return Ok(Err((431, format!("more than {MAX_HEADERS} header fields"))))
+        }
+        Err(e) => {
+            let line = head.split(|b| *b == b'\n').next().unwrap_or_default();
+            return Ok(Err((
+                400,
+                format!(
+                    "malformed request ({e}) in {:?}",
+                    String::from_utf8_lossy(line).trim_end()
+                ),
+            )));
+        }
+    }
+    let mut keep_alive = parsed.version == Some(1);
+    let mut length: Option<usize> = None;
+    for h in parsed.headers.iter() {
+        let value = String::from_utf8_lossy(h.value);
+        let value = value.trim();
+        if h.name.eq_ignore_ascii_case("content-length") {
+            match value.parse() {
+                // Two different lengths: which one a proxy in front used is unknowable.
+                Ok(n) if length.is_none_or(|l| l == n) => length = Some(n),
+                Ok(_) => return Ok(Err((400, "conflicting Content-Length headers".into()))),
+                Err(_) => return Ok(Err((400, format!("bad Content-Length {value:?}")))),
+            }
+        } else if h.name.eq_ignore_ascii_case("transfer-encoding")
+            && !value.eq_ignore_ascii_case("identity")
+        {
+            return Ok(Err((
+                411,
+                "chunked bodies are not supported: send Content-Length".into(),
+            )));
+        } else if h.name.eq_ignore_ascii_case("connection") {
+            keep_alive = !value.eq_ignore_ascii_case("close")
+                && (keep_alive || value.eq_ignore_ascii_case("keep-alive"));
+        }
+    }
+    let length = length.unwrap_or(0);
+    if length > max_body {
+        return Ok(Err((
+            413,
+            format!("request body of {length} bytes exceeds the limit of {max_body} bytes"),
+        )));
+    }
+    let (Some(method), Some(target)) = (parsed.method, parsed.path) else {
+        return Ok(Err((400, "incomplete request line".into())));
+    };
+    let mut request = Request {
+        method: method.to_string(),
+        path: target.split('?').next().unwrap_or("").to_string(),
+        body: vec![0u8; length],
+        keep_alive,
+    };
+    r.read_exact(&mut request.body)?;
+    Ok(Ok(request))
+}
+
+/// The request line and header fields, through the blank line that ends them (at most
+/// MAX_HEADER_BYTES; blank lines before the request line are skipped, RFC 9112 2.2).
+fn read_head(r: &mut impl BufRead) -> io::Result<Result<Vec<u8>, Failure>> {
     let mut head = Vec::with_capacity(512);
     loop {
         let before = head.len();
@@ -75,62 +154,11 @@ fn read_request(r: &mut impl BufRead, max_body: usize) -> io::Result<Result<Requ
         }
         if head[before..].iter().all(|b| *b == b'\r' || *b == b'\n') {
             if before > 0 {
-                break;
+                return Ok(Ok(head));
             }
-            head.clear(); // blank lines before a request line are ignored (RFC 9112 2.2)
+            head.clear();
         }
     }
-    let text = String::from_utf8_lossy(&head);
-    let mut lines = text.split("\r\n").flat_map(|l| l.split('\n'));
-    let request_line = lines.next().unwrap_or("");
-    let mut parts = request_line.split_whitespace();
-    let (Some(method), Some(target), Some(proto)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Ok(Err((
-            400,
-            format!("malformed request line {request_line:?}"),
-        )));
-    };
-    let mut keep_alive = proto == "HTTP/1.1";
-    let mut length = 0usize;
-    for line in lines {
-        let Some((name, value)) = line.split_once(':') else {
-            continue;
-        };
-        let (name, value) = (name.trim().to_ascii_lowercase(), value.trim());
-        match name.as_str() {
-            "content-length" => match value.parse() {
-                Ok(n) => length = n,
-                Err(_) => return Ok(Err((400, format!("bad Content-Length {value:?}")))),
-            },
-            "transfer-encoding" if !value.eq_ignore_ascii_case("identity") => {
-                return Ok(Err((
-                    411,
-                    "chunked bodies are not supported: send Content-Length".into(),
-                )))
-            }
-            "connection" => {
-                keep_alive = !value.eq_ignore_ascii_case("close")
-                    && (keep_alive || value.eq_ignore_ascii_case("keep-alive"))
-            }
-            _ => {}
-        }
-    }
-    if length > max_body {
-        return Ok(Err((
-            413,
-            format!("request body of {length} bytes exceeds the limit of {max_body} bytes"),
-        )));
-    }
-    let mut body = vec![0u8; length];
-    r.read_exact(&mut body)?;
-    let path = target.split('?').next().unwrap_or("").to_string();
-    Ok(Ok(Request {
-        method: method.to_string(),
-        path,
-        body,
-        keep_alive,
-    }))
 }
 
 fn respond(w: &mut impl Write, code: u16, body: &str, keep_alive: bool) -> io::Result<()> {
@@ -159,7 +187,7 @@ fn respond(w: &mut impl Write, code: u16, body: &str, keep_alive: bool) -> io::R
 }
 
 fn error_json(msg: &str) -> String {
-    format!("{{\"error\":{}}}", json_string(msg))
+    json!({ "error": msg }).to_string()
 }
 
 fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String), Failure> {
@@ -183,7 +211,7 @@ fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String),
             Ok((503, "{\"ready\":false,\"error\":\"stopping\"}".into()))
         }
         ("/readyz", _) => match state.current_version() {
-            Some(v) => Ok((200, format!("{{\"ready\":true,\"version\":{v}}}"))),
+            Some(v) => Ok((200, json!({"ready": true, "version": v}).to_string())),
             None => Ok((
                 503,
                 "{\"ready\":false,\"error\":\"no version is switched in\"}".into(),
@@ -201,7 +229,7 @@ fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String),
             let result = state.start_load(version, path.to_string())?;
             Ok((
                 202,
-                format!("{{\"result\":\"{result}\",\"version\":{version}}}"),
+                json!({"result": result, "version": version}).to_string(),
             ))
         }
         ("/control/switch", true) => {
@@ -210,12 +238,12 @@ fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String),
             let result = state.switch(version)?;
             Ok((
                 200,
-                format!("{{\"result\":\"{result}\",\"version\":{version}}}"),
+                json!({"result": result, "version": version}).to_string(),
             ))
         }
         ("/control/unload", true) => {
             let result = state.unload(version_of(&parse(&req.body)?)?)?;
-            Ok((200, format!("{{\"result\":\"{result}\"}}")))
+            Ok((200, json!({ "result": result }).to_string()))
         }
         ("/DictService/seek" | "/control/load" | "/control/switch" | "/control/unload", false) => {
             Err((405, format!("{} needs POST", req.path)))
@@ -293,7 +321,7 @@ fn seek(cmd: &Value, state: &State) -> Result<(u16, String), Failure> {
         match dict.get(k) {
             Some(v) => {
                 out.push_str("{\"status\":0,\"value\":\"");
-                crate::b64::encode_into(v, &mut out);
+                BASE64_STANDARD.encode_string(v, &mut out);
                 out.push_str("\"}");
             }
             None => {

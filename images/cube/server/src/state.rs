@@ -2,6 +2,7 @@
 
 use crate::conns::Conns;
 use crate::shardfile::ShardFile;
+use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
@@ -282,26 +283,26 @@ impl State {
         // Lock order everywhere: load, then slots.
         let load = self.load.lock().unwrap().clone();
         let slots = self.slots.read().unwrap();
-        let c = &self.counters;
-        format!(
-            "{{\"shard\":{},\"shard_num\":{},\"ready\":{},\"cur_version\":{},\"bg_version\":{},\"current\":{},\"background\":{},\"load\":{},\"max_keys\":{},\"uptime_seconds\":{:.1},\"requests\":{},\"keys\":{},\"missing_keys\":{},\"errors\":{},\"connections\":{},\"idle_closed\":{}}}",
-            self.config.shard,
-            self.config.shard_num,
-            slots.current.is_some(),
-            version_json(&slots.current),
-            version_json(&slots.background),
-            dict_json(&slots.current, self.clock()),
-            dict_json(&slots.background, self.clock()),
-            load_json(&load),
-            self.config.max_keys,
-            self.started.elapsed().as_secs_f64(),
-            c.requests.load(Relaxed),
-            c.keys.load(Relaxed),
-            c.missing.load(Relaxed),
-            c.errors.load(Relaxed),
-            self.conns.count(),
-            self.conns.evicted.load(Relaxed),
-        )
+        let (c, now) = (&self.counters, self.clock());
+        json!({
+            "shard": self.config.shard,
+            "shard_num": self.config.shard_num,
+            "ready": slots.current.is_some(),
+            "cur_version": slots.current.as_ref().map(|d| d.version),
+            "bg_version": slots.background.as_ref().map(|d| d.version),
+            "current": slots.current.as_deref().map(|d| dict_json(d, now)),
+            "background": slots.background.as_deref().map(|d| dict_json(d, now)),
+            "load": load.as_ref().map(load_json),
+            "max_keys": self.config.max_keys,
+            "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "requests": c.requests.load(Relaxed),
+            "keys": c.keys.load(Relaxed),
+            "missing_keys": c.missing.load(Relaxed),
+            "errors": c.errors.load(Relaxed),
+            "connections": self.conns.count(),
+            "idle_closed": self.conns.evicted.load(Relaxed),
+        })
+        .to_string()
     }
 }
 
@@ -317,55 +318,25 @@ fn held(slots: &Slots) -> String {
     )
 }
 
-fn version_json(d: &Option<Arc<ShardFile>>) -> String {
-    d.as_ref()
-        .map_or("null".to_string(), |d| d.version.to_string())
-}
-
 /// A held version; `idle_seconds`: since a seek last read it (null: never read).
-fn dict_json(d: &Option<Arc<ShardFile>>, now: u64) -> String {
-    match d {
-        None => "null".to_string(),
-        Some(d) => {
-            let read = d.last_read.load(Relaxed);
-            let idle = if read == 0 {
-                "null".to_string()
-            } else {
-                format!("{:.3}", now.saturating_sub(read) as f64 / 1000.0)
-            };
-            format!(
-                "{{\"version\":{},\"keys\":{},\"dim\":{},\"bytes\":{},\"path\":{},\"idle_seconds\":{idle}}}",
-                d.version,
-                d.key_count,
-                d.dim,
-                d.file_bytes,
-                json_string(&d.path)
-            )
-        }
-    }
+fn dict_json(d: &ShardFile, now: u64) -> Value {
+    let read = d.last_read.load(Relaxed);
+    json!({
+        "version": d.version,
+        "keys": d.key_count,
+        "dim": d.dim,
+        "bytes": d.file_bytes,
+        "path": d.path,
+        "idle_seconds": (read != 0).then(|| now.saturating_sub(read) as f64 / 1000.0),
+    })
 }
 
-fn load_json(l: &Option<Load>) -> String {
-    match l {
-        None => "null".to_string(),
-        Some(l) => {
-            let (state, error) = match &l.state {
-                LoadState::Loading => ("loading", None),
-                LoadState::Loaded => ("loaded", None),
-                LoadState::Failed(m) => ("failed", Some(m.as_str())),
-                LoadState::Cancelled => ("cancelled", None),
-            };
-            format!(
-                "{{\"version\":{},\"path\":{},\"state\":\"{state}\",\"error\":{},\"seconds\":{:.3}}}",
-                l.version,
-                json_string(&l.path),
-                error.map_or("null".to_string(), json_string),
-                l.seconds
-            )
-        }
-    }
-}
-
-pub fn json_string(s: &str) -> String {
-    serde_json::Value::String(s.to_string()).to_string()
+fn load_json(l: &Load) -> Value {
+    let (state, error) = match &l.state {
+        LoadState::Loading => ("loading", None),
+        LoadState::Loaded => ("loaded", None),
+        LoadState::Failed(m) => ("failed", Some(m.as_str())),
+        LoadState::Cancelled => ("cancelled", None),
+    };
+    json!({"version": l.version, "path": l.path, "state": state, "error": error, "seconds": l.seconds})
 }
