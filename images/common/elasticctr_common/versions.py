@@ -1,17 +1,47 @@
-"""Model versions: the donefile that makes a version exist.
+"""Model versions: their layout in the model store, and the donefile that makes one exist.
 
-The donefile holds one JSON line per complete version, `{"id": V, "key": V, "input": URI}`,
-ids strictly increasing. The trainer appends a line only after every file of V is written,
-so readers never see a half-written version.
+The trainer writes version V as `<V>/dense/{model.pdmodel, model.pdiparams, meta.json}`
+(read by serving) and `<V>/sparse/part-NNNNN` (read by cube-transfer). The donefile holds
+one JSON line per complete version, `{"id": V, "key": V, "input": URI}`, input naming
+`<V>/sparse`, ids strictly increasing. The trainer appends a line only after every file of
+V is written, so readers never see a half-written version.
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass
+from typing import Final
 
 from .contract import DONEFILE
 from .storage import Store
+
+DENSE: Final = "dense"
+SPARSE: Final = "sparse"
+MODEL_META: Final = "meta.json"  # in dense/: slots, embedding_dim, sparse_dim, feed names...
+# The inference model's two files in dense/ (meta.json's model_file and params_file, which
+# serving reads, default to them).
+MODEL_FILE: Final = "model.pdmodel"
+PARAMS_FILE: Final = "model.pdiparams"
+
+
+def dense_path(version: int, name: str = "") -> str:
+    """`<V>/dense`, or a file in it, relative to the model store."""
+    return f"{version}/{DENSE}" + (f"/{name}" if name else "")
+
+
+def sparse_path(version: int, part: int | None = None) -> str:
+    """`<V>/sparse` (a donefile line's input), or its part file `part`."""
+    return f"{version}/{SPARSE}" + ("" if part is None else f"/part-{part:05d}")
+
+
+def dense_beside(sparse_uri: str) -> str | None:
+    """The URI of `<V>/dense` beside a donefile line's `<V>/sparse` input; None when the
+    input is not laid out so (a version another exporter published)."""
+    stripped = sparse_uri.rstrip("/")
+    if not stripped.endswith("/" + SPARSE):
+        return None
+    return stripped[: -len(SPARSE)] + DENSE
 
 
 class DonefileError(ValueError):

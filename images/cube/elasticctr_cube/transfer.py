@@ -34,7 +34,13 @@ from elasticctr_common.contract import (
 from elasticctr_common.cube.conf import CubeConf
 from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import StorageError, open_store
-from elasticctr_common.versions import DonefileError, Version, read_versions
+from elasticctr_common.versions import (
+    MODEL_META,
+    DonefileError,
+    Version,
+    dense_beside,
+    read_versions,
+)
 
 from .builder import BuildError, build, publish
 from .cliargs import env_option
@@ -155,12 +161,13 @@ class Transfer:
 
     def _expected_dim(self, version: Version) -> int | None:
         """embedding_dim of the trainer's dense/meta.json beside the sparse export, if any."""
-        if not version.input.rstrip("/").endswith("/sparse"):
+        dense = dense_beside(version.input)
+        if dense is None:
             return None
-        meta = open_store(version.input.rstrip("/")[: -len("sparse")] + "dense")
-        if not meta.exists("meta.json"):
+        meta = open_store(dense)
+        if not meta.exists(MODEL_META):
             return None
-        return int(json.loads(meta.read_text("meta.json"))["embedding_dim"])
+        return int(json.loads(meta.read_text(MODEL_META))["embedding_dim"])
 
     def _roll(self, version: int, entry: dict[str, Any]) -> str:
         previous = self.state["committed"]

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import paddle.inference as paddle_infer
 from elasticctr_common.storage import Store
+from elasticctr_common.versions import MODEL_FILE, MODEL_META, PARAMS_FILE, dense_path
 from google.protobuf.message import DecodeError
 from numpy.typing import NDArray
 
@@ -108,9 +109,8 @@ def load_model(
     """Dense model `version` from `models` (the model URI's store), checked against the
     deployment's slot.conf and sparse_dim when given. ModelError if it cannot be served."""
     started = time.monotonic()
-    prefix = f"{version}/dense"
     try:
-        meta = json.loads(models.read_text(f"{prefix}/meta.json"))
+        meta = json.loads(models.read_text(dense_path(version, MODEL_META)))
     except FileNotFoundError as err:
         raise ModelError(f"version {version}: {err}") from None
     except ValueError as err:
@@ -133,8 +133,8 @@ def load_model(
             f"version {version}: {len(meta['feed_names'])} feed names for {len(model_slots)} slots"
         )
     try:
-        program = models.read_bytes(f"{prefix}/{meta.get('model_file', 'model.pdmodel')}")
-        params = models.read_bytes(f"{prefix}/{meta.get('params_file', 'model.pdiparams')}")
+        program = models.read_bytes(dense_path(version, meta.get("model_file", MODEL_FILE)))
+        params = models.read_bytes(dense_path(version, meta.get("params_file", PARAMS_FILE)))
     except FileNotFoundError as err:
         raise ModelError(f"version {version}: {err}") from None
     _check_in_child(version, meta, program, params)

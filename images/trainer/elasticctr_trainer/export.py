@@ -30,7 +30,17 @@ import numpy as np
 import paddle
 from elasticctr_common.seqfile import SequenceFileWriter
 from elasticctr_common.storage import Store
-from elasticctr_common.versions import Version, append_version, read_versions
+from elasticctr_common.versions import (
+    DENSE,
+    MODEL_FILE,
+    MODEL_META,
+    PARAMS_FILE,
+    Version,
+    append_version,
+    dense_path,
+    read_versions,
+    sparse_path,
+)
 from numpy.typing import NDArray
 from paddle.base import core
 
@@ -40,7 +50,6 @@ from .model import SHOW_CLICK_COLUMNS, CtrDnn
 log = logging.getLogger(__name__)
 PULL_CHUNK = 100_000
 RECORDS_PER_PART = 1_000_000
-MODEL_FILE, PARAMS_FILE = "model.pdmodel", "model.pdiparams"
 
 
 def pull_rows(exe: Any, dump_program: Any, net: CtrDnn, keys: NDArray[Any]) -> NDArray[Any]:
@@ -116,7 +125,7 @@ def prepare_version(
     exe: Any, test_program: Any, dump_program: Any, net: CtrDnn, sparse_dim: int, directory: Path
 ) -> PreparedVersion:
     """The dense inference model into `directory/dense/` and the sparse table's trained rows."""
-    dense_meta = save_dense(exe, test_program, net, directory / "dense")
+    dense_meta = save_dense(exe, test_program, net, directory / DENSE)
     keys, values, shows = dump_sparse(exe, dump_program, net, sparse_dim)
     return PreparedVersion(directory, dense_meta, keys, values, shows)
 
@@ -147,20 +156,20 @@ def publish_version(
         "published": held_back is None,
         **({"held_back": held_back} if held_back else {}),
     }
-    dense_dir = prepared.directory / "dense"
+    dense_dir = prepared.directory / DENSE
     for name in (MODEL_FILE, PARAMS_FILE):
-        models.upload(dense_dir / name, f"{version}/dense/{name}")
-    models.write_text(f"{version}/dense/meta.json", json.dumps(meta, indent=1))
+        models.upload(dense_dir / name, dense_path(version, name))
+    models.write_text(dense_path(version, MODEL_META), json.dumps(meta, indent=1))
     keys, values = prepared.keys, prepared.values
     for part, start in enumerate(range(0, max(len(keys), 1), RECORDS_PER_PART)):
         local = prepared.directory / f"part-{part:05d}"
         with open(local, "wb") as out:
             end = start + RECORDS_PER_PART
             SequenceFileWriter(out).write_arrays(keys[start:end], values[start:end])
-        models.upload(local, f"{version}/sparse/part-{part:05d}")
+        models.upload(local, sparse_path(version, part))
     for name, data in (extra_files or {}).items():
         models.write_bytes(f"{version}/{name}", data)
-    line = Version(id=version, key=version, input=models.uri(f"{version}/sparse"))
+    line = Version(id=version, key=version, input=models.uri(sparse_path(version)))
     if held_back:
         records = [*held_back_versions(models), {"id": version, "reason": held_back}]
         models.write_text(HELD_BACK, "".join(json.dumps(r) + "\n" for r in records))

@@ -33,7 +33,7 @@ import paddle
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import Store, open_store
 from elasticctr_common.trainer_json import TrainerConfig
-from elasticctr_common.versions import read_versions
+from elasticctr_common.versions import MODEL_META, dense_path, read_versions
 from numpy.typing import NDArray
 from paddle.distributed import fleet
 
@@ -330,7 +330,7 @@ class Trainer:
         if runner.publish_every_version or not isinstance(eval_auc, float) or not published:
             return None
         serving = published[-1].id
-        meta = json.loads(self.models.read_text(f"{serving}/dense/meta.json"))
+        meta = json.loads(self.models.read_text(dense_path(serving, MODEL_META)))
         serving_auc = meta.get("eval_auc")
         if not isinstance(serving_auc, float) or eval_auc >= serving_auc - runner.publish_margin:
             return None

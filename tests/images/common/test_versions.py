@@ -10,8 +10,11 @@ from elasticctr_common.versions import (
     DonefileError,
     Version,
     append_version,
+    dense_beside,
+    dense_path,
     parse_donefile,
     read_versions,
+    sparse_path,
 )
 
 
@@ -88,3 +91,10 @@ def test_another_donefile_name(store):
     append_version(store, Version(1, 1, "u/1"), name="cube/donefile")
     assert read_versions(store, name="cube/donefile") == [Version(1, 1, "u/1")]
     assert read_versions(store) == []
+
+
+def test_the_layout_of_a_version():
+    assert dense_path(7) == "7/dense" and dense_path(7, "meta.json") == "7/dense/meta.json"
+    assert sparse_path(7) == "7/sparse" and sparse_path(7, 3) == "7/sparse/part-00003"
+    assert dense_beside("s3://b/models/7/sparse/") == "s3://b/models/7/dense"
+    assert dense_beside("hdfs://nn/exports/7/embeddings") is None
