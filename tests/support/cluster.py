@@ -130,15 +130,36 @@ def differences(before: HostView, after: HostView) -> list[str]:
 
 
 def _daemons_running() -> list[str]:
+    """Daemons of the kinds the cluster runs, except another test session's: tools/test.sh
+    runs the other tests beside this session, and their control planes (etcd,
+    kube-apiserver) descend from that session's pytest. What a teardown leaves (a detached
+    daemon, a shim, a container's process) descends from no other pytest."""
     running = []
     for proc in Path("/proc").iterdir():
         if not proc.name.isdigit():
             continue
-        with contextlib.suppress(OSError):
+        with contextlib.suppress(OSError, ValueError):
             exe = os.path.basename(os.readlink(proc / "exe"))
-            if exe in DAEMONS and (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            if exe in DAEMONS and state != "Z" and not _of_another_session(int(proc.name)):
                 running.append(f"{exe} (pid {proc.name})")
     return running
+
+
+def _of_another_session(pid: int) -> bool:
+    ours = os.getpid()
+    while pid > 1:
+        if pid == ours:
+            return False
+        stat = (Path("/proc") / str(pid) / "stat").read_text()
+        pid = int(stat.rsplit(")", 1)[1].split()[1])  # the parent
+        if (
+            pid > 1
+            and pid != ours
+            and b"pytest" in (Path("/proc") / str(pid) / "cmdline").read_bytes()
+        ):
+            return True
+    return False
 
 
 @dataclass
