@@ -12,7 +12,9 @@ differs from the real image).
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -143,8 +145,10 @@ def _standin(
 
 
 def _bases() -> list[Recipe]:
-    rustup_home = Path.home() / ".rustup"
-    cargo_home = Path.home() / ".cargo"
+    # Where rustup keeps toolchains and its own binary, as rustup itself finds them.
+    rustup_home = Path(os.environ.get("RUSTUP_HOME") or Path.home() / ".rustup")
+    cargo_home = Path(os.environ.get("CARGO_HOME") or Path.home() / ".cargo")
+    rustup = shutil.which("rustup") or cargo_home / "bin" / "rustup"
     return [
         _standin(
             "debian", DEBIAN, "base", "docker.io/library/debian:bookworm-slim",
@@ -156,7 +160,7 @@ def _bases() -> list[Recipe]:
             stagers=(
                 staging.RustToolchain(
                     rustup_home / "toolchains" / f"{RUST_VERSION}-x86_64-unknown-linux-gnu",
-                    cargo_home / "bin" / "rustup",
+                    Path(rustup),
                 ),
             ),
         ),

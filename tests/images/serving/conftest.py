@@ -52,7 +52,9 @@ def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = 
                                            unload_after, *transfer_args], replicas,
                           server_args, **conf)  # fmt: skip
     spec = publish(cluster, [1])
-    cluster.wait_result(1)
+    result = cluster.wait_result(1)
+    # A failed first rollout (one attempt) left serving nothing to wait for: say so here.
+    assert result.get("result") == "committed", f"version 1: {result}\n{cluster.dump()}"
     serving = Serving(procs, "serving", cluster, *serving_args, env=serving_env)
     serving.wait_version(1)
     return Stack(cluster, serving, spec, procs)
