@@ -6,7 +6,8 @@ every cube-server that answers (one replica of each shard at least) reports as c
 (`GET /control/status`). When it differs from the
 version being served, dense model V is loaded and checked (model.py), cube is asked for
 V once to check that it holds V with the model's embedding width, and only then does V
-become active: one reference swap. Batches that took the old model finish on it: their
+become active, if cube still holds V after the load (rollbacks may have dropped it
+meanwhile): one reference swap. Batches that took the old model finish on it: their
 cube lookups are pinned to the old version, which cube keeps loaded for a while after a
 switch (`--unload-previous-after`, 60 s by default).
 
@@ -156,6 +157,8 @@ class ModelManager:
         except ModelError as err:
             self._reject(target, str(err))
             return
+        if not self._still_cubes(target):
+            return
         self._active = model
         self.rejected.pop(target, None)
         self.last_error = None
@@ -175,6 +178,22 @@ class ModelManager:
             active.version if active else None,
             model.load_seconds,
         )
+
+    def _still_cubes(self, version: int) -> bool:
+        """Whether cube still holds `version` after the load: meanwhile rollbacks may have
+        committed another version and dropped this one (CI saw serving switch to a version
+        cube no longer held, and 8% of requests fail until the next poll)."""
+        now = self.committed_version()
+        if now != version:
+            log.info("version %d is no longer cube's (now %s): not switching to it", version, now)
+            self._wake.set()  # follow cube's version at once
+            return False
+        try:
+            self._cube_width(version)
+        except _CubeNotReady as err:
+            self.last_error = str(err)
+            return False
+        return True
 
     def _cube_width(self, version: int) -> int:
         """Width of cube's vectors of `version`; _CubeNotReady until every shard holds it."""
