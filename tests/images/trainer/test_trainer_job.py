@@ -55,6 +55,11 @@ def job(synthetic, mlflow_server, tmp_path_factory):
         "model_uri": f"file://{work}/models",
         "checkpoint_uri": f"file://{work}/checkpoints",
         "eval_data_uri": f"file://{synthetic.root}/heldout",
+        # Every version published: async training is not repeatable (pass 2's held-out AUC
+        # was 0.0009 below pass 1's in one of three runs); one more than the gate's 0.002
+        # below holds version 2 back and the donefile test fails by chance, as it did once
+        # on a busy machine. The gate has its own tests (test_trainer_quality.py).
+        "publish_every_version": True,
         "work_dir": str(work / "scratch"),
         "mlflow_experiment": "trainer-job-test",
     }

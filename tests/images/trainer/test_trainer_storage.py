@@ -53,6 +53,7 @@ def test_offline_training_on_s3(synthetic, s3_server, s3_env, tmp_path):
         "model_uri": root.uri("models"),
         "checkpoint_uri": root.uri("checkpoints"),
         "eval_data_uri": root.uri("heldout"),
+        "publish_every_version": True,  # no gate: see test_trainer_job.py's job
         "work_dir": str(tmp_path / "scratch"),
     }
     config = write_config(tmp_path / "trainer.json", runner)
@@ -80,6 +81,7 @@ def test_online_training_on_hdfs_waits_for_the_next_hour(
         "model_uri": root.uri("models"),
         "checkpoint_uri": root.uri("checkpoints"),
         "eval_data_uri": root.uri("heldout"),
+        "publish_every_version": True,  # no gate: see test_trainer_job.py's job
         "work_dir": str(tmp_path / "scratch"),
         "online_poll_seconds": 0.5,
     }
