@@ -9,8 +9,9 @@ The table is filled through the training program itself: one pass of `train_from
 over MultiSlot lines whose first slot lists 10,000 distinct keys each (1..N, the others
 padding), so every key 1..N is pushed once and exists on the pserver (sparse_dim N + 1).
 Then the peak resident memory is reset (/proc/self/clear_refs) and the export runs into
-`<work>/models` (file://). Prints one JSON line: dump and write seconds, keys, the
-trainer's peak RSS during the export and the pserver's RSS.
+`<work>/models` (file://). Prints one JSON line: dump seconds (`prepare_version`: the pulls,
+the local SequenceFile parts and the model check's scan), write seconds (`publish_version`:
+the upload), keys, the trainer's peak RSS during the export and the pserver's RSS.
 """
 
 from __future__ import annotations
@@ -93,7 +94,7 @@ def export(config_path: Path, fill: Path, pserver_pid: int) -> dict[str, Any]:
                                       hyper.embedding_dim, {})  # fmt: skip
             written = time.perf_counter()
         return {
-            "keys": len(prepared.keys),
+            "keys": prepared.sparse_keys,
             "dump_s": dumped - started,
             "write_s": written - dumped,
             "version": version.id,

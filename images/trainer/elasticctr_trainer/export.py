@@ -14,17 +14,20 @@ Each pulled row is `[show, click, embed_w, embedx...]`; the exported value is th
 after show/click, `embedding_dim` floats, which the `cvm` op feeds to sum pooling.
 
 Two steps, so that the model check (modelcheck.py) reads exactly what would be published
-before anything is: `prepare_version` writes the dense model locally and dumps the table,
-`publish_version` uploads it all and appends the donefile line last.
+before anything is: `prepare_version` writes the dense model locally and dumps the table
+into local SequenceFile parts, chunk by chunk, the check folding over each chunk on the way
+(the table is never whole in memory); `publish_version` uploads it all and appends the
+donefile line last.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 import paddle
@@ -35,6 +38,7 @@ from elasticctr_common.versions import (
     MODEL_FILE,
     MODEL_META,
     PARAMS_FILE,
+    SPARSE,
     Version,
     append_version,
     dense_path,
@@ -46,6 +50,7 @@ from paddle.base import core
 
 from .feed import lod_tensor
 from .model import SHOW_CLICK_COLUMNS, CtrDnn
+from .modelcheck import EmbeddingScan
 
 log = logging.getLogger(__name__)
 PULL_CHUNK = 100_000
@@ -65,19 +70,70 @@ def pull_rows(exe: Any, dump_program: Any, net: CtrDnn, keys: NDArray[Any]) -> N
     return np.array(rows)
 
 
+class SparseParts:
+    """Local SequenceFile parts of RECORDS_PER_PART records (the last one shorter; one empty
+    part for an empty table), written as rows are pulled: the export holds one pulled chunk,
+    not the table (10^8 keys would be ~4 GB of arrays)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        self.paths: list[Path] = []
+        self.records = 0
+        self._out: BinaryIO | None = None
+        self._writer: SequenceFileWriter | None = None
+        self._in_part = 0
+
+    def add(self, keys: NDArray[Any], values: NDArray[Any]) -> None:
+        start = 0
+        while start < len(keys):
+            if self._writer is None or self._in_part == RECORDS_PER_PART:
+                self._next_part()
+            assert self._writer is not None
+            end = start + min(RECORDS_PER_PART - self._in_part, len(keys) - start)
+            self._writer.write_arrays(keys[start:end], values[start:end])
+            self._in_part += end - start
+            self.records += end - start
+            start = end
+
+    def close(self) -> list[Path]:
+        if not self.paths:
+            self._next_part()
+        if self._out is not None:
+            self._out.close()
+            self._out = self._writer = None
+        return self.paths
+
+    def _next_part(self) -> None:
+        if self._out is not None:
+            self._out.close()
+        path = self.directory / f"part-{len(self.paths):05d}"
+        self._out = open(path, "wb")  # noqa: SIM115 - closed by the next part or close()
+        self._writer = SequenceFileWriter(self._out)
+        self._in_part = 0
+        self.paths.append(path)
+
+
 def dump_sparse(
-    exe: Any, dump_program: Any, net: CtrDnn, sparse_dim: int
-) -> tuple[NDArray[Any], NDArray[Any], float]:
-    """(keys, embeddings) of every trained key, and the sum of their show counts."""
-    keys_out, values_out, shows = [], [], 0.0
+    exe: Any,
+    dump_program: Any,
+    net: CtrDnn,
+    sparse_dim: int,
+    parts: SparseParts,
+    embeddings: EmbeddingScan,
+) -> float:
+    """Every trained key and its embedding into `parts`, checked by `embeddings` on the
+    way; returns the sum of their show counts."""
+    shows = 0.0
     for start in range(1, sparse_dim, PULL_CHUNK):
         keys = np.arange(start, min(start + PULL_CHUNK, sparse_dim), dtype=np.int64)
         rows = pull_rows(exe, dump_program, net, keys)
         trained = np.any(rows != 0, axis=1)
-        keys_out.append(keys[trained].astype(np.uint64))
-        values_out.append(rows[trained, SHOW_CLICK_COLUMNS:])
+        trained_keys = keys[trained].astype(np.uint64)
+        values = rows[trained, SHOW_CLICK_COLUMNS:].astype(np.float32)
+        embeddings.add(trained_keys, values)
+        parts.add(trained_keys, values)
         shows += float(rows[trained, 0].astype(np.float64).sum())
-    return np.concatenate(keys_out), np.concatenate(values_out).astype(np.float32), shows
+    return shows
 
 
 HELD_BACK = "held_back"  # JSON lines {"id": V, "reason": ...}: versions kept, not published
@@ -116,18 +172,32 @@ class PreparedVersion:
 
     directory: Path
     dense_meta: dict[str, object]
-    keys: NDArray[Any]  # uint64 sparse keys
-    values: NDArray[Any]  # float32 embeddings, one row per key
+    sparse_parts: list[Path]  # local SequenceFiles of the trained keys (SparseParts)
+    sparse_keys: int
     table_shows: float
+    embeddings: EmbeddingScan  # the model check's view of every exported row
 
 
 def prepare_version(
-    exe: Any, test_program: Any, dump_program: Any, net: CtrDnn, sparse_dim: int, directory: Path
+    exe: Any,
+    test_program: Any,
+    dump_program: Any,
+    net: CtrDnn,
+    sparse_dim: int,
+    directory: Path,
+    max_abs_weight: float = math.inf,
 ) -> PreparedVersion:
-    """The dense inference model into `directory/dense/` and the sparse table's trained rows."""
+    """The dense inference model into `directory/dense/` and the sparse table's trained rows
+    into `directory/sparse/`, scanned for the model check (`max_abs_weight` its bound)."""
     dense_meta = save_dense(exe, test_program, net, directory / DENSE)
-    keys, values, shows = dump_sparse(exe, dump_program, net, sparse_dim)
-    return PreparedVersion(directory, dense_meta, keys, values, shows)
+    parts = SparseParts(directory / SPARSE)
+    parts.directory.mkdir(parents=True)
+    embeddings = EmbeddingScan(max_abs_weight)
+    try:
+        shows = dump_sparse(exe, dump_program, net, sparse_dim, parts, embeddings)
+    finally:
+        paths = parts.close()
+    return PreparedVersion(directory, dense_meta, paths, parts.records, shows, embeddings)
 
 
 def publish_version(
@@ -151,7 +221,7 @@ def publish_version(
         "sparse_dim": sparse_dim,
         **prepared.dense_meta,
         **extra_meta,
-        "sparse_keys": len(prepared.keys),
+        "sparse_keys": prepared.sparse_keys,
         "table_shows": prepared.table_shows,  # impressions the table has counted, all passes
         "published": held_back is None,
         **({"held_back": held_back} if held_back else {}),
@@ -160,12 +230,7 @@ def publish_version(
     for name in (MODEL_FILE, PARAMS_FILE):
         models.upload(dense_dir / name, dense_path(version, name))
     models.write_text(dense_path(version, MODEL_META), json.dumps(meta, indent=1))
-    keys, values = prepared.keys, prepared.values
-    for part, start in enumerate(range(0, max(len(keys), 1), RECORDS_PER_PART)):
-        local = prepared.directory / f"part-{part:05d}"
-        with open(local, "wb") as out:
-            end = start + RECORDS_PER_PART
-            SequenceFileWriter(out).write_arrays(keys[start:end], values[start:end])
+    for part, local in enumerate(prepared.sparse_parts):
         models.upload(local, sparse_path(version, part))
     for name, data in (extra_files or {}).items():
         models.write_bytes(f"{version}/{name}", data)
@@ -177,6 +242,9 @@ def publish_version(
         return line
     append_version(models, line)
     log.info(
-        "exported version %d: %d sparse keys -> %s", version, len(keys), models.uri(str(version))
+        "exported version %d: %d sparse keys -> %s",
+        version,
+        prepared.sparse_keys,
+        models.uri(str(version)),
     )
     return line

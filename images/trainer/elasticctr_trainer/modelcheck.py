@@ -45,29 +45,62 @@ def check_dense(dense: dict[str, NDArray[Any]], max_abs_weight: float) -> list[s
     return problems
 
 
+class EmbeddingScan:
+    """The embedding check folded chunk by chunk, so that the export can write each pulled
+    chunk and drop it (a table of 10^8 keys is ~4 GB as arrays). Its problems are exactly
+    those of one pass over every row in key order."""
+
+    def __init__(self, max_abs_weight: float) -> None:
+        self.bound = min(max_abs_weight, SPARSE_WEIGHT_BOUND)
+        self.keys = 0
+        self.bad_rows = 0
+        self.bad_keys: list[int] = []  # the first EXAMPLES_NAMED, in key order
+        self.big_rows = 0
+        self.big_keys = np.empty(0, np.uint64)  # the largest peaks so far, ties in key order
+        self.big_peaks = np.empty(0, np.float64)
+
+    def add(self, keys: NDArray[Any], values: NDArray[Any]) -> None:
+        """`values`: one row per key of `keys`; chunks come in key order."""
+        if not len(keys):
+            return
+        keys = np.asarray(keys, np.uint64)
+        values = np.asarray(values, dtype=np.float64)
+        self.keys += len(keys)
+        rows_bad = ~np.isfinite(values).all(axis=1)
+        if rows_bad.any():
+            self.bad_rows += int(rows_bad.sum())
+            self.bad_keys += keys[rows_bad][: EXAMPLES_NAMED - len(self.bad_keys)].tolist()
+        peaks = np.abs(values).max(axis=1)
+        rows_big = peaks >= self.bound
+        if rows_big.any():
+            self.big_rows += int(rows_big.sum())
+            # Earlier candidates first: a stable sort then breaks ties in key order.
+            keys_big = np.concatenate([self.big_keys, keys[rows_big]])
+            peaks_big = np.concatenate([self.big_peaks, peaks[rows_big]])
+            order = np.argsort(-peaks_big, kind="stable")[:EXAMPLES_NAMED]
+            self.big_keys, self.big_peaks = keys_big[order], peaks_big[order]
+
+    def problems(self) -> list[str]:
+        if self.bad_rows:
+            named = ", ".join(str(k) for k in self.bad_keys)
+            return [f"embeddings of {self.bad_rows} keys have NaN or infinite values ({named})"]
+        if self.big_rows:
+            named = ", ".join(
+                f"{k}: {p:.6g}" for k, p in zip(self.big_keys, self.big_peaks, strict=True)
+            )
+            clamp = " (the sparse rule's clamp)" if self.bound == SPARSE_WEIGHT_BOUND else ""
+            return [
+                f"embeddings of {self.big_rows} keys reach |value| >= {self.bound:g}{clamp}: "
+                f"{named}"
+            ]
+        return []
+
+
 def check_embeddings(keys: NDArray[Any], values: NDArray[Any], max_abs_weight: float) -> list[str]:
     """`values`: one row per exported key (`keys`)."""
-    if not len(keys):
-        return []
-    values = np.asarray(values, dtype=np.float64)
-    bound = min(max_abs_weight, SPARSE_WEIGHT_BOUND)
-    rows_bad = ~np.isfinite(values).all(axis=1)
-    if rows_bad.any():
-        named = ", ".join(str(k) for k in keys[rows_bad][:EXAMPLES_NAMED])
-        return [f"embeddings of {int(rows_bad.sum())} keys have NaN or infinite values ({named})"]
-    peaks = np.abs(values).max(axis=1)
-    rows_big = peaks >= bound
-    if rows_big.any():
-        order = np.argsort(-peaks[rows_big], kind="stable")[:EXAMPLES_NAMED]
-        named = ", ".join(
-            f"{k}: {p:.6g}"
-            for k, p in zip(keys[rows_big][order], peaks[rows_big][order], strict=True)
-        )
-        clamp = " (the sparse rule's clamp)" if bound == SPARSE_WEIGHT_BOUND else ""
-        return [
-            f"embeddings of {int(rows_big.sum())} keys reach |value| >= {bound:g}{clamp}: {named}"
-        ]
-    return []
+    scan = EmbeddingScan(max_abs_weight)
+    scan.add(keys, values)
+    return scan.problems()
 
 
 def check_model(
@@ -79,8 +112,21 @@ def check_model(
     max_abs_weight: float,
 ) -> list[str]:
     """Every reason to refuse this version; empty when it may be published."""
+    scan = EmbeddingScan(max_abs_weight)
+    scan.add(keys, embeddings)
+    return check_version(dense, scan, table_shows, predictions, max_abs_weight)
+
+
+def check_version(
+    dense: dict[str, NDArray[Any]],
+    embeddings: EmbeddingScan,
+    table_shows: float,
+    predictions: NDArray[Any] | None,
+    max_abs_weight: float,
+) -> list[str]:
+    """check_model with the embeddings already scanned (as the export does, chunk by chunk)."""
     problems = check_dense(dense, max_abs_weight)
-    problems += check_embeddings(keys, embeddings, max_abs_weight)
+    problems += embeddings.problems()
     if not np.isfinite(table_shows):
         problems.append(f"the table's show counts sum to {table_shows}")
     if predictions is not None:

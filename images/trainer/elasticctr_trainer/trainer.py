@@ -43,7 +43,7 @@ from .export import prepare_version, publish_version
 from .hours import next_hour, wait_for_hours, wait_for_range
 from .lines import LineParser, NotText
 from .metrics import MetricsLogger, auc_from_histograms
-from .modelcheck import check_model
+from .modelcheck import check_version
 from .pipe import native_pipe
 from .program import (
     build_training_program,
@@ -363,13 +363,14 @@ class Trainer:
             extra_files["eval/predictions.txt"] = predictions_text(predictions)
             extra_meta["eval_auc"] = result["auc"]
         with tempfile.TemporaryDirectory(prefix="elasticctr-export-") as tmp:
+            max_abs_weight = self.config.runner.max_abs_weight
             prepared = prepare_version(
-                exe, self.test_program, self.dump_program, self.net, hyper.sparse_dim, Path(tmp)
-            )
-            problems = check_model(
-                dense, prepared.keys, prepared.values, prepared.table_shows, predictions,
-                self.config.runner.max_abs_weight,
+                exe, self.test_program, self.dump_program, self.net, hyper.sparse_dim, Path(tmp),
+                max_abs_weight,
             )  # fmt: skip
+            problems = check_version(
+                dense, prepared.embeddings, prepared.table_shows, predictions, max_abs_weight
+            )
             if problems:
                 self.logger.event(
                     "version_refused", {"pass": planned.pass_id, "problems": problems}

@@ -12,8 +12,14 @@ from elasticctr_common.storage import open_store
 from elasticctr_common.trainer_json import HyperParameters, parse_config
 from elasticctr_common.versions import Version, append_version, read_versions
 from elasticctr_trainer import realistic
-from elasticctr_trainer.export import PreparedVersion, held_back_versions, publish_version
+from elasticctr_trainer.export import (
+    PreparedVersion,
+    SparseParts,
+    held_back_versions,
+    publish_version,
+)
 from elasticctr_trainer.generate import baseline_aucs, generate_realistic
+from elasticctr_trainer.modelcheck import EmbeddingScan
 from elasticctr_trainer.roles import Role
 from elasticctr_trainer.trainer import Trainer
 
@@ -98,9 +104,12 @@ def test_a_worse_version_is_kept_but_not_published(tmp_path):
     dense.mkdir(parents=True)
     for name in ("model.pdmodel", "model.pdiparams"):
         (dense / name).write_bytes(b"x")
-    prepared = PreparedVersion(
-        tmp_path / "prepared", {}, np.array([5], np.uint64), np.ones((1, 2), np.float32), 1.0
-    )
+    parts = SparseParts(dense.parent)
+    keys, values = np.array([5], np.uint64), np.ones((1, 2), np.float32)
+    parts.add(keys, values)
+    scan = EmbeddingScan(10.0)
+    scan.add(keys, values)
+    prepared = PreparedVersion(dense.parent, {}, parts.close(), parts.records, 1.0, scan)
     models = trainer.models
     kept = publish_version(models, prepared, [101], 100, 2, {"eval_auc": 0.79}, None, reason)
     assert kept.id == 2 and [v.id for v in read_versions(models)] == [1]
