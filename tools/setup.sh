@@ -7,7 +7,7 @@
 #   3. the offline tools, built from Go modules (docs/tooling.md): kube-apiserver and etcd
 #      for the end-to-end tests, and the Pulumi CLI, language host and Kubernetes provider
 #      when `pulumi` is not on PATH (users with internet install it with the official
-#      installer instead). About 30 minutes on a fresh 2-core machine, seconds once cached.
+#      installer instead). About 22 minutes on a quiet fresh 2-core machine, seconds once cached.
 #      ELASTICCTR_SKIP_TOOLS=1 skips this step (the end-to-end tests then skip, saying why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
