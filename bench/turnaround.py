@@ -8,7 +8,8 @@ Stages, each the project's own code in its own process:
 - export: trainer 0's `prepare_version` (pull every key from a real pserver holding N
   trained keys) + `publish_version` (SequenceFiles, file://) (turnaround_export.py);
   above `--export-max` keys the SequenceFiles are written by this script instead and the
-  stage is not measured (a pserver of 10^8 keys does not fit this machine);
+  stage is not measured (a pserver of 10^8 keys needs ~12 GiB: pass
+  `--export-max 100000000` on a machine that has it);
 - build: `python -m elasticctr_cube builder` (SequenceFiles -> shard files, published);
 - fetch, verify, load: every shard's agent at once (`/agent/prepare`), each step's time
   from the agent's own prepare states, the slowest shard counted;
