@@ -41,7 +41,8 @@ def test_killed_trainer_resumes_from_checkpoint(synthetic, tmp_path):
     # So the kill lands mid-pass 2 whatever the machine's load (a native pipe is through a
     # pass's file in milliseconds; waiting to catch it running failed CI).
     held = tmp_path / "pass-held"  # the marker the test looks for: only a held pipe runs it
-    held.write_text("#!/bin/sh\nsleep 600\n")
+    release = tmp_path / "release"  # held pipes end (empty) once it exists: none outlives us
+    held.write_text(f"#!/bin/sh\nwhile [ ! -e {release} ]; do sleep 0.2; done\n")
     wrapper = tmp_path / "pipe-wrapper"
     wrapper.write_text(
         f'#!/bin/sh\nif [ -e {index} ]; then exec {held}; fi\nexec {native_pipe_bin()} "$@"\n'
@@ -64,6 +65,7 @@ def test_killed_trainer_resumes_from_checkpoint(synthetic, tmp_path):
         assert first.wait(timeout=120) == 1
     finally:
         first.stop()
+        release.touch()  # Paddle's pipe processes are not in the trainers' process groups
     assert [json.loads(line)["pass_id"] for line in index.read_text().splitlines()] == [1]
 
     second = run_job(config, tmp_path / "logs-2", pservers=1, trainers=2)
