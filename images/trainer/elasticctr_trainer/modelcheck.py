@@ -52,7 +52,6 @@ class EmbeddingScan:
 
     def __init__(self, max_abs_weight: float) -> None:
         self.bound = min(max_abs_weight, SPARSE_WEIGHT_BOUND)
-        self.keys = 0
         self.bad_rows = 0
         self.bad_keys: list[int] = []  # the first EXAMPLES_NAMED, in key order
         self.big_rows = 0
@@ -65,7 +64,6 @@ class EmbeddingScan:
             return
         keys = np.asarray(keys, np.uint64)
         values = np.asarray(values, dtype=np.float64)
-        self.keys += len(keys)
         rows_bad = ~np.isfinite(values).all(axis=1)
         if rows_bad.any():
             self.bad_rows += int(rows_bad.sum())
