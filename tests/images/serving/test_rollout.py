@@ -230,10 +230,7 @@ def _committed(cluster: CubeCluster, version: int) -> bool:
 
 
 def _held(server_status: dict) -> set[int | None]:
-    return {
-        server_status.get("cur_version"),
-        (server_status.get("background") or {}).get("version"),
-    }
+    return {server_status["cur_version"], server_status["bg_version"]}
 
 
 def test_one_cube_replica_down_or_stopped_and_serving_stopped_fail_no_request(
