@@ -32,6 +32,12 @@ VOLATILE_SYSCTLS = re.compile(
     r"fs\.quota\.|net\.netfilter\.nf_conntrack_count|kernel\.sched_|vm\.stat|"
     r"kernel\.perf_event|fs\.aio-nr|kernel\.tainted|net\.ipv4\.route\.|net\.ipv6\.route\.)"
 )
+# Values the kernel generates by itself the first time anything needs them, whoever that
+# is: on a freshly booted machine they still read as zeros, and any program of the session
+# (not only the cluster) may make the kernel set them; none is the node's to put back.
+#   tcp_fastopen_key: made on first use of TCP Fast Open (reads 00000000-... until then);
+#   netdev_rss_key: made once when a driver first asks for a receive-side-scaling key.
+KERNEL_GENERATED_SYSCTLS = frozenset({"net.ipv4.tcp_fastopen_key", "net.core.netdev_rss_key"})
 # Per-interface keys of links that come and go (veths of pods, the bridge) are checked
 # through the links themselves.
 LINK_SYSCTLS = re.compile(
@@ -58,7 +64,7 @@ class HostView:
     @classmethod
     def take(cls) -> HostView:
         return cls(
-            sysctls=_sysctls(),
+            sysctls=all_sysctls(),
             iptables={b: _rules(b) for b in host.IPTABLES if shutil.which(f"{b}-save")},
             nft_tables=host.nft_tables(),
             ipsets=host.ipsets(),
@@ -71,7 +77,7 @@ class HostView:
         )
 
 
-def _sysctls() -> dict[str, str]:
+def all_sysctls() -> dict[str, str]:
     out = subprocess.run(["sysctl", "-a"], capture_output=True, text=True, check=False).stdout
     values = {}
     for line in out.splitlines():
@@ -79,6 +85,20 @@ def _sysctls() -> dict[str, str]:
         if not VOLATILE_SYSCTLS.match(key) and not LINK_SYSCTLS.match(key):
             values[key] = value
     return values
+
+
+def sysctl_changes(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    """Sysctls that differ, one line each. The node's own (tools/localcluster/host.py's
+    SYSCTLS, which `down` writes back) must all read as before; any other key too, so that a
+    sysctl the node writes but forgot to record is caught, except the kernel-generated ones."""
+    found = []
+    for key in sorted(set(before) | set(after)):
+        if before.get(key) == after.get(key):
+            continue
+        if key in KERNEL_GENERATED_SYSCTLS and key not in host.SYSCTLS:
+            continue
+        found.append(f"sysctl {key}: {before.get(key)} -> {after.get(key)}")
+    return found
 
 
 def _rules(backend: str) -> str:
@@ -102,10 +122,7 @@ def _rules(backend: str) -> str:
 
 def differences(before: HostView, after: HostView) -> list[str]:
     """What changed on the host, one line each."""
-    found = []
-    for key in sorted(set(before.sysctls) | set(after.sysctls)):
-        if before.sysctls.get(key) != after.sysctls.get(key):
-            found.append(f"sysctl {key}: {before.sysctls.get(key)} -> {after.sysctls.get(key)}")
+    found = sysctl_changes(before.sysctls, after.sysctls)
     for backend in sorted(set(before.iptables) | set(after.iptables)):
         if before.iptables.get(backend) != after.iptables.get(backend):
             found.append(
