@@ -1,20 +1,29 @@
 """Cube: the sparse embeddings served by key from `shards` shards of `replicas` servers
-each (docs/architecture.md, "Cube"; docs/cube.md, "Replicas").
+each (docs/architecture.md, "Cube"; docs/cube.md, "Replicas" and "Reshaping").
 
-Shard s is the StatefulSet `cube-<s>`: `replicas` pods `cube-<s>-<r>`, each a cube-server
-and its cube-agent, serving the keys k with k % shards == s, with stable DNS names through
-one headless Service; a Service `cube-<s>` in front of the shard's ready pods; a
-PodDisruptionBudget that lets a drain take one replica of the shard at a time; and
-anti-affinity (preferred) that puts the shard's replicas on different nodes. One
+Shard s of layout L is the StatefulSet `cube-<L>-<s>`: `replicas` pods `cube-<L>-<s>-<r>`,
+each a cube-server and its cube-agent, serving the keys k with k % shards == s, with stable
+DNS names through one headless Service; a Service `cube-<L>-<s>` in front of the shard's
+ready pods; a PodDisruptionBudget that lets a drain take one replica of the shard at a
+time; and anti-affinity (preferred) that puts the shard's replicas on different nodes. One
 cube-transfer follows the trainer's donefile, builds the shards of each new version and
 switches every replica of every shard together. `cube.conf`, the shard list serving
 reads, is rendered here in Paddle Serving's form, so that it always lists exactly these
 pods.
+
+The layout L is a digest of everything the shard pods are made of (shard count, replicas,
+image, resources, volumes, ...). Any change to them makes a new layout beside the old one
+instead of restarting the old pods: the new cube-transfer builds and loads the committed
+version on the new layout, serving's new pods become ready only on it, and the old
+layout's objects are deleted at the end of `pulumi up`, after serving moved (its
+Deployment is awaited). Serving never loses its shards; a layout change costs a second
+set of shard pods (and their memory) while `up` runs.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
@@ -55,6 +64,8 @@ CONFIG_MAP = "cube-conf"
 # serving derives its own per-request limit (one place for both).
 MAX_KEYS = DEFAULT_MAX_KEYS
 SHARD_LABEL = "elasticctr.io/cube-shard"
+LAYOUT_LABEL = "elasticctr.io/cube-layout"
+LAYOUT_ID_LENGTH = 8  # hex digits of the layout digest in names (cube-<layout>-<s>-<r>)
 SHARD_DIR = f"{kube.DATA_DIR}/cube"
 SHARD_ACCOUNT = "cube"  # servers and agents
 TRANSFER_ACCOUNT = "cube-transfer"
@@ -93,7 +104,12 @@ class CubeArgs:
         return self.transfer_store or self.store
 
 
-def cube_conf(namespace: str, args: CubeArgs) -> CubeConf:
+def shard_name(layout: str, shard: int) -> str:
+    """The StatefulSet, Service and disruption budget of shard `shard` of `layout`."""
+    return f"cube-{layout}-{shard}"
+
+
+def cube_conf(namespace: str, layout: str, args: CubeArgs) -> CubeConf:
     """The shard list: node s serves keys k with k % shards == s; its address is the
     shard's Service (Paddle's Python client reads only that), its replicas the pods
     (Paddle's brpc client and ours balance over them)."""
@@ -102,11 +118,14 @@ def cube_conf(namespace: str, args: CubeArgs) -> CubeConf:
         dict_name=DICT_NAME,
         shard=args.shards,
         nodes=tuple(
-            CubeNode(f"cube-{s}.{domain}", SERVER_PORT, AGENT_PORT) for s in range(args.shards)
+            CubeNode(f"{shard_name(layout, s)}.{domain}", SERVER_PORT, AGENT_PORT)
+            for s in range(args.shards)
         ),
         replicas=tuple(
             tuple(
-                CubeNode(f"cube-{s}-{r}.cube-headless.{domain}", SERVER_PORT, AGENT_PORT)
+                CubeNode(
+                    f"{shard_name(layout, s)}-{r}.cube-headless.{domain}", SERVER_PORT, AGENT_PORT
+                )
                 for r in range(args.replicas)
             )
             for s in range(args.shards)
@@ -121,6 +140,7 @@ def cube_conf(namespace: str, args: CubeArgs) -> CubeConf:
 
 class Cube(pulumi.ComponentResource):
     shards: pulumi.Output[int]
+    layout: pulumi.Output[str]
     config_map: pulumi.Output[str]
     config_hash: pulumi.Output[str]
     transfer_url: pulumi.Output[str]
@@ -136,8 +156,29 @@ class Cube(pulumi.ComponentResource):
             raise ValueError(f"{name}: replicas must be >= 1, got {args.replicas}")
         super().__init__("elasticctr:cube:Cube", name, None, opts)
         target = args.target
-        conf = pulumi.Output.from_input(target.namespace).apply(
-            lambda ns: cube_conf(ns, args).to_json()
+        # Transfer must reach an agent before its server has loaded a first version.
+        headless = kube.service(
+            target,
+            f"{name}-headless",
+            "cube-headless",
+            "cube",
+            {"server": SERVER_PORT, "agent": AGENT_PORT},
+            self,
+            headless=True,
+            publish_not_ready=True,
+        )
+        account = kube.service_account(target, SHARD_ACCOUNT, "cube", self)
+        account_name = account.metadata["name"]
+        self.layout = pulumi.Output.from_input(
+            {
+                "shards": args.shards,
+                "statefulsets": [
+                    self._shard_spec(args, s, account_name, None) for s in range(args.shards)
+                ],
+            }
+        ).apply(lambda spec: kube.json_digest(spec)[:LAYOUT_ID_LENGTH])
+        conf = pulumi.Output.all(target.namespace, self.layout).apply(
+            lambda values: cube_conf(values[0], values[1], args).to_json()
         )
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-conf",
@@ -146,7 +187,8 @@ class Cube(pulumi.ComponentResource):
             opts=target.opts(self),
         )
         self.config_hash = conf.apply(lambda text: kube.digest({"cube.conf": text}))
-        self._shard_servers(name, args)
+        for shard in range(args.shards):
+            self._shard(name, args, shard, account_name, headless)
         self._transfer(name, args, config_map)
         # The servers' port takes lookups and status reads only: loads and switches are on
         # a control port bound to the pod's loopback, for its agent. The agents' commands
@@ -197,40 +239,72 @@ class Cube(pulumi.ComponentResource):
         self.register_outputs(
             {
                 "shards": self.shards,
+                "layout": self.layout,
                 "config_map": self.config_map,
                 "config_hash": self.config_hash,
                 "transfer_url": self.transfer_url,
             }
         )
 
-    def _shard_servers(self, name: str, args: CubeArgs) -> None:
-        target = args.target
-        # Transfer must reach an agent before its server has loaded a first version.
-        headless = kube.service(
-            target,
-            f"{name}-headless",
-            "cube-headless",
-            "cube",
-            {"server": SERVER_PORT, "agent": AGENT_PORT},
-            self,
-            headless=True,
-            publish_not_ready=True,
-        )
-        account = kube.service_account(target, SHARD_ACCOUNT, "cube", self)
-        for shard in range(args.shards):
-            self._shard(name, args, shard, account, headless)
-
     def _shard(
         self,
         name: str,
         args: CubeArgs,
         shard: int,
-        account: k8s.core.v1.ServiceAccount,
+        account_name: pulumi.Input[str],
         headless: k8s.core.v1.Service,
     ) -> None:
-        """StatefulSet cube-<shard> (its replicas), its Service and disruption budget."""
+        """StatefulSet cube-<layout>-<shard> (its replicas), its Service and budget."""
         target = args.target
-        selector = {**kube.labels("cube"), SHARD_LABEL: str(shard)}
+        selector = self._selector(shard, self.layout)
+        object_name = self.layout.apply(lambda layout: shard_name(layout, shard))
+        k8s.apps.v1.StatefulSet(
+            f"{name}-shard-{shard}",
+            # Ready once a first version is loaded, after training: do not wait for it.
+            # Serving's Deployment is awaited instead: its pods of a new layout become
+            # ready only once this layout serves the committed version.
+            metadata={
+                **target.metadata("", "cube", await_ready=False),
+                "name": object_name,
+            },
+            spec=self._shard_spec(args, shard, account_name, self.layout),
+            opts=target.opts(self, depends_on=[headless]),
+        )
+        # Paddle Serving's Python client asks one address per shard: the shard's ready pods
+        # (not awaited: a server is ready once it holds a version, after the first training).
+        k8s.core.v1.Service(
+            f"{name}-shard-{shard}-service",
+            metadata={**target.metadata("", "cube", await_ready=False), "name": object_name},
+            spec={"selector": selector, "ports": [{"name": "server", "port": SERVER_PORT}]},
+            opts=target.opts(self),
+        )
+        # A drain (or any eviction) takes one replica of a shard at a time. With one
+        # replica (dev) that still lets a drain through, at the cost of that shard.
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-shard-{shard}-budget",
+            metadata={**target.metadata("", "cube"), "name": object_name},
+            spec={"max_unavailable": 1, "selector": {"match_labels": selector}},
+            opts=target.opts(self),
+        )
+
+    @staticmethod
+    def _selector(shard: int, layout: pulumi.Input[str] | None) -> dict[str, Any]:
+        labels: dict[str, Any] = {**kube.labels("cube"), SHARD_LABEL: str(shard)}
+        if layout is not None:
+            labels[LAYOUT_LABEL] = layout
+        return labels
+
+    def _shard_spec(
+        self,
+        args: CubeArgs,
+        shard: int,
+        account_name: pulumi.Input[str],
+        layout: pulumi.Input[str] | None,
+    ) -> dict[str, Any]:
+        """The StatefulSet spec of shard `shard`; without a layout, what the layout's
+        digest is taken of."""
+        target = args.target
+        selector = self._selector(shard, layout)
         shard_env = kube.env(
             {
                 CubeEnv.SHARD_INDEX: str(shard),
@@ -296,48 +370,26 @@ class Cube(pulumi.ComponentResource):
         template = kube.pod_template(
             "cube",
             [server, agent],
-            service_account=account.metadata["name"],
+            service_account=account_name,
             node_pool=args.node_pool,
-            extra_labels={SHARD_LABEL: str(shard)},
+            extra_labels={k: v for k, v in selector.items() if k in (SHARD_LABEL, LAYOUT_LABEL)},
             affinity=spread,
         )
-        k8s.apps.v1.StatefulSet(
-            f"{name}-shard-{shard}",
-            # Ready once a first version is loaded, after training: do not wait for it.
-            metadata=target.metadata(f"cube-{shard}", "cube", await_ready=False),
-            spec={
-                "service_name": "cube-headless",
-                "replicas": args.replicas,
-                # Replicas are alike: start and replace them in parallel; a rolling update
-                # still takes one pod of the shard at a time.
-                "pod_management_policy": "Parallel",
-                "selector": {"match_labels": selector},
-                "persistent_volume_claim_retention_policy": {
-                    "when_deleted": "Delete",
-                    "when_scaled": "Delete",
-                },
-                "template": template,
-                # Shard files are rebuilt from the model export: a lost volume costs a reload.
-                "volume_claim_templates": [kube.volume_claim("shards", args.storage)],
+        return {
+            "service_name": "cube-headless",
+            "replicas": args.replicas,
+            # Replicas are alike: start and replace them in parallel; a rolling update
+            # still takes one pod of the shard at a time.
+            "pod_management_policy": "Parallel",
+            "selector": {"match_labels": selector},
+            "persistent_volume_claim_retention_policy": {
+                "when_deleted": "Delete",
+                "when_scaled": "Delete",
             },
-            opts=target.opts(self, depends_on=[headless]),
-        )
-        # Paddle Serving's Python client asks one address per shard: the shard's ready pods
-        # (not awaited: a server is ready once it holds a version, after the first training).
-        k8s.core.v1.Service(
-            f"{name}-shard-{shard}-service",
-            metadata=target.metadata(f"cube-{shard}", "cube", await_ready=False),
-            spec={"selector": selector, "ports": [{"name": "server", "port": SERVER_PORT}]},
-            opts=target.opts(self),
-        )
-        # A drain (or any eviction) takes one replica of a shard at a time. With one
-        # replica (dev) that still lets a drain through, at the cost of that shard.
-        k8s.policy.v1.PodDisruptionBudget(
-            f"{name}-shard-{shard}-budget",
-            metadata=target.metadata(f"cube-{shard}", "cube"),
-            spec={"max_unavailable": 1, "selector": {"match_labels": selector}},
-            opts=target.opts(self),
-        )
+            "template": template,
+            # Shard files are rebuilt from the model export: a lost volume costs a reload.
+            "volume_claim_templates": [kube.volume_claim("shards", args.storage)],
+        }
 
     def _transfer(self, name: str, args: CubeArgs, config_map: k8s.core.v1.ConfigMap) -> None:
         target = args.target

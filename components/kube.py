@@ -7,6 +7,7 @@ labels and config mounts are decided in one place.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -276,7 +277,7 @@ def pod_template(
     restart_policy: str | None = None,
     tmp_size: str = "1Gi",
     node_pool: str = "",
-    extra_labels: Mapping[str, str] | None = None,
+    extra_labels: Mapping[str, pulumi.Input[str]] | None = None,
     affinity: k8s.core.v1.AffinityArgsDict | None = None,
 ) -> k8s.core.v1.PodTemplateSpecArgsDict:
     """A pod of `component`: its labels (and `extra_labels`), the restricted security
@@ -330,6 +331,11 @@ def api_fields(value: Any) -> Any:
 def _camel(key: str) -> str:
     head, *rest = key.rstrip("_").split("_")  # `from_` (a Python keyword) is `from`
     return head + "".join(part[:1].upper() + part[1:] for part in rest)
+
+
+def json_digest(value: Any) -> str:
+    """A stable hash of a JSON-able value (dict keys in order)."""
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
 
 
 def digest(data: Mapping[str, str]) -> str:

@@ -31,6 +31,9 @@ SERVICE_ACCOUNT = "serving"
 AUTH_SECRET = "serving-auth"
 TOKEN_KEY = ServingEnv.AUTH_TOKEN  # the Secret's key and the pods' variable
 BUCKET_USER = BucketUser(SERVICE_ACCOUNT, ("serving",), read=(MODELS,))  # dense models
+# How long `up` waits for serving's pods of a new rollout to be ready: a new cube layout is
+# built and loaded first (minutes at 10^8 keys, docs/cube.md).
+ROLLOUT_TIMEOUT = "30m"
 
 
 @dataclass(frozen=True)
@@ -114,9 +117,11 @@ class Serving(pulumi.ComponentResource):
         account = kube.service_account(target, SERVICE_ACCOUNT, "serving", self)
         deployment = k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            # Ready only once a first model version exists, which training makes after
-            # `pulumi up`: waiting for it here would time out on every new stack.
-            metadata=target.metadata("serving", "serving", await_ready=False),
+            # Awaited: a pod is ready once it serves cube's committed version (or once it
+            # knows nothing is committed yet, on a new stack), so `up` ends only after
+            # serving has moved, and a cube layout replaced by this `up` is deleted only
+            # then (components/cube.py). Building a new layout can take minutes.
+            metadata=target.metadata("serving", "serving"),
             spec={
                 "replicas": args.replicas,
                 "selector": {"match_labels": kube.labels("serving")},
@@ -132,7 +137,13 @@ class Serving(pulumi.ComponentResource):
                 ),
             },
             # The HPA owns the replica count once it exists; the spec only sets the start.
-            opts=target.opts(self, ignore_changes=["spec.replicas"]),
+            opts=target.opts(
+                self,
+                ignore_changes=["spec.replicas"],
+                custom_timeouts=pulumi.CustomTimeouts(
+                    create=ROLLOUT_TIMEOUT, update=ROLLOUT_TIMEOUT
+                ),
+            ),
         )
         exposure: dict[str, object] = {}
         if args.source_ranges and args.service_type != "ClusterIP":

@@ -252,6 +252,7 @@ def main() -> None:
     pulumi.export(outputs.TRAINING_JOB, training.job_name)
     pulumi.export(outputs.TRAINER0_LOGS, training.trainer0_logs)
     pulumi.export(outputs.CUBE_SHARDS, cube.shards)
+    pulumi.export(outputs.CUBE_LAYOUT, cube.layout)
     pulumi.export(outputs.CUBE_TRANSFER_URL, cube.transfer_url)
     if cluster.kubeconfig is not None:
         pulumi.export(outputs.KUBECONFIG, pulumi.Output.secret(cluster.kubeconfig))

@@ -2,9 +2,10 @@
 
 Serving and cube-transfer route key k to node k % shard of `cube.conf` (the `cube-conf`
 ConfigMap, Paddle Serving's list form); node i must be shard i: its `ipport_list` the pods
-`cube-<i>-<r>` of StatefulSet `cube-<i>`, which must run exactly `dup` replicas, and its
-`ip` the Service `cube-<i>`; there must be exactly `shard` such StatefulSets. A mismatch
-sends lookups to a shard that does not exist or holds other keys.
+`cube-<L>-<i>-<r>` of StatefulSet `cube-<L>-<i>` (L: the layout, components/cube.py; older
+programs name them `cube-<i>`), which must run exactly `dup` replicas, and its `ip` the
+Service `cube-<L>-<i>`; there must be exactly `shard` such StatefulSets. A mismatch sends
+lookups to a shard that does not exist or holds other keys.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from policy.kube import (
 )
 
 # The names components/cube.py gives them (tests/policy checks they agree): StatefulSets
-# "<statefulSet>-<shard>".
+# "<statefulSet>-<layout>-<shard>", or "<statefulSet>-<shard>".
 DEFAULTS = {"statefulSet": "cube", "configMap": "cube-conf", "confKey": "cube.conf"}
 SHARD_COUNT_ENV = "CUBE_SHARD_NUM"
 SHARD_INDEX_ENV = "CUBE_SHARD_INDEX"
@@ -44,6 +45,9 @@ SHARD_INDEX_ENV = "CUBE_SHARD_INDEX"
 
 @dataclass
 class _Group:
+    """One layout's shard StatefulSets in a namespace, and that namespace's shard list."""
+
+    prefix: str  # of the StatefulSets' names: <statefulSet> or <statefulSet>-<layout>
     shards: dict[int, PolicyResource] = field(default_factory=dict)
     config_map: PolicyResource | None = None
 
@@ -52,18 +56,29 @@ def _name(resource: PolicyResource) -> Any:
     return get(resource.props, "metadata", "name")
 
 
-def _groups(resources: list[PolicyResource], config: Mapping[str, Any]) -> dict[Any, _Group]:
-    """The shard StatefulSets (by shard) and the cube-conf ConfigMap, per namespace."""
-    pattern = re.compile(re.escape(config["statefulSet"]) + r"-(\d+)")
-    groups: dict[Any, _Group] = {}
+def _groups(resources: list[PolicyResource], config: Mapping[str, Any]) -> list[_Group]:
+    """The shard StatefulSets (by layout, then shard) and the cube-conf ConfigMap, per
+    namespace."""
+    base = config["statefulSet"]
+    pattern = re.compile(re.escape(base) + r"-(?:(?P<layout>[0-9a-f]+)-)?(?P<shard>\d+)")
+    layouts: dict[Any, dict[str, _Group]] = {}
+    config_maps: dict[Any, PolicyResource] = {}
     for resource in resources:
         kind = resource.resource_type.removesuffix("Patch")
         namespace = get(resource.props, "metadata", "namespace")
         name = _name(resource)
         if kind == STATEFUL_SET and isinstance(name, str) and (m := pattern.fullmatch(name)):
-            groups.setdefault(namespace, _Group()).shards[int(m.group(1))] = resource
+            prefix = f"{base}-{m['layout']}" if m["layout"] else base
+            group = layouts.setdefault(namespace, {}).setdefault(prefix, _Group(prefix))
+            group.shards[int(m["shard"])] = resource
         elif kind == CONFIG_MAP and name == config["configMap"]:
-            groups.setdefault(namespace, _Group()).config_map = resource
+            config_maps[namespace] = resource
+    groups = []
+    for namespace in {*layouts, *config_maps}:
+        found = list(layouts.get(namespace, {}).values()) or [_Group(base)]
+        for group in found:
+            group.config_map = config_maps.get(namespace)
+            groups.append(group)
     return groups
 
 
@@ -76,7 +91,7 @@ def _missing(group: _Group, config: Mapping[str, Any]) -> list[tuple[str, str]]:
         missing = f'ConfigMap "{config["configMap"]}" (the shard list serving reads)'
     else:
         what = f'ConfigMap "{config["configMap"]}" ({present.name}){where}'
-        missing = f'StatefulSet "{config["statefulSet"]}-0" (the servers of shard 0)'
+        missing = f'StatefulSet "{group.prefix}-0" (the servers of shard 0)'
     return [(f"{what} has no {missing} beside it.", present.urn)]
 
 
@@ -97,7 +112,7 @@ def _check(group: _Group, config: Mapping[str, Any]) -> list[tuple[str, str]]:
     cm = group.config_map
     if cm is None or not group.shards:
         return _missing(group, config)
-    prefix = config["statefulSet"]
+    prefix = group.prefix
     text = get(cm.props, "data", config["confKey"])
     counts = {s: get(sts.props, "spec", "replicas", default=1.0) for s, sts in group.shards.items()}
     if text is UNKNOWN or UNKNOWN in counts.values():
@@ -195,7 +210,7 @@ def _shard_problems(
 
 def validate_cube_shards(args: StackValidationArgs, report: ReportViolation) -> None:
     config = {**DEFAULTS, **args.get_config()}
-    for group in _groups(args.resources, config).values():
+    for group in _groups(args.resources, config):
         for message, urn in _check(group, config):
             report(message, urn)
 
@@ -213,7 +228,9 @@ cube_shards_match = StackValidationPolicy(
             "statefulSet": {
                 "type": "string",
                 "default": DEFAULTS["statefulSet"],
-                "description": "name prefix of the cube shard StatefulSets (<name>-<shard>)",
+                "description": (
+                    "name prefix of the cube shard StatefulSets (<name>-<layout>-<shard>)"
+                ),
             },
             "configMap": {
                 "type": "string",

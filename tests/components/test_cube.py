@@ -30,7 +30,11 @@ def cube_graph(shards: int, replicas: int = 1, **more: Any):
 
 def shard_sets(graph) -> list[dict[str, Any]]:
     sets = [r.inputs for r in graph.of_type("kubernetes:apps/v1:StatefulSet")]
-    return sorted(sets, key=lambda s: s["metadata"]["name"])
+    return sorted(sets, key=lambda s: int(s["metadata"]["name"].rsplit("-", 1)[1]))
+
+
+def layout_of(graph) -> str:
+    return graph.one("elasticctr:cube:Cube").outputs["layout"]
 
 
 @pytest.mark.parametrize(("shards", "replicas"), [(1, 1), (3, 2), (8, 3)])
@@ -42,21 +46,25 @@ def test_one_stateful_set_per_shard_and_its_replicas_in_cube_conf(
     (conf,) = json.loads(text)  # Paddle's form: a list of dicts
     assert (conf["shard"], conf["dup"], conf["type"]) == (shards, replicas, "ipport_list")
     sets = shard_sets(graph)
-    assert [s["metadata"]["name"] for s in sets] == sorted(f"cube-{i}" for i in range(shards))
+    layout = layout_of(graph)
+    assert len(layout) == 8 and int(layout, 16) >= 0
+    assert [s["metadata"]["name"] for s in sets] == [f"cube-{layout}-{i}" for i in range(shards)]
     assert {s["spec"]["replicas"] for s in sets} == {replicas}
     channels = cpp_meta(text)["ctr_embedding"]["channels"]  # Paddle's C++ client
     assert channels == [
-        [(f"cube-{s}-{r}.cube-headless.{DOMAIN}", 8027) for r in range(replicas)]
+        [(f"cube-{layout}-{s}-{r}.cube-headless.{DOMAIN}", 8027) for r in range(replicas)]
         for s in range(shards)
     ]
     python = PythonMeta(text).server_meta["ctr_embedding"]  # Paddle's Python client
     assert [(n["ip"], n["port"]) for n in python["nodes"]] == [
-        (f"cube-{s}.{DOMAIN}", 8027) for s in range(shards)
+        (f"cube-{layout}-{s}.{DOMAIN}", 8027) for s in range(shards)
     ]
     services = {s.inputs["metadata"]["name"]: s.inputs["spec"]
                 for s in graph.of_type("kubernetes:core/v1:Service")}  # fmt: skip
     for s in range(shards):  # the address Paddle's Python client asks: the shard's pods
-        assert services[f"cube-{s}"]["selector"]["elasticctr.io/cube-shard"] == str(s)
+        selector = services[f"cube-{layout}-{s}"]["selector"]
+        assert selector["elasticctr.io/cube-shard"] == str(s)
+        assert selector["elasticctr.io/cube-layout"] == layout
     assert graph.one("elasticctr:cube:Cube").outputs["shards"] == shards
 
 
@@ -75,10 +83,15 @@ def test_a_drain_takes_one_replica_of_a_shard_at_a_time_on_different_nodes() -> 
     graph = cube_graph(3, 2)
     budgets = {b.inputs["metadata"]["name"]: b.inputs["spec"]
                for b in graph.of_type("kubernetes:policy/v1:PodDisruptionBudget")}  # fmt: skip
-    assert sorted(budgets) == ["cube-0", "cube-1", "cube-2"]
-    for spec in shard_sets(graph):
+    layout = layout_of(graph)
+    assert sorted(budgets) == [f"cube-{layout}-{s}" for s in range(3)]
+    for s, spec in enumerate(shard_sets(graph)):
         name = spec["metadata"]["name"]
-        shard = {"app.kubernetes.io/component": "cube", "elasticctr.io/cube-shard": name[5:]}
+        shard = {
+            "app.kubernetes.io/component": "cube",
+            "elasticctr.io/cube-shard": str(s),
+            "elasticctr.io/cube-layout": layout,
+        }
         assert budgets[name]["maxUnavailable"] == 1
         assert budgets[name]["selector"]["matchLabels"].items() >= shard.items()
         pod = spec["spec"]["template"]
@@ -139,8 +152,28 @@ def test_config_hash_changes_with_the_shard_list() -> None:
 
 def test_cube_conf_routes_key_mod_shard() -> None:
     args = CubeArgs(target=None, image="", store=STORE, shards=4, **CubeConfig().model_dump())  # type: ignore[arg-type]
-    conf = cube_conf("ns", args)
+    conf = cube_conf("ns", "0123abcd", args)
     assert conf.dict_name == "ctr_embedding" and conf.shard == len(conf.nodes) == 4
+    assert conf.nodes[3].ip == "cube-0123abcd-3.ns.svc.cluster.local"
+
+
+def test_the_layout_is_new_whenever_the_shard_pods_would_change() -> None:
+    """A new layout means new shard pods beside the old ones (components/cube.py); the same
+    config gives the same layout, so a no-op `up` changes nothing."""
+    base = layout_of(cube_graph(2, 1))
+    assert layout_of(cube_graph(2, 1)) == base
+    changed = {
+        "shards": layout_of(cube_graph(3, 1)),
+        "replicas": layout_of(cube_graph(2, 2)),
+        "cpu": layout_of(cube_graph(2, 1, cpu=2.0)),
+        "mem": layout_of(cube_graph(2, 1, mem=8.0)),
+        "storage": layout_of(cube_graph(2, 1, storage="50Gi")),
+        "node_pool": layout_of(cube_graph(2, 1, node_pool="cube")),
+    }
+    assert base not in changed.values() and len(set(changed.values())) == len(changed), changed
+    # What only serving and the transfer read leaves the shard pods, and their layout, alone.
+    for more in ({"timeout_ms": 300}, {"transfer_cpu": 2.0}, {"keep_versions": 5}):
+        assert layout_of(cube_graph(2, 1, **more)) == base, more
 
 
 def test_zero_shards_or_replicas_fail_before_any_child() -> None:

@@ -115,6 +115,13 @@ def test_stack_outputs(stack_graph: tuple[str, harness.Graph]) -> None:
         out[outputs.TRAINER0_LOGS] == f"kubectl -n {namespace} logs -f elasticctr-train-trainer-0"
     )
     assert out[outputs.MLFLOW_URL] == f"http://mlflow.{namespace}.svc.cluster.local:5000"
+    # The shard pods' names carry the layout: `kubectl get pods` finds them by it.
+    layout = out[outputs.CUBE_LAYOUT]
+    assert layout == graph.component_outputs("elasticctr:cube:Cube")["layout"]
+    (shard0,) = [
+        r for r in graph.of_type("kubernetes:apps/v1:StatefulSet") if r.name == "cube-shard-0"
+    ]
+    assert shard0.inputs["metadata"]["name"] == f"cube-{layout}-0"
     if stack == "dev":
         assert out[outputs.SERVING_URL] == "http://serving.elasticctr-dev.svc.cluster.local:8010"
         assert out[outputs.STORAGE_ENDPOINT] == "http://minio.elasticctr-dev.svc.cluster.local:9000"
@@ -206,12 +213,20 @@ def test_cube_shards_change_touches_cube_and_serving_only() -> None:
     }
     changed = {name for (_, name) in before if before[_, name].inputs != after[_, name].inputs}
     added = {name for (_, name) in after.keys() - before.keys()}
-    # The shard list, the shard servers (they know the shard count), and the pods that
-    # read the list (they roll); shard 2 is new.
-    assert changed == {
-        "cube-conf", "cube-shard-0", "cube-shard-1", "cube-transfer", "serving-deployment"
-    }  # fmt: skip
+    # A new layout: every shard's objects get new names (replaced: created beside the old,
+    # which go at the end of `up`), the shard list, and the pods that read it (they roll).
+    shard_objects = {
+        f"cube-shard-{s}{kind}" for s in (0, 1) for kind in ("", "-service", "-budget")
+    }
+    assert changed == {"cube-conf", "cube-transfer", "serving-deployment", *shard_objects}
     assert added == {"cube-shard-2", "cube-shard-2-service", "cube-shard-2-budget"}
+    for s in (0, 1):
+        key = ("kubernetes:apps/v1:StatefulSet", f"cube-shard-{s}")
+        old, new = (g[key].inputs["metadata"]["name"] for g in (before, after))
+        assert old != new and old.endswith(f"-{s}") and new.endswith(f"-{s}")
+    # Serving's Deployment is awaited: `up` ends once its pods serve the new layout.
+    serving = after[("kubernetes:apps/v1:Deployment", "serving-deployment")]
+    assert "pulumi.com/skipAwait" not in serving.inputs["metadata"].get("annotations", {})
     (conf,) = json.loads(
         after[("kubernetes:core/v1:ConfigMap", "cube-conf")].inputs["data"]["cube.conf"]
     )

@@ -293,6 +293,51 @@ def test_4_rescale_under_load(life: Lifecycle) -> None:
     life.done("4 rescale to 3 trainers, pass 2, version 2 served", started)
 
 
+def test_4b_cube_shards_up_and_down_under_load(life: Lifecycle) -> None:
+    """`pulumi config set cube_shards 3`, `up`, then back to 2, while the load generator
+    runs: each time a new layout of shard pods is built and loaded beside the old one,
+    serving moves to it, and the old one is deleted (docs/cube.md, "Reshaping")."""
+    from kubernetes import client
+
+    started = time.monotonic()
+    apps = client.AppsV1Api(life.stack.api())
+    lines = life.heldout().read_text().splitlines()[:32]
+    load = LoadGenerator(life.urls()["serving"], life.token, instances_of(lines)).start()
+    seconds: dict[str, float] = {}
+    try:
+        wait_for(lambda: load.ok > 10, 60, "requests answered before the change")
+        for shards in (3, 2):
+            began = time.monotonic()
+            _up(life, cube_shards=str(shards))
+            seconds[f"cube_shards -> {shards}"] = round(time.monotonic() - began, 1)
+            layout = _outputs(life)["cube_layout"]
+            # `up` returned once serving had moved; the old layout is gone by then.
+            names = sorted(
+                s.metadata.name
+                for s in apps.list_namespaced_stateful_set(
+                    NS, label_selector="app.kubernetes.io/component=cube"
+                ).items
+            )
+            assert names == [f"cube-{layout}-{s}" for s in range(shards)], names
+            transfer = get_json(f"{life.urls()['transfer']}/status")
+            assert (transfer["shards"], transfer["committed"]) == (shards, 2), transfer
+            assert transfer["layout"] == {"dir": f"shards-{shards}", "ready": True}, transfer
+            serving = get_json(f"{life.urls()['serving']}/status", life.token)
+            assert (serving["version"], serving["cube"]["shards"]) == (2, shards), serving
+            ok = load.ok
+            wait_for(lambda: load.ok > ok + 10, 60, "requests answered on the new layout")  # noqa: B023
+    finally:
+        load.stop()
+    life.timings.figures["requests during cube_shards 2 -> 3 -> 2"] = load.summary()
+    life.timings.figures["cube reshape up (s)"] = seconds
+    assert load.failed == 0 and load.ok > 0, load.summary()
+    life.done("4b cube_shards 2 -> 3 -> 2 under load", started)
+
+
+def _outputs(life: Lifecycle) -> dict[str, Any]:
+    return dict(life.stack.project.run("stack", "output", "--json").json())
+
+
 def _trainer0_events(life: Lifecycle, event: str) -> list[dict[str, Any]]:
     from kubernetes import client
     from kubernetes.client.rest import ApiException

@@ -22,6 +22,12 @@ STS = ("kubernetes:apps/v1:StatefulSet", "cube-shard-0")  # shard 0 of 2 in dev
 CONF = ("kubernetes:core/v1:ConfigMap", "cube-conf")
 
 
+def _shard(stack: str, shard: int) -> str:
+    """The name the program gives shard `shard`'s StatefulSet (its layout's)."""
+    layout = graph(stack).component_outputs("elasticctr:cube:Cube")["layout"]
+    return f"cube-{layout}-{shard}"
+
+
 def _conf(inputs: dict[str, Any]) -> dict[str, Any]:
     (conf,) = json.loads(inputs["data"]["cube.conf"])  # Paddle's form: a list of dicts
     return conf
@@ -34,7 +40,8 @@ def _set_conf(inputs: dict[str, Any], conf: dict[str, Any]) -> None:
 def test_the_rule_looks_for_what_the_program_names() -> None:
     assert cube_rule.DEFAULTS["configMap"] == cube_component.CONFIG_MAP
     sts = graph("dev").one(*STS)
-    assert sts.inputs["metadata"]["name"] == f"{cube_rule.DEFAULTS['statefulSet']}-0"
+    prefix, layout, shard = sts.inputs["metadata"]["name"].split("-")
+    assert (prefix, shard) == (cube_rule.DEFAULTS["statefulSet"], "0") and len(layout) == 8
 
 
 def test_the_dev_stack_passes_and_is_really_checked() -> None:
@@ -45,8 +52,8 @@ def test_the_dev_stack_passes_and_is_really_checked() -> None:
     found = stack_violations(RULE, policy_resources(changed))
     assert found == [
         (
-            'StatefulSet "cube-0" runs 3 replicas, but ConfigMap "cube-conf" cube.conf says '
-            "dup 1 (config cube.replicas).",
+            f'StatefulSet "{_shard("dev", 0)}" runs 3 replicas, but ConfigMap "cube-conf" '
+            "cube.conf says dup 1 (config cube.replicas).",
             dev.one(*STS).urn,
         )
     ]
@@ -60,9 +67,8 @@ def test_a_shard_list_with_fewer_nodes_fails() -> None:
 
     changed = replace_inputs(graph("dev"), {CONF: drop_node})
     [(message, _)] = stack_violations(RULE, policy_resources(changed))
-    assert "says shard 2 and lists 1 nodes, but 2 shard StatefulSets run (cube-0, cube-1)" in (
-        message
-    )
+    ran = f"{_shard('dev', 0)}, {_shard('dev', 1)}"
+    assert f"says shard 2 and lists 1 nodes, but 2 shard StatefulSets run ({ran})" in message
 
 
 def test_nodes_out_of_order_fail() -> None:
@@ -75,8 +81,9 @@ def test_nodes_out_of_order_fail() -> None:
     messages = [m for m, _ in stack_violations(RULE, policy_resources(changed))]
     assert len(messages) == 4  # each node's replicas and Service
     assert messages[0].startswith(
-        'ConfigMap "cube-conf" cube.conf node 0 lists ["cube-1-0.cube-headless.elasticctr-dev.'
-        'svc.cluster.local"], not cube-0-0: keys k % shard == 0 would go to another shard.'
+        f'ConfigMap "cube-conf" cube.conf node 0 lists ["{_shard("dev", 1)}-0.cube-headless.'
+        f'elasticctr-dev.svc.cluster.local"], not {_shard("dev", 0)}-0: keys k % shard == 0 '
+        "would go to another shard."
     )
 
 
@@ -88,7 +95,7 @@ def test_replicas_listed_for_another_shard_fail() -> None:
 
     changed = replace_inputs(graph("dev"), {CONF: wrong})
     [(message, _)] = stack_violations(RULE, policy_resources(changed))
-    assert "node 1 lists" in message and "not cube-1-0" in message
+    assert "node 1 lists" in message and f"not {_shard('dev', 1)}-0" in message
 
 
 def test_a_shard_count_env_that_disagrees_fails() -> None:
@@ -116,8 +123,8 @@ def test_a_stateful_set_without_its_shard_list_fails() -> None:
     without = [r for r in dev.resources if (r.type, r.name) != CONF]
     assert stack_violations(RULE, policy_resources(without)) == [
         (
-            'StatefulSet "cube-0" (cube-shard-0) in namespace elasticctr-dev has no ConfigMap '
-            '"cube-conf" (the shard list serving reads) beside it.',
+            f'StatefulSet "{_shard("dev", 0)}" (cube-shard-0) in namespace elasticctr-dev has no '
+            'ConfigMap "cube-conf" (the shard list serving reads) beside it.',
             dev.one(*STS).urn,
         )
     ]

@@ -10,6 +10,7 @@ HDFS_ADDRESS = "hdfs_address"
 NAMESPACE = "namespace"
 TRAINER0_LOGS = "trainer0_logs"
 CUBE_SHARDS = "cube_shards"
+CUBE_LAYOUT = "cube_layout"  # the shard pods are cube-<layout>-<shard>-<replica>
 CUBE_TRANSFER_URL = "cube_transfer_url"
 TRAINING_JOB = "training_job"
 KUBECONFIG = "kubeconfig"

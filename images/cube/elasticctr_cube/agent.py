@@ -2,10 +2,10 @@
 
 Commands come from cube-transfer over HTTP (:8001); the agent passes them on to its server's
 control port (:8028, on loopback: the two share a pod): prepare V (fetch the shard file of
-V from `<cube_uri>/<V>/` into the data directory, check its size and SHA-256 against the
+V from `<cube_uri>/shards-<N>/<V>/` into the data directory, check its size and SHA-256 against the
 manifest, have the server load it into its background slot), switch V, abort V, unload
 V. A restarted server comes back empty: the agent then restores the committed version
-(`<cube_uri>/current`) on its own, so a shard never stays down after a crash.
+(`<cube_uri>/shards-<N>/current`) on its own, so a shard never stays down after a crash.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from elasticctr_common.storage import open_store
 
 from .cliargs import env_option
 from .httpjson import ApiError, Handler, HttpCallError, call, drain_all, serve
-from .manifest import read_current, read_manifest
+from .manifest import layout_dir, read_current, read_manifest
 from .shardfile import sha256_of
 
 log = logging.getLogger("cube-agent")
@@ -53,7 +53,8 @@ class Agent:
         load_timeout: float = 600.0,
     ) -> None:
         self.shard, self.shard_num = shard, shard_num
-        self.cube_store = open_store(cube_uri)
+        # Only versions built for this shard count (manifest.py).
+        self.cube_store = open_store(cube_uri).child(layout_dir(shard_num))
         self.server_url = server_url.rstrip("/")
         self.data_dir = Path(data_dir)
         self.load_timeout = load_timeout

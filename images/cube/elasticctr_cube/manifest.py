@@ -1,6 +1,10 @@
-"""The version manifest: `<cube_uri>/<V>/manifest.json`, written after every shard file.
+"""The version manifest: `<cube_uri>/shards-<N>/<V>/manifest.json`, written after every
+shard file.
 
 A published version exists only once its manifest exists (the last write of a publish).
+Versions are built per shard count, each count under its own directory (its layout): a
+cube of N shards reads `shards-<N>/`, so servers of a new shard count never meet shard
+files cut for another, and the old count keeps its files while it still serves.
 """
 
 from __future__ import annotations
@@ -13,6 +17,12 @@ from elasticctr_common.storage import Store
 
 MANIFEST = "manifest.json"
 CURRENT = "current"  # {"version": V}: the version every shard serves, written at commit
+LAYOUT_PREFIX = "shards-"
+
+
+def layout_dir(shard_num: int) -> str:
+    """The directory, under the cube store, of the versions built for `shard_num` shards."""
+    return f"{LAYOUT_PREFIX}{shard_num}"
 
 
 class ManifestError(ValueError):

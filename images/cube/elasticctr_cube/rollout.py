@@ -265,6 +265,17 @@ class RolloutRunner:
                 log.warning("shard %s: abort of %s not acknowledged: %s", s, r.version, err)
         r.phase = "aborted"
 
+    def current_versions(self) -> dict[str, int | None]:
+        """The version each server serves (None: none, or its agent did not answer)."""
+        current: dict[str, int | None] = dict.fromkeys(self.agents)
+
+        def look(name: str) -> None:
+            server = self.agent(name, "GET", "/agent/status").get("server") or {}
+            current[name] = server.get("cur_version")
+
+        self.each(look)
+        return current
+
     def switch_all(self, version: int) -> dict[str, Exception | None]:
         return self.each(lambda s: self.agent(s, "POST", "/agent/switch", {"version": version}))
 

@@ -5,9 +5,17 @@ Two ports: status and history for readers (serving, the client's `status`), and 
 on a control port that listens on loopback by default (an operator reaches it with
 `kubectl port-forward`), so that no reader can change the version served.
 
-State lives in the cube store: `<cube_uri>/current` (the committed version, read by the
-agents to restore a restarted server) and `<cube_uri>/transfer-state.json` (history,
-the last donefile id handled, attempts), so a restarted transfer carries on.
+State lives in the cube store: `<cube_uri>/transfer-state.json` (the committed version,
+history, the last donefile id handled, attempts), so a restarted transfer carries on.
+Versions are built for the shard count of cube.conf, under `<cube_uri>/shards-<N>/`
+(manifest.py), with `shards-<N>/current`, which the agents of that layout read to restore
+a restarted server.
+
+A new shard count (or new shard pods) starts a new transfer with a new cube.conf while the
+old servers still serve: before anything else, it builds the committed version for its
+own layout and rolls it out there (a rollout like any other, all-or-nothing), retrying
+until every server of the layout holds it; serving's pods of the new layout become ready
+only then, and the old layout is removed after them (docs/cube.md, "Reshaping").
 """
 
 from __future__ import annotations
@@ -45,7 +53,14 @@ from elasticctr_common.versions import (
 from .builder import BuildError, build, publish
 from .cliargs import env_option
 from .httpjson import ApiError, Handler, drain_all, serve
-from .manifest import MANIFEST, ManifestError, read_manifest, write_current
+from .manifest import (
+    LAYOUT_PREFIX,
+    MANIFEST,
+    ManifestError,
+    layout_dir,
+    read_manifest,
+    write_current,
+)
 from .rollout import Rollout, RolloutRunner
 
 log = logging.getLogger("cube-transfer")
@@ -67,7 +82,10 @@ class Transfer:
         unload_previous_after: float = 60.0,
         runner: RolloutRunner,
     ) -> None:
-        self.model_store, self.cube_store = open_store(model_uri), open_store(cube_uri)
+        self.model_store, self.root = open_store(model_uri), open_store(cube_uri)
+        # Versions of this shard count; the state (committed version, history) is shared.
+        self.layout = layout_dir(conf.shard)
+        self.cube_store = self.root.child(self.layout)
         self.conf, self.runner, self.work_dir = conf, runner, Path(work_dir)
         self.keep, self.max_attempts, self.retry_seconds = max(1, keep), max_attempts, retry_seconds
         self.unload_previous_after = unload_previous_after
@@ -81,15 +99,72 @@ class Transfer:
             "last_seen": None,
             "attempts": {},
             "history": [],
+            "layouts": [],  # layout directories in the order they were first used
         }
-        if self.cube_store.exists(STATE):
-            self.state.update(json.loads(self.cube_store.read_text(STATE)))
+        if self.root.exists(STATE):
+            self.state.update(json.loads(self.root.read_text(STATE)))
+        # This layout is the newest, whether new or back again (prune keeps the one before).
+        others = [name for name in self.state["layouts"] if name != self.layout]
+        self.state["layouts"] = [*others, self.layout]
+        # Whether every server of this layout serves the committed version; until then
+        # the layout is made to (ensure_layout) before any new version is rolled out.
+        self.layout_ready = self.state["committed"] is None
+        self.layout_tried_at = 0.0
 
     # -- the donefile ---------------------------------------------------------------------
     def poll_once(self) -> str | None:
-        """Roll out the newest donefile version if it is new; the result, or None."""
+        """Bring this layout to the committed version, else roll out the newest donefile
+        version if it is new; the result, or None."""
         with self._lock:
+            if not self.layout_ready:
+                return self.ensure_layout()
             return self._poll()
+
+    # -- the layout ---------------------------------------------------------------------
+    def ensure_layout(self) -> str | None:
+        """Build the committed version for this layout unless it is, and roll it out to
+        every server of the layout that does not serve it; retried every retry_seconds."""
+        committed = self.state["committed"]
+        if committed is None or self._serves(committed):
+            self.layout_ready = True
+            return None
+        if time.time() - self.layout_tried_at < self.retry_seconds:
+            return None
+        self.layout_tried_at = time.time()
+        with self._rolling():
+            entry = {"version": committed, "kind": "layout", "layout": self.layout}
+            entry["started"] = time.time()
+            try:
+                self._publish(self._model_version(committed))
+                read_manifest(self.cube_store, committed)
+            except Exception as err:  # the model export gone, a build error, storage trouble
+                error = f"layout {self.layout}: cannot build committed version {committed}: {err}"
+                return self._record(entry, "aborted", error)
+            self.rollout = rollout = Rollout(committed, None)
+            ok = self.runner.run(rollout)
+            entry["shards"] = dict(rollout.shards)
+            if not ok:
+                error = f"layout {self.layout}: {rollout.error_text()}"
+                return self._record(entry, "aborted", error)
+            write_current(self.cube_store, committed)
+            self.layout_ready = True
+            self._prune()
+            return self._record(entry, "committed", None)
+
+    def _serves(self, version: int) -> bool:
+        """Whether every server of this layout serves `version` (a server that does not
+        answer does not)."""
+        current = self.runner.current_versions()
+        return bool(current) and all(v == version for v in current.values())
+
+    def _model_version(self, version: int) -> Version:
+        for candidate in read_versions(self.model_store):
+            if candidate.id == version:
+                return candidate
+        raise ManifestError(
+            f"version {version} is not in {self.model_store.uri('donefile')} (its export is "
+            "needed to build it for this shard count)"
+        )
 
     def _poll(self) -> str | None:
         try:
@@ -184,6 +259,7 @@ class Transfer:
             return self._record(entry, "aborted", rollout.error_text())
         write_current(self.cube_store, version)
         self.state.update(committed=version, previous=previous)
+        self.layout_ready = True
         self._record(entry, "committed", None)
         self._prune()
         if previous is not None and self.unload_previous_after >= 0:
@@ -225,23 +301,34 @@ class Transfer:
             self._schedule_unload(self.runner.reader_quiet, committed, previous)
 
     def _prune(self) -> None:
-        """Delete published versions older than the last `keep` committed ones."""
+        """Delete published versions older than the last `keep` committed ones, and the
+        layouts older than the one before this (that one may still serve: its pods go only
+        once the new layout serves everywhere)."""
         committed = [h["version"] for h in self.state["history"] if h["result"] == "committed"]
         keep = set(sorted(set(committed))[-self.keep :]) | {self.state["committed"]}
         for name in self.cube_store.list():
             if name.isdigit() and int(name) not in keep and int(name) < self.state["committed"]:
                 self.cube_store.delete(name)
+        recent = self.state["layouts"][-2:]
+        for name in self.root.list():
+            # Versions of the layout before layouts had directories count as one.
+            old_layout = name.startswith(LAYOUT_PREFIX) and name not in recent
+            unlayered = name.isdigit() and len(self.state["layouts"]) > 1
+            if old_layout or unlayered:
+                self.root.delete(name)
+        self.state["layouts"] = recent
 
     def kept_versions(self) -> list[int]:
         return sorted(int(n) for n in self.cube_store.list() if n.isdigit())
 
     def _save(self) -> None:
-        self.cube_store.write_text(STATE, json.dumps(self.state))
+        self.root.write_text(STATE, json.dumps(self.state))
 
     def reconcile(self) -> None:
         """At start: put every shard on the committed version (after a crash mid-switch)."""
         committed = self.state["committed"]
-        if committed is not None:
+        # A layout that never had it (new shard count) gets it from ensure_layout instead.
+        if committed is not None and self.cube_store.exists(f"{committed}/{MANIFEST}"):
             for s, err in self.runner.switch_all(committed).items():
                 if err is not None:
                     log.warning("shard %s: not switched to committed %s: %s", s, committed, err)
@@ -258,6 +345,9 @@ class Transfer:
             "kept_versions": self.kept_versions(),
             "shards": self.conf.shard,
             "replicas": self.conf.dup,
+            # Whether this layout's servers serve the committed version (false while a new
+            # shard count is being built and loaded).
+            "layout": {"dir": self.layout, "ready": self.layout_ready},
         }
 
 

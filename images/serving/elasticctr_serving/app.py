@@ -213,10 +213,13 @@ class ServingApp:
     async def readyz(self, request: web.Request) -> web.Response:
         if self.stopping:
             return _json({"ready": False, "reason": "stopping"}, 503)
-        model = self.manager.active()
+        model, ready = self.manager.active(), self.manager.ready()
         if not self.authorized(request):  # the kubelet: ready or not, nothing more
-            return _json({"ready": model is not None}, 200 if model is not None else 503)
+            return _json({"ready": ready}, 200 if ready else 503)
         if model is None:
+            if ready:
+                reason = "cube has no committed version yet: nothing is trained"
+                return _json({"ready": True, "version": None, "reason": reason})
             reason = self.manager.last_error or "no model version loaded yet"
             return _json({"ready": False, "reason": reason}, 503)
         return _json({"ready": True, "version": model.version}, version=model.version)

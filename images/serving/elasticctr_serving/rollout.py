@@ -76,6 +76,9 @@ class ModelManager:
         self._active: DenseModel | None = None
         self.rejected: dict[int, Rejection] = {}
         self.cube_version: int | None = None
+        # The transfer said no version is committed yet (a new stack): nothing to serve, and
+        # nothing this pod could serve better; readiness counts it as ready (app.py).
+        self.nothing_committed = False
         self.cube_source = ""
         self.last_error: str | None = None
         self.history: list[dict[str, Any]] = []
@@ -105,9 +108,11 @@ class ModelManager:
                 status = get_json(f"{self.transfer_url}/status", STATUS_TIMEOUT)
                 self.cube_source = "transfer"
                 committed = status.get("committed")
+                self.nothing_committed = committed is None
                 return None if committed is None else int(committed)
             except (OSError, ValueError, urllib.error.URLError) as err:
                 self.last_error = f"transfer {self.transfer_url} did not answer: {err}"
+        self.nothing_committed = False
         versions, answered = set(), set()
         for shard, _replica, node in self.cube_conf.servers():
             try:
@@ -218,6 +223,12 @@ class ModelManager:
             active.version if active else "nothing",
             error,
         )
+
+    def ready(self) -> bool:
+        """Whether this pod serves all there is: cube's committed version, or nothing when
+        nothing is committed. A pod of a new cube layout is not ready until that layout
+        holds the committed version, so a rollout never trades working pods for it."""
+        return self._active is not None or self.nothing_committed
 
     def status(self) -> dict[str, Any]:
         active = self._active

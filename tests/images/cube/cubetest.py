@@ -17,6 +17,7 @@ from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
 from elasticctr_cube.httpjson import HttpCallError, call
+from elasticctr_cube.manifest import layout_dir
 
 REPO = Path(__file__).resolve().parents[3]
 PYTHONPATH = os.pathsep.join(str(REPO / "images" / p) for p in ("cube", "common"))
@@ -133,15 +134,19 @@ def start_server(procs: Procs, name: str, port: int, shard: int, shard_num: int,
 class CubeCluster:
     """S shards x R replicas (servers + agents) and one transfer on loopback, over file://
     storage. Server and agent of shard s are `server{s}`, `agent{s}` (with replicas,
-    `server{s}-{r}`, `agent{s}-{r}`)."""
+    `server{s}-{r}`, `agent{s}-{r}`); those of another layout (`reshape`) carry its prefix."""
 
     def __init__(self, procs: Procs, root: Path, shards: int, transfer_args: list[str],
-                 replicas: int = 1, server_args: tuple[str, ...] = (), **conf) -> None:  # fmt: skip
+                 replicas: int = 1, server_args: tuple[str, ...] = (), layout: str = "",
+                 **conf) -> None:  # fmt: skip
         self.procs, self.root, self.shards, self.replicas = procs, root, shards, replicas
-        self.server_args = server_args
+        self.server_args, self.layout, self.conf_fields = server_args, layout, conf
         self.model_dir, self.cube_dir = root / "models", root / "cube"
-        self.model_dir.mkdir()
+        self.model_dir.mkdir(exist_ok=True)
         self.cube_uri = f"file://{self.cube_dir}"
+        # Where the transfer publishes versions for this shard count (manifest.layout_dir).
+        self.versions_dir = self.cube_dir / layout_dir(shards)
+        self.versions_uri = f"file://{self.versions_dir}"
         # cube.conf has one server port and one agent port per shard (as in a cluster):
         # replica r listens on its own loopback address, 127.0.0.<r+1>.
         ports = [(free_port(), free_port()) for _ in range(shards)]
@@ -151,7 +156,7 @@ class CubeCluster:
         )
         nodes = tuple(group[0] for group in groups)
         self.conf = CubeConf("ctr_embedding", shards, nodes, groups, **conf)
-        self.conf_path = root / "cube.conf"
+        self.conf_path = root / f"{layout}cube.conf"
         self.conf_path.write_text(self.conf.to_json())
         self.transfer_port, self.transfer_control_port = free_port(), free_port()
         self.transfer_args = transfer_args
@@ -159,10 +164,22 @@ class CubeCluster:
             for r in range(replicas):
                 self.start_server(s, r)
                 self.start_agent(s, r)
-        self.start_transfer()
+        if not layout:
+            self.start_transfer()
+
+    def reshape(self, shards: int, replicas: int = 1) -> CubeCluster:
+        """Servers and agents of a new layout beside these ones (as the pods of a new shard
+        count come up beside the old), then the transfer restarted on the new cube.conf (as
+        the Deployment is), over the same storage. These servers keep running."""
+        new = CubeCluster(self.procs, self.root, shards, self.transfer_args, replicas,
+                          self.server_args, f"{self.layout}L{shards}x{replicas}-",
+                          **self.conf_fields)  # fmt: skip
+        self.procs.terminate("transfer")
+        new.start_transfer()
+        return new
 
     def name(self, role: str, s: int, r: int = 0) -> str:
-        return f"{role}{s}-{r}" if self.replicas > 1 else f"{role}{s}"
+        return self.layout + (f"{role}{s}-{r}" if self.replicas > 1 else f"{role}{s}")
 
     def node(self, s: int, r: int = 0) -> CubeNode:
         return self.conf.replicas[s][r]
@@ -182,7 +199,8 @@ class CubeCluster:
         self.procs.start(name, [
             sys.executable, "-m", "elasticctr_cube", "agent", "--shard", str(s),
             "--shard-num", str(self.shards), "--cube-uri", self.cube_uri,
-            "--server", self.control_url(s, r), "--data-dir", str(self.root / f"data{s}-{r}"),
+            "--server", self.control_url(s, r),
+            "--data-dir", str(self.root / f"{self.layout}data{s}-{r}"),
             "--host", node.ip, "--port", str(node.agent_port), "--restore-interval", "0.2",
         ])  # fmt: skip
         wait_until(lambda: http_ok(f"{node.agent_url}/healthz"), 20, f"{name} to listen")
@@ -236,6 +254,19 @@ class CubeCluster:
             for r in range(self.replicas)
         ]
         return "\n".join(f"--- {n}\n{self.procs.log(n)[-3000:]}" for n in [*names, "transfer"])
+
+
+def committed(cluster: CubeCluster, version: int, tables) -> None:
+    """`version` was committed and every server of `cluster` serves exactly its vectors."""
+    result = cluster.wait_result(version)
+    assert result["result"] == "committed", f"{result}\n{cluster.dump()}"
+    keys = tables[version][0]
+    with cluster.client() as client:
+        expect_values(client.seek(keys), keys, tables)
+        assert client.seek(keys).version == version
+    for s in range(cluster.shards):
+        for r in range(cluster.replicas):
+            assert cluster.server_status(s, r)["cur_version"] == version
 
 
 def expect_values(result, keys, tables: dict[int, tuple]) -> None:

@@ -15,6 +15,7 @@ import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_cube.builder import build, publish
 from elasticctr_cube.httpjson import call
+from elasticctr_cube.manifest import layout_dir
 from elasticctr_cube.shardfile import read_shard_file
 
 from tests.images.cube.cubetest import (
@@ -52,7 +53,7 @@ def prepare(agent_url: str, version: int) -> dict:
 
 
 def test_agent_fetches_verifies_and_loads_from_storage(cube_uri, procs, cube_server_bin, tmp_path):
-    store = open_store(cube_uri)
+    store = open_store(cube_uri).child(layout_dir(2))  # the agent serves shard 1 of 2
     for version in (1, 2):
         keys, values = model_table(version, n=600)
         uri = write_model_version(tmp_path / "models", version, keys, values)

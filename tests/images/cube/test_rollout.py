@@ -15,21 +15,9 @@ import numpy as np
 import pytest
 from elasticctr_cube.httpjson import call
 
-from tests.images.cube.cubetest import expect_values, model_table, wait_until
+from tests.images.cube.cubetest import committed, expect_values, model_table, wait_until
 
 pytestmark = pytest.mark.slow
-
-
-def committed(cluster, version: int, tables) -> None:
-    result = cluster.wait_result(version)
-    assert result["result"] == "committed", f"{result}\n{cluster.dump()}"
-    keys = tables[version][0]
-    with cluster.client() as client:
-        expect_values(client.seek(keys), keys, tables)
-        assert client.seek(keys).version == version
-    for s in range(cluster.shards):
-        for r in range(cluster.replicas):
-            assert cluster.server_status(s, r)["cur_version"] == version
 
 
 def test_build_publish_switch_serves_exact_vectors_then_rolls_back(cube_cluster):
@@ -116,8 +104,8 @@ def test_a_corrupt_shard_aborts_the_rollout_and_the_old_version_keeps_serving(cu
     # Version 2 is published with one shard file damaged in storage, then announced.
     uri = write_model_version(cluster.model_dir, 2, *tables[2])
     manifest = build(uri, cluster.root / "prebuilt", version=2, shard_num=3)
-    publish(cluster.root / "prebuilt", manifest, open_store(cluster.cube_uri))
-    shard1 = cluster.cube_dir / "2" / "shard-1.cube"
+    publish(cluster.root / "prebuilt", manifest, open_store(cluster.versions_uri))
+    shard1 = cluster.versions_dir / "2" / "shard-1.cube"
     data = bytearray(shard1.read_bytes())
     data[len(data) // 2] ^= 0x40
     shard1.write_bytes(bytes(data))

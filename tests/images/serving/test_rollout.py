@@ -114,9 +114,17 @@ def test_serving_waits_for_a_first_version_and_reads_the_shards_without_transfer
     dead = f"http://127.0.0.1:{free_port()}"  # no transfer there: ask the cube-servers
     serving = Serving(procs, "serving", cluster)
     lonely = Serving(procs, "lonely", cluster, "--cube-transfer-url", dead)
+    # Nothing is committed yet: the transfer says so, and serving is as ready as it can be
+    # (a rollout of serving waits for it); without the transfer it cannot know: not ready.
+    wait_until(lambda: http("GET", serving.url + "/readyz")[0] == 200, 10, "the transfer's word")
+    assert http("GET", serving.url + "/readyz")[1] == {
+        "ready": True,
+        "version": None,
+        "reason": "cube has no committed version yet: nothing is trained",
+    }
+    code, body, _ = http("GET", lonely.url + "/readyz")
+    assert code == 503 and body["ready"] is False
     for s in (serving, lonely):
-        code, body, _ = http("GET", s.url + "/readyz")
-        assert code == 503 and body["ready"] is False
         code, body, _ = http("POST", s.url + INFERENCE, {"instances": [{"slots": []}]})
         assert code == 503 and "no model version is loaded yet" in body["err_msg"]
     spec = publish(cluster, [1])
