@@ -23,7 +23,7 @@ from components.serving import Serving, ServingArgs
 from components.training import SERVICE_ACCOUNT as TRAINING_ACCOUNT
 from components.training import Training, TrainingArgs
 from components.volcano import Volcano, VolcanoArgs
-from infra import load_config, outputs
+from infra import guard, load_config, outputs
 from infra.access import bucket_users, workload_keys
 from infra.clusters import build_cluster
 from infra.config import PROGRAM_SETTINGS, StackConfig
@@ -91,6 +91,8 @@ def main() -> None:
     # Every config problem is reported here, before any resource is registered.
     loaded = load_config.load()
     config: StackConfig = loaded.stack
+    # Changes a running stack cannot take safely are refused here too (infra/guard.py).
+    stack_shape = guard.check(loaded)
     volcano_chart = go_module_chart() if config.volcano.chart == "go-module" else None
     users = bucket_users(config)
     cluster = build_cluster(config, users)
@@ -256,3 +258,4 @@ def main() -> None:
     pulumi.export(outputs.CUBE_TRANSFER_URL, cube.transfer_url)
     if cluster.kubeconfig is not None:
         pulumi.export(outputs.KUBECONFIG, pulumi.Output.secret(cluster.kubeconfig))
+    pulumi.export(guard.SHAPE_OUTPUT, stack_shape)

@@ -110,7 +110,12 @@ def _unwrap(value: Any, path: str, secrets: list[str]) -> Any:
 
 
 class Mocks(pulumi.runtime.Mocks):
-    """Outputs a real engine and API server would add to what the program sent."""
+    """Outputs a real engine and API server would add to what the program sent, and the
+    stack's outputs of its last update (`previous`: none, a new stack)."""
+
+    def __init__(self, previous: dict[str, Any] | None = None) -> None:
+        super().__init__()
+        self.previous = previous or {}
 
     def new_resource(self, args: pulumi.runtime.MockResourceArgs) -> tuple[str, dict[str, Any]]:
         outputs = dict(args.inputs)
@@ -129,6 +134,8 @@ class Mocks(pulumi.runtime.Mocks):
     def call(
         self, args: pulumi.runtime.MockCallArgs
     ) -> tuple[dict[str, Any], list[tuple[str, str]] | None]:
+        if args.token == "pulumi:pulumi:readStackOutputs":
+            return {"name": args.args["name"], "outputs": self.previous}, []
         return cloud_mocks.call_outputs(args.token), []  # (outputs, no check failures)
 
 
@@ -201,17 +208,19 @@ def run(
     secret_keys: tuple[str, ...] = (),
     stack: str = "test",
     graph: Graph | None = None,
+    previous: dict[str, Any] | None = None,
 ) -> Graph:
     """Run `program` under mocks with `config` (`elasticctr:key` -> value); return its graph.
 
     Values are given as a stack file holds them; objects are passed to Pulumi as JSON,
     as the engine does. Exceptions of the program propagate; pass `graph` to see what was
-    registered before one.
+    registered before one. `previous`: the stack outputs of the last update (the engine's
+    answer to readStackOutputs).
     """
     graph = graph if graph is not None else Graph()
     raw = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
     pulumi.runtime.set_all_config(raw, list(secret_keys))
-    mocks = Mocks()
+    mocks = Mocks(previous)
     pulumi.runtime.set_mocks(
         mocks, project=NAMESPACE, stack=stack, preview=False, monitor=RecordingMonitor(mocks, graph)
     )

@@ -44,6 +44,9 @@ def graph(stack: str) -> harness.Graph:
     return harness.run(main, config, secrets, stack=stack)
 
 
-def run_stack(stack: str, overrides: dict[str, Any]) -> harness.Graph:
+def run_stack(
+    stack: str, overrides: dict[str, Any], previous: dict[str, Any] | None = None
+) -> harness.Graph:
+    """The stack with `overrides`; `previous`: its outputs of the last update, if any."""
     config, secrets = config_with_secrets(stack, overrides)
-    return harness.run(main, config, secrets, stack=stack)
+    return harness.run(main, config, secrets, stack=stack, previous=previous)

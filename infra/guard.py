@@ -1,0 +1,178 @@
+"""Changes a running stack cannot take safely, refused before any resource is registered.
+
+Most changes are safe on a running stack: the training Job resumes from its checkpoint, a
+new cube layout is built beside the old one (components/cube.py). A few would lose data
+or leave a job that cannot start, and nothing in the preview's diff says so. For those the
+program exports the values they concern (`stack_shape`); each run reads the stack's last
+outputs from the engine (`pulumi:pulumi:readStackOutputs`, the call StackReference makes,
+here synchronous) and refuses a change of any of them with why and what to do instead.
+A new stack has no outputs: nothing to compare.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import pulumi
+from pulumi.runtime import invoke
+
+from infra.config import StackConfig
+from infra.load_config import NAMESPACE, LoadedConfig
+
+SHAPE_OUTPUT = "stack_shape"
+READ_OUTPUTS = "pulumi:pulumi:readStackOutputs"
+
+_NEW_STACK = (
+    "create a new stack for it (`pulumi stack init`), move what you keep, then "
+    "`pulumi destroy` this one"
+)
+_CHECKPOINTS = (
+    "the job resumes from its checkpoint, whose tables have the old shape, and would fail "
+    "at restore; versions trained so far would no longer fit serving's requests"
+)
+_NEW_MODEL = "train the new model in a new stack (`pulumi stack init`), or keep the old value"
+_CLAIMS = (
+    "a StatefulSet's volume claims cannot change: the StatefulSet would be replaced (the "
+    "service down meanwhile) and take its old claims back, at their old size"
+)
+_GROW = (
+    "grow the claims themselves (`kubectl -n <namespace> patch pvc ...`, where the "
+    "StorageClass allows expansion), or keep the old value"
+)
+
+
+@dataclass(frozen=True)
+class Rule:
+    key: str  # as the user sets it (pulumi config set --path <key>)
+    value: Callable[[LoadedConfig], Any]  # None: the rule does not apply to this stack
+    why: str
+    instead: str
+
+
+def _in_cluster_hdfs(config: StackConfig, value: str) -> str | None:
+    return value if config.hdfs.mode == "in-cluster" else None
+
+
+RULES = (
+    Rule(
+        "namespace",
+        lambda c: c.stack.namespace,
+        "every object would move to the new namespace, and the volumes of HDFS, MinIO and "
+        "MLflow (training data, models, checkpoints) go with the old one",
+        _NEW_STACK,
+    ),
+    Rule(
+        "storage.mode",
+        lambda c: c.stack.storage.mode,
+        "models, cube versions and checkpoints stay in the old store: training would start "
+        "from nothing and serving would lose its versions",
+        _NEW_STACK,
+    ),
+    Rule(
+        "storage.bucket",
+        lambda c: c.stack.storage.bucket,
+        "models, cube versions and checkpoints stay in the old bucket: training would start "
+        "from nothing and serving would lose its versions",
+        "copy the bucket's models/, cube/ and checkpoints/ to the new bucket first, or "
+        + _NEW_STACK,
+    ),
+    Rule(
+        "hdfs.mode",
+        lambda c: c.stack.hdfs.mode,
+        "the training data would be read from elsewhere, and an in-cluster HDFS left behind "
+        "is deleted with its data",
+        "copy the hour directories to the new place first, or " + _NEW_STACK,
+    ),
+    Rule(
+        "hdfs.namenode_storage",
+        lambda c: _in_cluster_hdfs(c.stack, c.stack.hdfs.namenode_storage),
+        _CLAIMS,
+        _GROW,
+    ),
+    Rule(
+        "hdfs.datanode_storage",
+        lambda c: _in_cluster_hdfs(c.stack, c.stack.hdfs.datanode_storage),
+        _CLAIMS,
+        _GROW,
+    ),
+    Rule(
+        "storage.size",
+        lambda c: c.stack.storage.size if c.stack.storage.mode == "minio" else None,
+        _CLAIMS,
+        _GROW,
+    ),
+    Rule("data.sparse_dim", lambda c: c.stack.data.sparse_dim, _CHECKPOINTS, _NEW_MODEL),
+    Rule(
+        "training.embedding_dim",
+        lambda c: c.stack.training.embedding_dim,
+        _CHECKPOINTS,
+        _NEW_MODEL,
+    ),
+    Rule("training.model", lambda c: c.stack.training.model, _CHECKPOINTS, _NEW_MODEL),
+    Rule("slot_conf", lambda c: c.slots, _CHECKPOINTS, _NEW_MODEL),
+)
+
+
+class UnsafeChange(pulumi.RunError):
+    """Changes refused on a running stack; one line each (a RunError: no traceback)."""
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__(
+            "this change cannot be applied to the running stack safely (nothing was "
+            "changed):\n  " + "\n  ".join(problems)
+        )
+
+
+def shape(config: LoadedConfig) -> dict[str, Any]:
+    """The values the rules watch, as the stack output records them."""
+    return {rule.key: value for rule in RULES if (value := rule.value(config)) is not None}
+
+
+def problems(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """One line per watched value that changed (keys either side lacks are no change)."""
+    found = []
+    for rule in RULES:
+        if rule.key in previous and rule.key in current:
+            was, now = previous[rule.key], current[rule.key]
+            if was != now:
+                found.append(
+                    f"{NAMESPACE}:{rule.key}: {_show(was)} -> {_show(now)}: "
+                    f"{rule.why}. Instead: {rule.instead}."
+                )
+    return found
+
+
+def _show(value: Any) -> str:
+    value = _integral(value)
+    if isinstance(value, list) and len(value) > 6:  # slot ids
+        return f"{len(value)} slots [{value[0]}, {value[1]}, ..., {value[-1]}]"
+    return json.dumps(value)
+
+
+def _integral(value: Any) -> Any:
+    """Numbers as the config has them: outputs come back from the engine as floats."""
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def previous_shape() -> dict[str, Any]:
+    """The shape the stack's last update exported; empty for a new stack."""
+    name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
+    result = invoke(READ_OUTPUTS, {"name": name})
+    outputs = (result.value or {}).get("outputs") or {}
+    recorded = outputs.get(SHAPE_OUTPUT)
+    return dict(recorded) if isinstance(recorded, Mapping) else {}
+
+
+def check(config: LoadedConfig) -> dict[str, Any]:
+    """Raise UnsafeChange for a refused change; the shape to export otherwise."""
+    current = shape(config)
+    found = problems(previous_shape(), current)
+    if found:
+        raise UnsafeChange(found)
+    return current

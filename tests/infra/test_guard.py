@@ -1,0 +1,83 @@
+"""Changes a running stack cannot take safely are refused before any resource exists
+(infra/guard.py); everything else goes through."""
+
+from __future__ import annotations
+
+import pytest
+
+from infra import guard
+from tests.support import pulumi_harness as harness
+from tests.support.stacks import graph, run_stack
+
+
+def dev_shape() -> dict:
+    return dict(graph("dev").stack_outputs[guard.SHAPE_OUTPUT])
+
+
+def test_the_stack_records_what_the_guard_watches() -> None:
+    shape = dev_shape()
+    assert shape["namespace"] == "elasticctr-dev"
+    assert shape["training.embedding_dim"] == 9 and shape["data.sparse_dim"] > 0
+    assert shape["slot_conf"] == list(range(1, 27))  # stacks/slot.txt
+    assert shape["hdfs.datanode_storage"]  # dev runs HDFS in the cluster
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "words"),
+    [
+        ("elasticctr:namespace", "elasticctr-other", "volumes of HDFS, MinIO and MLflow"),
+        ("elasticctr:training", {"embedding_dim": 16}, "fail at restore"),
+        ("elasticctr:training", {"model": "dnn"}, "fail at restore"),
+        ("elasticctr:data", {"sparse_dim": 77}, "fail at restore"),
+        ("elasticctr:hdfs", {"datanode_storage": "99Gi"}, "take its old claims back"),
+    ],
+)
+def test_an_unsafe_change_is_refused_before_any_resource(key: str, value, words: str) -> None:
+    from infra.program import main
+    from tests.support.stacks import config_with_secrets
+
+    overrides = {key: value}
+    if isinstance(value, dict):  # a section: the stack's own values with this one changed
+        base, _ = config_with_secrets("dev")
+        overrides = {key: {**base.get(key, {}), **value}}
+    config, secrets = config_with_secrets("dev", overrides)
+    registered = harness.Graph()
+    with pytest.raises(guard.UnsafeChange) as raised:
+        harness.run(
+            main,
+            config,
+            secrets,
+            stack="dev",
+            graph=registered,
+            previous={guard.SHAPE_OUTPUT: dev_shape()},
+        )
+    (line,) = raised.value.problems
+    name = key.split(":")[1] + ("." + next(iter(value)) if isinstance(value, dict) else "")
+    assert line.startswith(f"elasticctr:{name}: "), line
+    assert words in line and "Instead: " in line, line
+    assert registered.resources == []  # refused before anything was registered
+    assert str(raised.value).startswith(
+        "this change cannot be applied to the running stack safely (nothing was changed):"
+    )
+
+
+def test_safe_changes_and_new_stacks_go_through() -> None:
+    previous = {guard.SHAPE_OUTPUT: dev_shape()}
+    for overrides in ({"elasticctr:trainers": "4"}, {"elasticctr:cube_shards": "3"}):
+        assert run_stack("dev", overrides, previous).resources
+    # A stack with no outputs yet (new), or outputs of a version without the shape.
+    assert run_stack("dev", {"elasticctr:namespace": "other"}, {}).resources
+    assert run_stack("dev", {"elasticctr:namespace": "other"}, {"namespace": "x"}).resources
+
+
+def test_the_message_names_the_change_and_what_to_do() -> None:
+    before = dev_shape()
+    after = {**before, "slot_conf": [*before["slot_conf"], 27], "namespace": "b"}
+    lines = guard.problems(before, after)
+    assert lines[0].startswith('elasticctr:namespace: "elasticctr-dev" -> "b": ')
+    assert "Instead: create a new stack for it (`pulumi stack init`)" in lines[0]
+    assert lines[1].startswith(
+        "elasticctr:slot_conf: 26 slots [1, 2, ..., 26] -> 27 slots [1, 2, ..., 27]: "
+    )
+    # A value only one side has (a rule that does not apply, or an older stack): no change.
+    assert guard.problems({"storage.size": "2Gi"}, {}) == []
