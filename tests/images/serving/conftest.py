@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from elasticctr_cube.server import build_server
+from elasticctr_cube.shardfile import write_shard_file
 from elasticctr_serving.native import NativeParser, build_parser
 
-from tests.images.cube.cubetest import CubeCluster
+from tests.images.cube.cubetest import CubeCluster, control_call, free_port, load_version
+from tests.images.serving.make_model import table
 from tests.images.serving.servingtest import Processes, Serving, publish
 
 
@@ -56,6 +59,34 @@ def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = 
     # A failed first rollout (one attempt) left serving nothing to wait for: say so here.
     assert result.get("result") == "committed", f"version 1: {result}\n{cluster.dump()}"
     serving = Serving(procs, "serving", cluster, *serving_args, env=serving_env)
+    serving.wait_version(1)
+    return Stack(cluster, serving, spec, procs)
+
+
+NAN_KEY, HUGE_KEY = 1234, 1500  # poisoned sparse keys of start_poisoned_stack
+
+
+def start_poisoned_stack(procs: Processes, root) -> Stack:
+    """3 cube-servers holding synthetic version 1 with a NaN in the vector of NAN_KEY and
+    3e38 (finite, the float32 range ends at 3.4e38) in every value of HUGE_KEY's; serving
+    on version 1. The shard files are loaded through the servers' control ports, past the
+    builder's and the agents' checks (which refuse NaN): serving must not rely on them.
+    Serving is given no transfer (nothing is committed): it follows the servers."""
+    cluster = CubeCluster(procs, root, 3, ["--max-attempts", "1"])
+    spec = publish(cluster, [1], publish=False)
+    keys, values = table(spec, 1)
+    values[NAN_KEY - 1, 4] = np.nan  # keys are 1..K
+    values[HUGE_KEY - 1] = 3e38
+    for s in range(3):
+        mine = keys % np.uint64(3) == s
+        path = root / f"poisoned-{s}.cube"
+        write_shard_file(path, version=1, shard=s, shard_num=3, keys=keys[mine],
+                         values=values[mine])  # fmt: skip
+        port = cluster.node(s).port
+        assert load_version(port, 1, path)["bg_version"] == 1
+        assert control_call(port, "POST", "/control/switch", {"version": 1})[0] == 200
+    dead = f"http://127.0.0.1:{free_port()}"
+    serving = Serving(procs, "serving", cluster, "--cube-transfer-url", dead)
     serving.wait_version(1)
     return Stack(cluster, serving, spec, procs)
 
