@@ -14,7 +14,7 @@ from elasticctr_serving.native import NativeParser, build_parser
 
 from tests.images.cube.cubetest import CubeCluster, control_call, free_port, load_version
 from tests.images.serving.make_model import table
-from tests.images.serving.servingtest import Processes, Serving, publish
+from tests.images.serving.servingtest import Processes, Serving, probe_instances, publish
 
 
 @pytest.fixture(scope="session")
@@ -66,6 +66,29 @@ def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = 
 NAN_KEY, HUGE_KEY = 1234, 1500  # poisoned sparse keys of start_poisoned_stack
 
 
+def clean_instances(spec: dict, count: int, seed: int) -> list[dict]:
+    """`count` probe instances that use neither poisoned key."""
+    poisoned = {NAN_KEY, HUGE_KEY}
+    return [
+        i
+        for i in probe_instances(spec, count * 2, seed)
+        if not any(f % spec["sparse_dim"] in poisoned for e in i["slots"] for f in e["feasigns"])
+    ][:count]
+
+
+def serve_directly(cluster: CubeCluster, version: int, keys, values) -> None:
+    """Shard files of `version` written and switched in through each server's control
+    port: no build, no agent, no transfer (nothing of this is committed)."""
+    for s in range(cluster.shards):
+        mine = keys % np.uint64(cluster.shards) == s
+        path = cluster.root / f"direct-v{version}-{s}.cube"
+        write_shard_file(path, version=version, shard=s, shard_num=cluster.shards,
+                         keys=keys[mine], values=values[mine])  # fmt: skip
+        port = cluster.node(s).port
+        assert load_version(port, version, path)["bg_version"] == version
+        assert control_call(port, "POST", "/control/switch", {"version": version})[0] == 200
+
+
 def start_poisoned_stack(procs: Processes, root) -> Stack:
     """3 cube-servers holding synthetic version 1 with a NaN in the vector of NAN_KEY and
     3e38 (finite, the float32 range ends at 3.4e38) in every value of HUGE_KEY's; serving
@@ -77,14 +100,7 @@ def start_poisoned_stack(procs: Processes, root) -> Stack:
     keys, values = table(spec, 1)
     values[NAN_KEY - 1, 4] = np.nan  # keys are 1..K
     values[HUGE_KEY - 1] = 3e38
-    for s in range(3):
-        mine = keys % np.uint64(3) == s
-        path = root / f"poisoned-{s}.cube"
-        write_shard_file(path, version=1, shard=s, shard_num=3, keys=keys[mine],
-                         values=values[mine])  # fmt: skip
-        port = cluster.node(s).port
-        assert load_version(port, 1, path)["bg_version"] == 1
-        assert control_call(port, "POST", "/control/switch", {"version": 1})[0] == 200
+    serve_directly(cluster, 1, keys, values)
     dead = f"http://127.0.0.1:{free_port()}"
     serving = Serving(procs, "serving", cluster, "--cube-transfer-url", dead)
     serving.wait_version(1)

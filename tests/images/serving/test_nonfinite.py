@@ -8,8 +8,22 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.images.serving.conftest import HUGE_KEY, NAN_KEY, start_poisoned_stack
-from tests.images.serving.servingtest import expected, http, metric_sample, probe_instances
+from tests.images.cube.cubetest import control_call
+from tests.images.serving.conftest import (
+    HUGE_KEY,
+    NAN_KEY,
+    clean_instances,
+    serve_directly,
+    start_poisoned_stack,
+)
+from tests.images.serving.make_model import table
+from tests.images.serving.servingtest import (
+    expected,
+    http,
+    metric_sample,
+    pooled_inputs,
+    publish,
+)
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"
@@ -25,16 +39,6 @@ def poisoned(tmp_path_factory, cube_server_bin):
         yield start_poisoned_stack(procs, root)
     finally:
         procs.stop_all()
-
-
-def clean_instances(spec: dict, count: int, seed: int) -> list[dict]:
-    """Probe instances that use neither poisoned key."""
-    poisoned = {NAN_KEY, HUGE_KEY}
-    return [
-        i
-        for i in probe_instances(spec, count * 2, seed)
-        if not any(f % spec["sparse_dim"] in poisoned for e in i["slots"] for f in e["feasigns"])
-    ][:count]
 
 
 def mixed(spec: dict) -> tuple[list[dict], np.ndarray]:
@@ -110,3 +114,38 @@ def test_an_instance_without_a_finite_score_is_an_error_and_the_others_are_answe
     metrics = http("GET", url + "/metrics")[1]
     assert metric_sample(metrics, "elasticctr_serving_requests_total", path=INFERENCE,
                          code="207") == 2  # fmt: skip
+
+
+def test_a_model_whose_output_overflows_fails_those_instances_only(poisoned):
+    """Dense version 2 passes the load check (finite parameters; the probe's zero inputs
+    leave hidden unit 0 of its first layer at 0), but its weights multiply that unit by
+    3e38 twice on the way to the logits: an instance that activates it scores inf - inf,
+    NaN. Those instances fail with cause nonfinite_score; the others are answered."""
+    cluster, serving = poisoned.cluster, poisoned.serving
+    big = [["w1", 0, 0, "3e38"], ["w2", 0, 0, "3e38"], ["w2", 0, 1, "-3e38"]]
+    spec = publish(cluster, [2], publish=False, overrides={"2": big})
+    serve_directly(cluster, 2, *table(spec, 2))
+    serving.wait_version(2)
+    instances = clean_instances(spec, 40, seed=10)
+    weights = np.load(cluster.model_dir / "2" / "weights.npz")
+    unit = (pooled_inputs(spec, 2, instances) @ weights["w0"] + weights["b0"])[:, 0]
+    assert weights["b0"][0] < 0  # the probe's unit 0 is ReLU(b0[0]) = 0
+    active, idle = np.flatnonzero(unit > 0.01), np.flatnonzero(unit < -0.01)
+    assert len(active) >= 5 and len(idle) >= 5, unit
+    chosen = [instances[i] for i in [*active[:5], *idle[:5]]]
+    before = failures(serving.url)
+    code, body, _ = http("POST", serving.url + INFERENCE, {"instances": chosen})
+    assert code == 207 and body["version"] == 2, body
+    for p in body["predictions"][:5]:
+        assert p == {"err_code": 500, "cause": "nonfinite_score", "err_msg": p["err_msg"]}
+        assert p["err_msg"].endswith(": the model's score is not finite (NaN or infinite) at "
+                                     "version 2")  # fmt: skip
+    got = np.array([p["prob1"] for p in body["predictions"][5:]])
+    assert np.max(np.abs(got - expected(spec, 2, chosen[5:]))) <= 1e-5
+    after = failures(serving.url)
+    assert after["nonfinite_score"] == before["nonfinite_score"] + 5
+    for s in range(cluster.shards):  # the module's stack serves version 1 again
+        assert (
+            control_call(cluster.node(s).port, "POST", "/control/switch", {"version": 1})[0] == 200
+        )
+    serving.wait_version(1)
