@@ -306,9 +306,9 @@ def _child_main(directory: str, version: int) -> None:
     meta = json.loads((folder / "meta.json").read_text())
     program = (folder / "model.pdmodel").read_bytes()
     params = (folder / "model.pdiparams").read_bytes()
-    _check_parameters(folder, version)
     program, fused_input = served_program(program, meta)
-    predictor = _create_predictor(version, program, params)
+    predictor = _create_predictor(version, program, params)  # a corrupt program fails here
+    _check_parameters(folder, version)
     model = DenseModel(
         version,
         meta,
