@@ -4,9 +4,9 @@ Commands come from cube-transfer over HTTP (:8001); the agent passes them on to 
 control port (:8028, on loopback: the two share a pod): prepare V (fetch the shard file of
 V from `<cube_uri>/<V>/` into the data directory, check its size and SHA-256 against the
 manifest and that every value is finite, have the server load it into its background
-slot), switch V, abort V, unload
-V. A restarted server comes back empty: the agent then restores the committed version
-(`<cube_uri>/current`) on its own, so a shard never stays down after a crash.
+slot), switch V, abort V, unload V. A restarted server comes back empty: the agent then
+restores the committed version (`<cube_uri>/current`) on its own, so a shard never stays
+down after a crash.
 """
 
 from __future__ import annotations

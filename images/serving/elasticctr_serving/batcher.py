@@ -18,6 +18,11 @@ cube lookup and its predictor for the run, so no response mixes versions. If cub
 longer holds that version and the active model changed meanwhile, the batch runs again
 on the new one.
 
+An instance whose pooled inputs are not finite (a NaN or inf vector from cube, or a sum
+that overflows float32) or whose score is not finite gets an InstanceFailure instead of a
+prediction (the answer says why, app.py); the other instances of the batch are answered.
+The check is one `np.isfinite` over the pooled inputs and one over the output.
+
 The answers of a batch go back to the event loop in one hand-off (one
 `call_soon_threadsafe`, one wake-up of the loop), not one per request. Keys are
 deduplicated and pooled by the native library when it is there (native.py: the same
