@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from tests.images.client.conftest import NO_LOGIN, fake_pulumi, run_client
-from tests.images.serving.conftest import HUGE_KEY, NAN_KEY, clean_instances, start_poisoned_stack
-from tests.images.serving.servingtest import Processes, expected, probe_instances
+from tests.images.serving.conftest import HUGE_KEY, NAN_KEY, clean_instances, poisoned_stack
+from tests.images.serving.servingtest import expected, probe_instances
 
 pytestmark = pytest.mark.slow
 
@@ -159,12 +159,7 @@ def test_status_shows_versions_and_training_progress(stack, mlflow_server, tmp_p
 
 @pytest.fixture(scope="module")
 def poisoned(tmp_path_factory, cube_server_bin):
-    root = tmp_path_factory.mktemp("poisoned")
-    procs = Processes(root)
-    try:
-        yield start_poisoned_stack(procs, root)
-    finally:
-        procs.stop_all()
+    yield from poisoned_stack(tmp_path_factory)
 
 
 def test_examples_serving_fails_are_reported_and_left_out(poisoned, tmp_path):

@@ -4,6 +4,7 @@ version 1."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -105,6 +106,16 @@ def start_poisoned_stack(procs: Processes, root) -> Stack:
     serving = Serving(procs, "serving", cluster, "--cube-transfer-url", dead)
     serving.wait_version(1)
     return Stack(cluster, serving, spec, procs)
+
+
+def poisoned_stack(tmp_path_factory) -> Iterator[Stack]:
+    """The body of a module fixture: start_poisoned_stack, stopped when the module ends."""
+    root = tmp_path_factory.mktemp("poisoned")
+    procs = Processes(root)
+    try:
+        yield start_poisoned_stack(procs, root)
+    finally:
+        procs.stop_all()
 
 
 @pytest.fixture(scope="module")

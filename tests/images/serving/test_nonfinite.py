@@ -13,8 +13,8 @@ from tests.images.serving.conftest import (
     HUGE_KEY,
     NAN_KEY,
     clean_instances,
+    poisoned_stack,
     serve_directly,
-    start_poisoned_stack,
 )
 from tests.images.serving.make_model import table
 from tests.images.serving.servingtest import (
@@ -31,14 +31,7 @@ INFERENCE = "/ElasticCTRPredictionService/inference"
 
 @pytest.fixture(scope="module")
 def poisoned(tmp_path_factory, cube_server_bin):
-    from tests.images.serving.servingtest import Processes
-
-    root = tmp_path_factory.mktemp("poisoned")
-    procs = Processes(root)
-    try:
-        yield start_poisoned_stack(procs, root)
-    finally:
-        procs.stop_all()
+    yield from poisoned_stack(tmp_path_factory)
 
 
 def mixed(spec: dict) -> tuple[list[dict], np.ndarray]:
