@@ -192,5 +192,6 @@ def test_examples_serving_fails_are_reported_and_left_out(poisoned, tmp_path):
         "version 1 is not finite (NaN or infinite)"
     ) in done.stdout
     assert f"  line {len(lines) + 2}: instance " in done.stdout
-    auc = float(re.search(r"^AUC: (\S+)$", done.stdout, re.M).group(1))
-    assert auc == pytest.approx(rank_auc(labels, probs), abs=1e-4)
+    found = re.search(r"^AUC: (\S+)$", done.stdout, re.M)
+    assert found is not None, done.stdout
+    assert float(found.group(1)) == pytest.approx(rank_auc(labels, probs), abs=1e-4)
