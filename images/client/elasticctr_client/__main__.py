@@ -141,7 +141,7 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
         if out is not None:
             out.close()
     report(summary, time.monotonic() - started)
-    return 0 if summary.examples else 1
+    return 0 if summary.examples and not summary.failed else 1
 
 
 def _token(args: argparse.Namespace, outputs: StackOutputs) -> str | None:

@@ -4,7 +4,9 @@ Lines are `<show> <click> <feasign>:<slot> ...` (docs/architecture.md). Each bat
 `POST /ElasticCTRPredictionService/inference`, with the slots in ElasticCTR's client form
 (a slot with no feasign in the line is left out: serving treats it as padding). Lines
 that are not examples, or use a slot the served model does not have, are skipped and
-counted, like the trainer does. The label of a line is click > 0.
+counted, like the trainer does. The label of a line is click > 0. An example serving
+answers with its own error (err_code 207 for the batch) has no probability: it is left
+out of the AUC and the rows, counted by cause and named in the report.
 """
 
 from __future__ import annotations
@@ -37,10 +39,16 @@ class Example:
     slots: dict[str, list[int]]
 
 
+PARTIAL = 207  # serving's err_code when some instances failed (each says why)
+NAMED_FAILURES = 5  # failed examples the report names, at most
+
+
 @dataclass
 class Summary:
-    examples: int = 0
+    examples: int = 0  # predicted (failed ones not included)
     skipped: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)  # examples serving failed, by cause
+    failures: list[str] = field(default_factory=list)  # the first NAMED_FAILURES, with lines
     versions: set[int] = field(default_factory=set)
     labels: list[int] = field(default_factory=list)
     probabilities: list[float] = field(default_factory=list)
@@ -149,7 +157,7 @@ def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out:
         {"slots": [{"slot_name": s, "feasigns": f} for s, f in e.slots.items()]} for e in batch
     ]
     answer = post_json(url, {"instances": instances}, timeout, token)
-    if answer.get("err_code", 0) != 0:
+    if answer.get("err_code", 0) not in (0, PARTIAL):
         raise PredictError(f"serving: {answer.get('err_msg')}")
     predictions = answer["predictions"]
     if len(predictions) != len(batch):
@@ -158,11 +166,17 @@ def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out:
     if version is not None:
         summary.versions.add(int(version))
     for example, p in zip(batch, predictions, strict=True):
+        if p.get("err_code", 0) != 0:  # this example failed; the others have predictions
+            cause = str(p.get("cause", p["err_code"]))
+            summary.failed[cause] = summary.failed.get(cause, 0) + 1
+            if len(summary.failures) < NAMED_FAILURES:
+                summary.failures.append(f"line {example.line_number}: {p.get('err_msg')}")
+            continue
+        summary.examples += 1
         summary.labels.append(example.label)
         summary.probabilities.append(float(p["prob1"]))
         if out is not None:
             out.write(f"{example.line_number}\t{example.label}\t{p['prob1']:.9g}\t{version}\n")
-    summary.examples += len(batch)
 
 
 def auc(labels: list[int], scores: list[float]) -> float:
@@ -195,4 +209,9 @@ def report(summary: Summary, seconds: float, stream: TextIO = sys.stdout) -> Non
         + f", {rate:,.0f} examples/s",
         file=stream,
     )
+    if summary.failed:
+        failed = sum(summary.failed.values())
+        print(f"failed examples (no prediction): {failed} {summary.failed}", file=stream)
+        for failure in summary.failures:
+            print(f"  {failure}", file=stream)
     print(f"AUC: {summary.auc:.4f}", file=stream)

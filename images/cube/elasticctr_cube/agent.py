@@ -2,10 +2,11 @@
 
 Commands come from cube-transfer over HTTP (:8001); the agent passes them on to its server's
 control port (:8028, on loopback: the two share a pod): prepare V (fetch the shard file of
-V from `<cube_uri>/shards-<N>/<V>/` into the data directory, check its size and SHA-256 against the
-manifest, have the server load it into its background slot), switch V, abort V, unload
-V. A restarted server comes back empty: the agent then restores the committed version
-(`<cube_uri>/shards-<N>/current`) on its own, so a shard never stays down after a crash.
+V from `<cube_uri>/shards-<N>/<V>/` into the data directory, check its size and SHA-256
+against the manifest and that every value is finite, have the server load it into its
+background slot), switch V, abort V, unload V. A restarted server comes back empty: the
+agent then restores the committed version (`<cube_uri>/shards-<N>/current`) on its own, so
+a shard never stays down after a crash.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import shutil
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from elasticctr_common.contract import (
     CUBE_AGENT_PORT,
@@ -30,7 +31,7 @@ from elasticctr_common.storage import open_store
 from .cliargs import env_option
 from .httpjson import ApiError, Handler, HttpCallError, call, drain_all, serve
 from .manifest import layout_dir, read_current, read_manifest
-from .shardfile import sha256_of
+from .shardfile import nonfinite_text, scan_shard_file
 
 log = logging.getLogger("cube-agent")
 KEEP_PREPARES = 8
@@ -166,15 +167,16 @@ class Agent:
         if not (local.exists() and local.stat().st_size == entry.bytes):
             self.cube_store.child(str(version)).download(entry.file, local)
         self._set(version, "verifying")
+        corrupt = f"shard file of version {version} is corrupt"
         size = local.stat().st_size
-        problem = None
         if size != entry.bytes:
-            problem = f"size {size} bytes, manifest says {entry.bytes}"
-        elif (digest := sha256_of(local)) != entry.sha256:
-            problem = f"sha256 {digest}, manifest says {entry.sha256}"
-        if problem:
-            local.unlink(missing_ok=True)
-            raise AgentError(f"shard file of version {version} is corrupt: {problem}")
+            _refuse(local, f"{corrupt}: size {size} bytes, manifest says {entry.bytes}")
+        scan = scan_shard_file(local)
+        if scan.sha256 != entry.sha256:
+            _refuse(local, f"{corrupt}: sha256 {scan.sha256}, manifest says {entry.sha256}")
+        if scan.nonfinite_keys:  # written by hand, or by a builder that did not check
+            refused = nonfinite_text(scan.nonfinite_keys, scan.named_keys)
+            _refuse(local, f"shard file {entry.file} of version {version} is refused: {refused}")
         return local
 
     # -- switch, abort, unload --------------------------------------------------------
@@ -266,6 +268,12 @@ class Agent:
             "server": server,
             "prepares": prepares,
         }
+
+
+def _refuse(local: Path, message: str) -> NoReturn:
+    """Delete a fetched shard file that must not be loaded, and fail the prepare."""
+    local.unlink(missing_ok=True)
+    raise AgentError(message)
 
 
 def _describe(err: Exception) -> str:

@@ -4,6 +4,10 @@ Input: every file under the version's `input` URI whose name does not start with
 `.` (Hadoop SequenceFiles, see seqfile.py). Keys go to shard `key % shard_num`. Each
 input file is parsed and partitioned into per-shard spill files, then each shard is
 sorted and written (shardfile.py), so memory peaks at one input file plus one shard.
+
+Every value must be finite: the trainer checks its export, but a damaged or foreign
+export reaches the model store without that check, and a NaN embedding would otherwise
+be served (as NaN scores).
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from elasticctr_common.storage import Store, open_store
 from numpy.typing import NDArray
 
 from .manifest import MANIFEST, Manifest, ShardEntry, shard_file_name
-from .shardfile import DuplicateKeyError, write_shard_file
+from .shardfile import NAMED_KEYS, DuplicateKeyError, nonfinite_text, write_shard_file
 
 
 class BuildError(ValueError):
@@ -60,6 +64,7 @@ def build(
             except SequenceFileError as err:
                 raise BuildError(str(err)) from err
             local.unlink()
+            _check_finite(keys, values, version, store.uri(name))
             dim = values.shape[1] if len(keys) else dim
             total += len(keys)
             _spill(spill, keys, values, shard_num)
@@ -78,6 +83,17 @@ def build(
     )
     (out / MANIFEST).write_text(manifest.to_json())
     return manifest
+
+
+def _check_finite(
+    keys: NDArray[np.uint64], values: NDArray[np.float32], version: int, source: str
+) -> None:
+    """BuildError naming the first keys of `source` whose vector is not finite."""
+    if np.isfinite(values).all():  # one pass over the array the reader returned
+        return
+    bad = ~np.isfinite(values).all(axis=1)
+    named = keys[bad][:NAMED_KEYS].tolist()
+    raise BuildError(f"version {version}: {source}: {nonfinite_text(int(bad.sum()), named)}")
 
 
 def _spill(

@@ -22,9 +22,10 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import numpy as np
 from numpy.typing import NDArray
@@ -206,9 +207,65 @@ def read_shard_file(
     return header, keys, values.reshape(header.key_count, header.dim)
 
 
-def sha256_of(path: str | Path) -> str:
+NAMED_KEYS = 5  # the keys an error names, at most
+SCAN_CHUNK = 1 << 20  # a multiple of 4: the scan reads whole floats
+
+
+def nonfinite_text(count: int, keys: Iterable[int]) -> str:
+    """How the builder and the agent word the keys they refuse."""
+    named = ", ".join(str(k) for k in keys)
+    return (
+        f"{count} keys have NaN or infinite values (e.g. {named}); "
+        "cube serves finite embeddings only"
+    )
+
+
+@dataclass(frozen=True)
+class ShardScan:
+    """What the agent verifies of a fetched shard file before its server loads it."""
+
+    sha256: str
+    nonfinite_keys: int  # keys with a NaN or infinite value (0 if the header is unreadable)
+    named_keys: tuple[int, ...]  # the first NAMED_KEYS of them, in file order
+
+
+def scan_shard_file(path: str | Path) -> ShardScan:
+    """SHA-256 of the file and the keys whose values are not finite, in one read of 1 MiB
+    chunks (the values checked with numpy as they pass): memory stays at one chunk
+    whatever the shard's size. A file whose header does not parse is only hashed: its
+    digest cannot match the manifest's, or the server refuses it at load."""
     digest = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(1 << 20):
+        head = f.read(HEADER_LEN)
+        digest.update(head)
+        try:
+            header: ShardHeader | None = read_header(head, str(path))
+        except ShardFileError:
+            header = None
+        start = header.values_offset if header else 0
+        end = header.file_bytes if header else 0
+        dim = header.dim if header else 1
+        bad, last = 0, -1  # last: the key index counted at the previous chunk
+        named: list[int] = []
+        at = HEADER_LEN
+        while chunk := f.read(SCAN_CHUNK):
             digest.update(chunk)
-    return digest.hexdigest()
+            lo, hi = max(at, start), min(at + len(chunk), end)
+            if lo < hi:  # values of this chunk: offsets stay multiples of 4 (start is)
+                floats = np.frombuffer(chunk, "<f4", (hi - lo) // 4, lo - at)
+                finite = np.isfinite(floats)
+                if not finite.all():
+                    first = (lo - start) // 4
+                    rows = np.unique((np.flatnonzero(~finite) + first) // dim)
+                    rows = rows[rows != last]
+                    bad += len(rows)
+                    named += rows[: NAMED_KEYS - len(named)].tolist()
+                    last = int(rows[-1]) if len(rows) else last
+            at += len(chunk)
+        keys = [] if header is None else [_key_at(f, header, row) for row in named]
+    return ShardScan(digest.hexdigest(), bad, tuple(keys))
+
+
+def _key_at(f: BinaryIO, header: ShardHeader, row: int) -> int:
+    f.seek(header.keys_offset + 8 * row)
+    return int.from_bytes(f.read(8), "little")

@@ -45,10 +45,35 @@ def _json(body: object, status: int = 200, version: int | None = None) -> web.Re
     )
 
 
+# Some instances of the request failed: every instance's entry says whether it did (a
+# prediction, or its own error); the status and err_code say "look at each" (Multi-Status).
+PARTIAL = 207
+INSTANCE_ERROR = 500  # the err_code of a failed instance: the model cannot score it
+
+
+def _failures(prediction: Prediction) -> list[tuple[int, str, str]]:
+    """(instance, cause, message) of each failed instance, in instance order."""
+    return [
+        (i, f.cause, f"instance {i}: {f.message}") for i, f in sorted(prediction.failures.items())
+    ]
+
+
 def elasticctr_answer(prediction: Prediction) -> web.Response:
-    predictions = [{"prob0": p0, "prob1": p1} for p0, p1 in prediction.probabilities.tolist()]
+    predictions: list[dict[str, object]] = [
+        {"prob0": p0, "prob1": p1} for p0, p1 in prediction.probabilities.tolist()
+    ]
     body = {"predictions": predictions, "err_code": 0, "err_msg": "", "version": prediction.version}
-    return _json(body, version=prediction.version)
+    if not prediction.failures:
+        return _json(body, version=prediction.version)
+    failed = _failures(prediction)
+    for i, cause, message in failed:
+        predictions[i] = {"err_code": INSTANCE_ERROR, "err_msg": message, "cause": cause}
+    body["err_code"] = PARTIAL
+    body["err_msg"] = (
+        f"{len(failed)} of {len(predictions)} instances failed, each answered with its "
+        f"err_code and err_msg; the first: {failed[0][2]}"
+    )
+    return _json(body, PARTIAL, prediction.version)
 
 
 def elasticctr_error(status: int, message: str) -> web.Response:
@@ -56,8 +81,15 @@ def elasticctr_error(status: int, message: str) -> web.Response:
 
 
 def plain_answer(prediction: Prediction) -> web.Response:
-    body = {"version": prediction.version, "predictions": prediction.probabilities[:, 1].tolist()}
-    return _json(body, version=prediction.version)
+    scores: list[float | None] = prediction.probabilities[:, 1].tolist()
+    body: dict[str, object] = {"version": prediction.version, "predictions": scores}
+    if not prediction.failures:
+        return _json(body, version=prediction.version)
+    failed = _failures(prediction)
+    for i, _, _ in failed:
+        scores[i] = None
+    body["errors"] = [{"instance": i, "cause": c, "error": m} for i, c, m in failed]
+    return _json(body, PARTIAL, prediction.version)
 
 
 def plain_error(status: int, message: str) -> web.Response:

@@ -18,6 +18,11 @@ cube lookup and its predictor for the run, so no response mixes versions. If cub
 longer holds that version and the active model changed meanwhile, the batch runs again
 on the new one.
 
+An instance whose pooled inputs are not finite (a NaN or inf vector from cube, or a sum
+that overflows float32) or whose score is not finite gets an InstanceFailure instead of a
+prediction (the answer says why, app.py); the other instances of the batch are answered.
+The check is one `np.isfinite` over the pooled inputs and one over the output.
+
 The answers of a batch go back to the event loop in one hand-off (one
 `call_soon_threadsafe`, one wake-up of the loop), not one per request. Keys are
 deduplicated and pooled by the native library when it is there (native.py: the same
@@ -39,7 +44,7 @@ from elasticctr_common.cube.client import CubeClient, CubeError, CubeRequestErro
 from numpy.typing import NDArray
 
 from .instances import BadRequest, Parsed, merge
-from .metrics import ServingMetrics
+from .metrics import NONFINITE_EMBEDDING, NONFINITE_POOLED, NONFINITE_SCORE, ServingMetrics
 from .model import DenseModel
 from .native import parser
 
@@ -61,10 +66,19 @@ class Unavailable(Exception):
     """The request cannot be served now (no model yet, cube down): HTTP 503."""
 
 
+@dataclass(frozen=True)
+class InstanceFailure:
+    """Why one instance has no prediction; the others of its request have theirs."""
+
+    cause: str  # metrics.FAILURE_CAUSES: the label of failed_instances_total
+    message: str  # without the instance's index (the answer adds it)
+
+
 @dataclass
 class Prediction:
     version: int
-    probabilities: NDArray[np.float32]  # [n, 2]
+    probabilities: NDArray[np.float32]  # [n, 2]; rows of failed instances are meaningless
+    failures: dict[int, InstanceFailure] = field(default_factory=dict)  # by instance index
 
 
 @dataclass
@@ -239,7 +253,7 @@ class Batcher:
         count, keys, slots, rows = merge([p.parsed for p in pending])
         for attempt in range(2):
             try:
-                probabilities = self._infer(worker, model, count, keys, slots, rows)
+                probabilities, failures = self._infer(worker, model, count, keys, slots, rows)
                 break
             except CubeVersionError as err:
                 self.on_version_error(model.version)
@@ -258,11 +272,14 @@ class Batcher:
         m.batches.inc()
         m.examples.inc(count)
         m.batch_size.observe(count)
+        for failure in failures.values():
+            m.failed_instances.inc(1, failure.cause)
         outcomes: list[tuple[_Pending, Prediction | BaseException]] = []
         start = 0
         for p in pending:
             end = start + p.parsed.count
-            outcomes.append((p, Prediction(model.version, probabilities[start:end])))
+            mine = {row - start: f for row, f in failures.items() if start <= row < end}
+            outcomes.append((p, Prediction(model.version, probabilities[start:end], mine)))
             start = end
         return outcomes
 
@@ -274,7 +291,8 @@ class Batcher:
         keys: NDArray[np.uint64],
         slots: NDArray[np.int32],
         rows: NDArray[np.int32],
-    ) -> NDArray[np.float32]:
+    ) -> tuple[NDArray[np.float32], dict[int, InstanceFailure]]:
+        """[count, 2] probabilities, and the instances (rows) that have none."""
         stage = self.metrics.stage_seconds
         started = time.perf_counter()
         native = parser()
@@ -299,8 +317,60 @@ class Batcher:
             pooled = native.pool(result.values, inverse, slots, rows, slot_count, count)
         else:
             pooled = pool(result.values[inverse], slots, rows, slot_count, count)
+        failures: dict[int, InstanceFailure] = {}
+        # A NaN or inf vector makes its sums non-finite, as does a sum that overflows.
+        if not np.isfinite(pooled).all():
+            failures = _nonfinite_inputs(model, pooled, result.values, unique, inverse, slots, rows)
         pooled_at = time.perf_counter()
         stage.inc(pooled_at - looked_up, "pool")
         probabilities = model.predict(worker, pooled)
         stage.inc(time.perf_counter() - pooled_at, "predict")
-        return probabilities
+        if not np.isfinite(probabilities).all():  # finite inputs that overflow in the model
+            for row in np.flatnonzero(~np.isfinite(probabilities).all(axis=1)).tolist():
+                failures.setdefault(
+                    row,
+                    InstanceFailure(
+                        NONFINITE_SCORE,
+                        f"the model's score is not finite (NaN or infinite) at version "
+                        f"{model.version}",
+                    ),
+                )
+        return probabilities, failures
+
+
+def _nonfinite_inputs(
+    model: DenseModel,
+    pooled: NDArray[np.float32],
+    values: NDArray[np.float32],
+    unique: NDArray[np.uint64],
+    inverse: NDArray[np.int64],
+    slots: NDArray[np.int32],
+    rows: NDArray[np.int32],
+) -> dict[int, InstanceFailure]:
+    """A failure for each instance whose pooled inputs are not finite, naming its first
+    non-finite vector's key, else the slot whose sum overflows float32; their inputs are
+    zeroed in `pooled`, never fed to the model: with oneDNN's matrix product, ReLU made a
+    NaN input a finite, meaningless score (only the batch-1 predictor gave NaN)."""
+    finite = np.isfinite(pooled).all(axis=2)  # [slot, instance]
+    bad_rows = ~finite.all(axis=0)
+    failures: dict[int, InstanceFailure] = {}
+    bad_keys = ~np.isfinite(values).all(axis=1)
+    for at in np.flatnonzero(bad_keys[inverse]).tolist():
+        row = int(rows[at])
+        if row not in failures:
+            slot = model.space.slots[int(slots[at])]
+            failures[row] = InstanceFailure(
+                NONFINITE_EMBEDDING,
+                f"the embedding of sparse key {int(unique[inverse[at]])} (slot {slot}) in cube "
+                f"version {model.version} is not finite (NaN or infinite)",
+            )
+    for row in np.flatnonzero(bad_rows).tolist():
+        if row not in failures:  # finite vectors whose sum is not
+            slot = model.space.slots[int(np.argmin(finite[:, row]))]
+            failures[row] = InstanceFailure(
+                NONFINITE_POOLED,
+                f"the sum of the embeddings of slot {slot} in cube version {model.version} "
+                "overflows float32",
+            )
+    pooled[:, bad_rows] = 0
+    return failures

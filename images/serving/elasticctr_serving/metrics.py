@@ -17,6 +17,12 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
+# Why an instance has no prediction (the other instances of its request have theirs).
+NONFINITE_EMBEDDING = "nonfinite_embedding"  # a vector cube returned holds NaN or inf
+NONFINITE_POOLED = "nonfinite_pooled"  # finite vectors whose sum in a slot overflows float32
+NONFINITE_SCORE = "nonfinite_score"  # finite inputs, but the model's output is not finite
+FAILURE_CAUSES = (NONFINITE_EMBEDDING, NONFINITE_POOLED, NONFINITE_SCORE)
+
 LATENCY_BUCKETS = (0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0)
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 
@@ -115,6 +121,14 @@ class ServingMetrics:
         self.rejections = Counter(
             r, p + "model_rejections_total", "model versions that failed to load or validate", ()
         )
+        self.failed_instances = Counter(
+            r,
+            p + "failed_instances_total",
+            "instances answered with an error instead of a prediction, by cause",
+            ("cause",),
+        )
+        for cause in FAILURE_CAUSES:  # every series exists from the start, at 0
+            self.failed_instances.inc(0, cause)
         self.model_version.set(-1)
         self.cube_version.set(-1)
 

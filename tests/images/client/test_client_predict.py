@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tests.images.client.conftest import NO_LOGIN, fake_pulumi, run_client
+from tests.images.serving.conftest import HUGE_KEY, NAN_KEY, clean_instances, poisoned_stack
 from tests.images.serving.servingtest import expected, probe_instances
 
 pytestmark = pytest.mark.slow
@@ -154,3 +155,43 @@ def test_status_shows_versions_and_training_progress(stack, mlflow_server, tmp_p
         env=no_login,
     )
     assert "kubectl -n elasticctr port-forward svc/serving 8010" in outside.stdout
+
+
+@pytest.fixture(scope="module")
+def poisoned(tmp_path_factory, cube_server_bin):
+    yield from poisoned_stack(tmp_path_factory)
+
+
+def test_examples_serving_fails_are_reported_and_left_out(poisoned, tmp_path):
+    """Serving answers an example whose embedding is NaN (or whose slot sum overflows)
+    with its own error: the client leaves it out of the rows and the AUC, names it, and
+    exits 1; the other examples of its batch are predicted."""
+    spec = poisoned.spec
+    instances = [i for i in clean_instances(spec, 60, 14) if all(e["feasigns"] for e in i["slots"])]
+    probs = expected(spec, 1, instances)
+    labels = (np.random.default_rng(3).random(len(probs)) < probs).astype(int)
+    lines = to_lines(instances, labels)
+    nan_line = f"1 1 5:101 {NAN_KEY}:103"
+    huge_line = f"1 0 {HUGE_KEY}:102 {HUGE_KEY}:102"
+    path = tmp_path / "part-00000"
+    path.write_text("\n".join([*lines[:10], nan_line, *lines[10:], huge_line]) + "\n")
+    out = tmp_path / "out.tsv"
+    done = run_client("predict", str(path), "--serving-url", poisoned.serving.url,
+                      "--batch-size", "16", "--output", str(out))  # fmt: skip
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    rows = np.loadtxt(out, usecols=(0, 1, 2))
+    assert [int(n) for n in rows[:, 0]] == [*range(1, 11), *range(12, len(lines) + 2)]
+    assert np.max(np.abs(rows[:, 2] - probs)) <= 1e-5
+    assert f"examples: {len(lines)} (model version 1), skipped lines: 0" in done.stdout
+    assert (
+        "failed examples (no prediction): 2 {'nonfinite_embedding': 1, 'nonfinite_pooled': 1}"
+        in done.stdout
+    )
+    assert (
+        f"  line 11: instance 10: the embedding of sparse key {NAN_KEY} (slot 103) in cube "
+        "version 1 is not finite (NaN or infinite)"
+    ) in done.stdout
+    assert f"  line {len(lines) + 2}: instance " in done.stdout
+    found = re.search(r"^AUC: (\S+)$", done.stdout, re.M)
+    assert found is not None, done.stdout
+    assert float(found.group(1)) == pytest.approx(rank_auc(labels, probs), abs=1e-4)

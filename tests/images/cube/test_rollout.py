@@ -91,9 +91,16 @@ def test_readers_never_see_a_mix_of_versions_during_10_switches(cube_cluster):
     assert len(cluster.transfer_status()["kept_versions"]) <= 4  # last 3 committed + current
 
 
-def test_a_corrupt_shard_aborts_the_rollout_and_the_old_version_keeps_serving(cube_cluster):
+@pytest.mark.parametrize("damage", ["flipped bit", "nan"])
+def test_a_corrupt_shard_aborts_the_rollout_and_the_old_version_keeps_serving(cube_cluster, damage):
+    """A shard file damaged in storage fails its agent's sha256 check; one written with a
+    NaN value (by hand, or by a builder that did not check; its manifest entry matches)
+    fails the agent's scan. Either aborts the rollout on every shard."""
+    import dataclasses
+
     from elasticctr_common.storage import open_store
     from elasticctr_cube.builder import build, publish
+    from elasticctr_cube.shardfile import read_shard_file, write_shard_file
 
     from tests.images.cube.cubetest import write_model_version
 
@@ -101,21 +108,40 @@ def test_a_corrupt_shard_aborts_the_rollout_and_the_old_version_keeps_serving(cu
     tables = {v: model_table(v) for v in (1, 2, 3)}
     cluster.publish_model(1, *tables[1])
     committed(cluster, 1, tables)
-    # Version 2 is published with one shard file damaged in storage, then announced.
+    # Version 2 is published with one shard file damaged, then announced.
     uri = write_model_version(cluster.model_dir, 2, *tables[2])
-    manifest = build(uri, cluster.root / "prebuilt", version=2, shard_num=3)
-    publish(cluster.root / "prebuilt", manifest, open_store(cluster.versions_uri))
-    shard1 = cluster.versions_dir / "2" / "shard-1.cube"
-    data = bytearray(shard1.read_bytes())
-    data[len(data) // 2] ^= 0x40
-    shard1.write_bytes(bytes(data))
+    prebuilt = cluster.root / "prebuilt"
+    manifest = build(uri, prebuilt, version=2, shard_num=3)
+    shard1 = prebuilt / "shard-1.cube"
+    if damage == "nan":
+        _, keys, values = read_shard_file(shard1)
+        values = values.copy()
+        values[4, 1] = np.nan
+        written = write_shard_file(
+            shard1, version=2, shard=1, shard_num=3, keys=keys, values=values
+        )
+        shards = list(manifest.shards)
+        shards[1] = dataclasses.replace(shards[1], bytes=written.bytes, sha256=written.sha256)
+        manifest = dataclasses.replace(manifest, shards=shards)
+        expected = (
+            "shard-1.cube of version 2 is refused: 1 keys have NaN or infinite values "
+            f"(e.g. {keys[4]}); cube serves finite embeddings only"
+        )
+    publish(prebuilt, manifest, open_store(cluster.versions_uri))
+    if damage == "flipped bit":
+        stored = cluster.versions_dir / "2" / "shard-1.cube"
+        data = bytearray(stored.read_bytes())
+        data[len(data) // 2] ^= 0x40
+        stored.write_bytes(bytes(data))
+        expected = "corrupt: sha256"
     cluster.publish_model(2, *tables[2])
     result = cluster.wait_result(2)
     assert result["result"] == "aborted" and "shard 1:" in result["error"]
-    assert "corrupt: sha256" in result["error"], result
+    assert expected in result["error"], result
     for s in range(3):
         status = cluster.server_status(s)
         assert status["cur_version"] == 1 and status["bg_version"] != 2, status
+    assert not (cluster.root / "data1-0" / "2").exists()  # the refused file is deleted
     with cluster.client() as client:
         expect_values(client.seek(tables[1][0]), tables[1][0], tables)
     cluster.publish_model(3, *tables[3])
@@ -154,7 +180,7 @@ def test_bad_input_is_rejected_and_the_serving_version_stays(cube_cluster):
     import json
 
     cluster = cube_cluster()
-    tables = {v: model_table(v) for v in (1, 4)}
+    tables = {v: model_table(v) for v in (1, 5)}
     cluster.publish_model(1, *tables[1])
     committed(cluster, 1, tables)
     keys, values = tables[1]
@@ -167,13 +193,24 @@ def test_bad_input_is_rejected_and_the_serving_version_stays(cube_cluster):
     cluster.publish_model(3, keys, values)
     rejected = cluster.wait_result(3)
     assert rejected["result"] == "rejected" and "expected 9" in rejected["error"], rejected
+    # version 4: a NaN embedding, as a damaged export (the trainer's check bypassed) has
+    nan = values.copy()
+    nan[7, 2] = np.nan
+    cluster.publish_model(4, keys, nan)
+    rejected = cluster.wait_result(4)
+    assert rejected["result"] == "rejected", rejected
+    assert (
+        f"version 4: file://{cluster.model_dir}/4/sparse/part-00000: 1 keys have NaN"
+        in (rejected["error"])
+        and f"(e.g. {keys[7]})" in rejected["error"]
+    ), rejected
     code, answer = cluster.rollback(77)
     assert code == 400 and "version 77 is not published" in answer["error"]
     with cluster.client() as client:
         expect_values(client.seek(keys), keys, tables)
     assert cluster.transfer_status()["kept_versions"] == [1]
-    cluster.publish_model(4, *tables[4])
-    committed(cluster, 4, tables)
+    cluster.publish_model(5, *tables[5])
+    committed(cluster, 5, tables)
 
 
 def test_a_restored_server_does_not_wedge_a_later_rollback(cube_cluster):

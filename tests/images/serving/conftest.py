@@ -4,14 +4,18 @@ version 1."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+import numpy as np
 import pytest
 from elasticctr_cube.server import build_server
+from elasticctr_cube.shardfile import write_shard_file
 from elasticctr_serving.native import NativeParser, build_parser
 
-from tests.images.cube.cubetest import CubeCluster
-from tests.images.serving.servingtest import Processes, Serving, publish
+from tests.images.cube.cubetest import CubeCluster, control_call, free_port, load_version
+from tests.images.serving.make_model import table
+from tests.images.serving.servingtest import Processes, Serving, probe_instances, publish
 
 
 @pytest.fixture(scope="session")
@@ -58,6 +62,60 @@ def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = 
     serving = Serving(procs, "serving", cluster, *serving_args, env=serving_env)
     serving.wait_version(1)
     return Stack(cluster, serving, spec, procs)
+
+
+NAN_KEY, HUGE_KEY = 1234, 1500  # poisoned sparse keys of start_poisoned_stack
+
+
+def clean_instances(spec: dict, count: int, seed: int) -> list[dict]:
+    """`count` probe instances that use neither poisoned key."""
+    poisoned = {NAN_KEY, HUGE_KEY}
+    return [
+        i
+        for i in probe_instances(spec, count * 2, seed)
+        if not any(f % spec["sparse_dim"] in poisoned for e in i["slots"] for f in e["feasigns"])
+    ][:count]
+
+
+def serve_directly(cluster: CubeCluster, version: int, keys, values) -> None:
+    """Shard files of `version` written and switched in through each server's control
+    port: no build, no agent, no transfer (nothing of this is committed)."""
+    for s in range(cluster.shards):
+        mine = keys % np.uint64(cluster.shards) == s
+        path = cluster.root / f"direct-v{version}-{s}.cube"
+        write_shard_file(path, version=version, shard=s, shard_num=cluster.shards,
+                         keys=keys[mine], values=values[mine])  # fmt: skip
+        port = cluster.node(s).port
+        assert load_version(port, version, path)["bg_version"] == version
+        assert control_call(port, "POST", "/control/switch", {"version": version})[0] == 200
+
+
+def start_poisoned_stack(procs: Processes, root) -> Stack:
+    """3 cube-servers holding synthetic version 1 with a NaN in the vector of NAN_KEY and
+    3e38 (finite, the float32 range ends at 3.4e38) in every value of HUGE_KEY's; serving
+    on version 1. The shard files are loaded through the servers' control ports, past the
+    builder's and the agents' checks (which refuse NaN): serving must not rely on them.
+    Serving is given no transfer (nothing is committed): it follows the servers."""
+    cluster = CubeCluster(procs, root, 3, ["--max-attempts", "1"])
+    spec = publish(cluster, [1], publish=False)
+    keys, values = table(spec, 1)
+    values[NAN_KEY - 1, 4] = np.nan  # keys are 1..K
+    values[HUGE_KEY - 1] = 3e38
+    serve_directly(cluster, 1, keys, values)
+    dead = f"http://127.0.0.1:{free_port()}"
+    serving = Serving(procs, "serving", cluster, "--cube-transfer-url", dead)
+    serving.wait_version(1)
+    return Stack(cluster, serving, spec, procs)
+
+
+def poisoned_stack(tmp_path_factory) -> Iterator[Stack]:
+    """The body of a module fixture: start_poisoned_stack, stopped when the module ends."""
+    root = tmp_path_factory.mktemp("poisoned")
+    procs = Processes(root)
+    try:
+        yield start_poisoned_stack(procs, root)
+    finally:
+        procs.stop_all()
 
 
 @pytest.fixture(scope="module")

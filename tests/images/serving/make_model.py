@@ -9,7 +9,8 @@ expected probabilities with numpy alone (`expected_probabilities`), independentl
 
 Run it as a process (Paddle's static mode is global state, not for the test process).
 SPEC: {"model_dir", "versions": [V...], "slots": [...], "embedding_dim", "sparse_dim",
-"keys": K, "fc_sizes": [...], "seed", "publish": true}
+"keys": K, "fc_sizes": [...], "seed", "publish": true, "overrides": {V: [[param, index...,
+value]]}} (overrides: dense parameter values to replace, e.g. ["w1", 3, 4, "nan"])
 """
 
 from __future__ import annotations
@@ -71,6 +72,9 @@ def write_version(spec: dict, version: int) -> None:
     root = Path(spec["model_dir"].removeprefix("file://")) / str(version)
     dim, slots = spec["embedding_dim"], spec["slots"]
     layers = dense_weights(spec, version)
+    # {"V": [["w1", row, col, "nan"], ["b0", i, "inf"]]}: values a damaged export may hold
+    for name, *where, value in spec.get("overrides", {}).get(str(version), []):
+        layers[int(name[1:])][0 if name[0] == "w" else 1][tuple(where)] = float(value)
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
         pooled = [paddle.static.data(f"pooled_{s}", [None, dim], "float32") for s in slots]

@@ -143,6 +143,12 @@ def expected(spec: dict, version: int, instances: list[dict]) -> np.ndarray:
     """Click probabilities of `instances` under synthetic `version`, computed with numpy."""
     from tests.images.serving.make_model import expected_probabilities
 
+    flat = pooled_inputs(spec, version, instances)
+    return expected_probabilities(cluster_model_dir(spec), version, flat)
+
+
+def pooled_inputs(spec: dict, version: int, instances: list[dict]) -> np.ndarray:
+    """The model's inputs for `instances` [n, slots * dim] (slot-major), with numpy."""
     keys, values = table(spec, version)
     lookup = {int(k): v for k, v in zip(keys, values, strict=True)}
     dim, slots = spec["embedding_dim"], spec["slots"]
@@ -154,8 +160,7 @@ def expected(spec: dict, version: int, instances: list[dict]) -> np.ndarray:
                 key = int(f) % spec["sparse_dim"]
                 if key in lookup:
                     pooled[row, index[entry["slot_name"]]] += lookup[key]
-    flat = pooled.reshape(len(instances), len(slots) * dim)
-    return expected_probabilities(cluster_model_dir(spec), version, flat)
+    return pooled.reshape(len(instances), len(slots) * dim)
 
 
 def cluster_model_dir(spec: dict) -> Path:

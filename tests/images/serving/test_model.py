@@ -10,7 +10,7 @@ import paddle.inference as paddle_infer
 import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_serving.graph import fuse_inputs
-from elasticctr_serving.model import load_model, predictor_config
+from elasticctr_serving.model import ModelError, load_model, predictor_config
 from paddle.base.proto import framework_pb2
 
 from tests.images.serving.make_model import default_spec, expected_probabilities, make_versions
@@ -80,3 +80,28 @@ def test_a_program_of_another_shape_keeps_its_inputs(model_dir):
     del extra.inputs[0].arguments[:]
     extra.inputs[0].arguments.append("pooled_3")
     assert fuse_inputs(desc.SerializeToString(), names) is None
+
+
+def test_dense_parameters_that_are_not_finite_are_rejected_naming_them(tmp_path):
+    """A damaged or foreign export (the trainer's check bypassed). A NaN weight behind the
+    first layer passed the probe on oneDNN's predictor: its product of the probe's zero
+    inputs with NaN was 0. The parameters themselves are checked."""
+    nan_weight, inf_bias = (
+        {"2": [["w1", 3, 4, "nan"]]},
+        {"3": [["b0", 5, "inf"], ["w2", 0, 1, "-inf"]]},
+    )
+    make_versions(default_spec(tmp_path, [1, 2, 3], overrides={**nan_weight, **inf_bias}))
+    store = open_store(f"file://{tmp_path}")
+    assert load_model(store, 1, workers=1).version == 1
+    with pytest.raises(ModelError) as rejected:
+        load_model(store, 2, workers=1)
+    assert (
+        str(rejected.value)
+        == "version 2: dense parameters that are not finite: fc_w1 (1 NaN, 0 infinite)"
+    )
+    with pytest.raises(ModelError) as rejected:
+        load_model(store, 3, workers=1)
+    assert str(rejected.value) == (
+        "version 3: dense parameters that are not finite: fc_b0 (0 NaN, 1 infinite), "
+        "fc_w2 (0 NaN, 1 infinite)"
+    )
