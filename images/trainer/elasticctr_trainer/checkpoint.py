@@ -66,6 +66,15 @@ LAYOUT_KEYS = {
 }
 
 
+# What a checkpoint whose dense size differs says (one that records no layout, or a model
+# change the record does not cover).
+LAYOUT_CHANGED = (
+    "the model's layout changed (hyper_parameters.fc_sizes, hyper_parameters.embedding_dim or "
+    "the slots of slot_conf): set it back, or train a new model from scratch with a new "
+    "runner.checkpoint_uri"
+)
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     pass_id: int

@@ -47,7 +47,7 @@ import numpy as np
 from elasticctr_common.storage import Store
 from numpy.typing import NDArray
 
-from .checkpoint import CheckpointMismatch
+from .checkpoint import LAYOUT_CHANGED, CheckpointMismatch
 
 SPARSE_FILE = re.compile(r"^part-(\d{3})-(\d{5})\.gz$")
 DENSE_FILE = re.compile(r"^part-(\d{3})\.gz$")
@@ -333,9 +333,7 @@ def _build_dense(
     if count != values:
         raise CheckpointMismatch(
             f"{where}: the dense parameters hold {count} values, this job's model has "
-            f"{values}: the model's layout changed (hyper_parameters.fc_sizes, "
-            "hyper_parameters.embedding_dim or the slots of slot_conf); set them back, or "
-            "start a new model with a new runner.checkpoint_uri"
+            f"{values}: {LAYOUT_CHANGED}"
         )
 
 

@@ -185,10 +185,7 @@ class Trainer:
             raise ckpt.CheckpointMismatch(
                 f"checkpoint pass {last.pass_id} "
                 f"({self.checkpoints.uri(f'pass-{last.pass_id}/dense.npz')}) holds dense "
-                f"parameters {saved}, this job's model has {expected}: the model's layout "
-                "changed (hyper_parameters.fc_sizes, hyper_parameters.embedding_dim or the "
-                "slots of slot_conf); set it back, or start a new model with a new "
-                "runner.checkpoint_uri"
+                f"parameters {saved}, this job's model has {expected}: {ckpt.LAYOUT_CHANGED}"
             )
         for name, value in arrays.items():
             self.scope.find_var(name).get_tensor().set(value, paddle.CPUPlace())

@@ -41,7 +41,8 @@ LIBC.strtof.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
 def data(synthetic, tmp_path_factory):
     """Hours 00 and 02 one file each of the synthetic set, hour 01 a donefile alone."""
     root = tmp_path_factory.mktemp("reshard-data")
-    for hour, source in zip(HOURS, ["20191221/00/part-00000", None, "20191221/01/part-00000"]):
+    sources = ["20191221/00/part-00000", None, "20191221/01/part-00000"]
+    for hour, source in zip(HOURS, sources, strict=True):
         (root / hour).mkdir(parents=True)
         if source:
             shutil.copy(synthetic.root / "train" / source, root / hour / "part-00000")
