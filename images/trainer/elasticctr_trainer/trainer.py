@@ -155,6 +155,7 @@ class Trainer:
         self.data = open_store(config.runner.train_data_uri)
         self.sync = PassSync(self.checkpoints.child("sync"), config.runner.sync_timeout_seconds)
         self.work_dir = os.path.join(config.runner.work_dir, role.name)
+        self.layout = ckpt.ModelLayout.of(config.hyper_parameters, self.slots)
         self.held_back: dict[int, str] = {}  # versions this job kept but did not publish
         self.logger = MetricsLogger(
             config.runner.mlflow_experiment,
@@ -178,6 +179,14 @@ class Trainer:
 
     def restore_dense(self, last: ckpt.Checkpoint) -> None:
         arrays = ckpt.load_dense(self.checkpoints, last.pass_id)
+        expected = {name: tuple(value.shape) for name, value in self.dense_in_scope().items()}
+        saved = {name: tuple(value.shape) for name, value in arrays.items()}
+        if saved != expected:  # a checkpoint that records no layout (check_layout)
+            raise ckpt.CheckpointMismatch(
+                f"checkpoint pass {last.pass_id} "
+                f"({self.checkpoints.uri(f'pass-{last.pass_id}/dense.npz')}) holds dense "
+                f"parameters {saved}, this job's model has {expected}: {ckpt.LAYOUT_CHANGED}"
+            )
         for name, value in arrays.items():
             self.scope.find_var(name).get_tensor().set(value, paddle.CPUPlace())
         log.info("restored %d dense parameters of pass %d", len(arrays), last.pass_id)
@@ -234,11 +243,18 @@ class Trainer:
         fleet.fleet._runtime_handle._worker.client_flush()
 
     def check_resume(self, last: ckpt.Checkpoint) -> None:
+        """The checkpoint fits this model (else CheckpointMismatch); a pserver count of its
+        own is fine: the pservers reshard it as they restore it (reshard.py)."""
+        ckpt.check_layout(self.checkpoints, last, self.layout)
         pservers = len(self.role.pserver_endpoints)
         if last.pservers != pservers:
-            raise RuntimeError(
-                f"checkpoint pass {last.pass_id} was taken with {last.pservers} pservers, "
-                f"this job has {pservers}: resharding is not supported"
+            log.info(
+                "checkpoint pass %d taken with %d pservers, resharded to %d",
+                last.pass_id, last.pservers, pservers,
+            )  # fmt: skip
+            self.logger.event(
+                "resharded",
+                {"pass": last.pass_id, "from_pservers": last.pservers, "to_pservers": pservers},
             )
 
     # one pass -------------------------------------------------------------------------
@@ -414,6 +430,7 @@ class Trainer:
                 version=version.id,
                 pservers=len(self.role.pserver_endpoints),
                 trainers=self.role.trainers,
+                layout=self.layout,
             ),
         )
         ckpt.prune(self.checkpoints, planned.pass_id)
@@ -428,10 +445,15 @@ class Trainer:
         self.build()
         last = ckpt.latest(self.checkpoints)
         if last:
-            self.check_resume(last)
-            self.logger.event("resume", {"after_pass": last.pass_id, "version": last.version})
-            if self.role.index == 0:
-                self.restore_dense(last)
+            try:
+                self.check_resume(last)
+                self.logger.event("resume", {"after_pass": last.pass_id, "version": last.version})
+                if self.role.index == 0:
+                    self.restore_dense(last)
+            except ckpt.CheckpointMismatch as err:
+                self.logger.tags({"failure_reason": str(err)})
+                self.logger.close(True)
+                raise
         self.start_worker()
         failed = True
         try:
