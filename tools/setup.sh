@@ -19,6 +19,9 @@ need openssl "apt-get install openssl (the local control plane makes its certifi
 need java "install Java 17 (the HDFS tests run Hadoop's minicluster)"
 need mvn "apt-get install maven (fetches Hadoop's minicluster jars)"
 need cargo "install Rust with rustup (the cube server is native)"
+for compressor in gzip bzip2 xz zstd pzstd lz4 zip; do
+  need "$compressor" "apt-get install gzip bzip2 xz-utils zstd lz4 zip (the data-file tests write files with the real tools)"
+done
 if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
   need go "install Go >= 1.26 (the offline tools are built from Go modules)"
 fi

@@ -1,5 +1,5 @@
 """Compressed data files as log pipelines write them: by the real command-line tools
-(Debian's gzip, bzip2, xz-utils and zstd; tools/setup.sh checks they are there)."""
+(Debian's gzip, bzip2, xz-utils, zstd, lz4 and zip; tools/setup.sh checks they are there)."""
 
 from __future__ import annotations
 

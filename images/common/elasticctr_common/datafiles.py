@@ -4,7 +4,8 @@ decompressed (concatenated streams too: log rotators append members to a file); 
 recognised but not read (archives, Parquet, lz4, snappy) is refused by name. One reading
 for every reader of data files: the trainer's dataset pipe and its native twin
 (images/trainer/pipe/src/input.rs, the same rules and messages), the evaluation of
-held-out data and the client's `predict`.
+held-out data and the client's `predict`. Several streams in one file (members, frames) are
+read in turn, zero bytes between or after them skipped as padding.
 
 Lines end with `\\n` (one `\\r` before it is dropped); a lone `\\r` stays in its line.
 `data_lines` raises `BadFile` at the first sign that the file is not lines of text: a
@@ -15,11 +16,12 @@ were read: the caller has counted them, and counts the file as bad.
 
 from __future__ import annotations
 
+import functools
 import io
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator
-from typing import IO, Any
+from typing import IO, Any, Protocol
 
 __all__ = ["COMPRESSIONS", "NOT_READ", "BadFile", "data_lines", "text_lines"]
 
@@ -36,47 +38,89 @@ REFUSED = {
     b"\xff\x06\x00\x00sNaPpY": "snappy-framed data",
 }
 
-Decoded = tuple[io.BufferedIOBase, tuple[type[Exception], ...]]
+CHUNK = 1 << 16
+
+
+class Decompressor(Protocol):
+    """One stream's decompressor: bz2's, lzma's and zstd's objects, and `_GzipMember`."""
+
+    @property
+    def eof(self) -> bool: ...
+    @property
+    def unused_data(self) -> bytes: ...
+    @property
+    def needs_input(self) -> bool: ...
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes: ...
+
+
+Decoder = tuple[Callable[[], Decompressor], tuple[type[Exception], ...]]
 
 
 class BadFile(ValueError):
     """The file is not lines of text, as a whole or from some point on."""
 
 
-# Each decoder with the errors it raises for data that breaks off (EOFError) or is damaged.
+# Each compression's one-stream decompressor and the errors it raises for damaged data.
 # Imported for the files that need them: the pipe starts once per data file.
-def _gzip(raw: IO[bytes]) -> Decoded:
-    import gzip
+def _gzip() -> Decoder:
     import zlib
 
-    return gzip.GzipFile(fileobj=raw, mode="rb"), (EOFError, OSError, zlib.error)
+    return _GzipMember, (zlib.error,)
 
 
-def _bzip2(raw: IO[bytes]) -> Decoded:
+def _bzip2() -> Decoder:
     import bz2
 
-    return bz2.BZ2File(raw), (EOFError, OSError)
+    return bz2.BZ2Decompressor, (OSError,)
 
 
-def _xz(raw: IO[bytes]) -> Decoded:
+def _xz() -> Decoder:
     import lzma
 
-    return lzma.LZMAFile(raw, format=lzma.FORMAT_XZ), (EOFError, OSError, lzma.LZMAError)
+    return functools.partial(lzma.LZMADecompressor, lzma.FORMAT_XZ), (lzma.LZMAError,)
 
 
-def _zstd(raw: IO[bytes]) -> Decoded:
+def _zstd() -> Decoder:
     if sys.version_info >= (3, 14):
         from compression import zstd
     else:  # the standard library's module, backported (PEP 784)
         from backports import zstd
 
-    return zstd.ZstdFile(raw), (EOFError, OSError, zstd.ZstdError)
+    return zstd.ZstdDecompressor, (zstd.ZstdError,)
+
+
+class _GzipMember:
+    """zlib's decompressor for one gzip member (header, CRC and length checked), with the
+    interface of the others."""
+
+    def __init__(self) -> None:
+        import zlib
+
+        self._zlib = zlib.decompressobj(wbits=31)
+        self._tail = b""
+
+    @property
+    def eof(self) -> bool:
+        return self._zlib.eof
+
+    @property
+    def unused_data(self) -> bytes:
+        return self._zlib.unused_data
+
+    @property
+    def needs_input(self) -> bool:
+        return not self._tail
+
+    def decompress(self, data: bytes, max_length: int = -1) -> bytes:
+        out = self._zlib.decompress(self._tail + data, max(max_length, 0))
+        self._tail = self._zlib.unconsumed_tail
+        return out
 
 
 # (name, leading bytes, decoder). gzip: ID1 ID2. bzip2: "BZh", the block size, then a
 # block's or the stream end's magic. xz: the stream header magic. zstd: a frame's magic or a
 # skippable frame's (0x184D2A50..5F, little-endian), which pzstd writes first.
-COMPRESSIONS: list[tuple[str, re.Pattern[bytes], Callable[[IO[bytes]], Decoded]]] = [
+COMPRESSIONS: list[tuple[str, re.Pattern[bytes], Callable[[], Decoder]]] = [
     ("gzip", re.compile(rb"\x1f\x8b"), _gzip),
     ("bzip2", re.compile(rb"BZh[1-9](?:1AY&SY|\x17rE8P\x90)"), _bzip2),
     ("xz", re.compile(rb"\xfd7zXZ\x00"), _xz),
@@ -90,9 +134,9 @@ def data_lines(stream: IO[bytes]) -> Iterator[tuple[int, str]]:
     head, stream = _head(stream)
     for name, magic, decoder in COMPRESSIONS:
         if magic.match(head):
-            decoded, errors = decoder(stream)
-            with decoded:
-                yield from text_lines(_decoded(decoded, name, errors), name)
+            new, errors = decoder()
+            decoded = io.BufferedReader(_Streams(stream, new), CHUNK)
+            yield from text_lines(_decoded(decoded, name, (EOFError, *errors)), name)
             return
     for signature, what in REFUSED.items():
         if head.startswith(signature):
@@ -126,7 +170,7 @@ def broken(compression: str, lines: int) -> str:
 
 
 def _decoded(
-    decoded: io.BufferedIOBase, compression: str, errors: tuple[type[Exception], ...]
+    decoded: Iterable[bytes], compression: str, errors: tuple[type[Exception], ...]
 ) -> Iterator[bytes]:
     """The decompressed lines; BadFile, after the last whole one, when the data breaks off
     or is damaged (a partial last line is dropped)."""
@@ -141,6 +185,49 @@ def _decoded(
             raise BadFile(broken(compression, read)) from err
         read += 1
         yield raw
+
+
+class _Streams(io.RawIOBase):
+    """Stream after stream of one compression, as one raw stream. After a stream's end
+    comes the end of the file, zero bytes (padding: gzip and xz tools write and skip it,
+    and it holds no data), or the next stream; anything else fails as a stream that does
+    not decode, never ignored (BZ2File and LZMAFile would drop such trailing bytes unread).
+    EOFError: the data ends inside a stream."""
+
+    def __init__(self, raw: IO[bytes], new: Callable[[], Decompressor]) -> None:
+        self.raw = raw
+        self.new = new
+        self.stream: Decompressor | None = new()
+        self.input = b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        while self.stream is not None:
+            if self.stream.eof:
+                self.input = self.stream.unused_data.lstrip(b"\0")
+                while not self.input:
+                    chunk = self.raw.read(CHUNK)
+                    if not chunk:
+                        self.stream = None
+                        return 0
+                    self.input = chunk.lstrip(b"\0")
+                self.stream = self.new()
+                continue
+            ended = False
+            if self.stream.needs_input and not self.input:
+                self.input = self.raw.read(CHUNK)
+                ended = not self.input
+            data = self.stream.decompress(self.input, len(view))
+            self.input = b""
+            if data:
+                view[: len(data)] = data
+                return len(data)
+            if ended and not self.stream.eof:
+                raise EOFError("the compressed data ends inside a stream")
+        return 0
 
 
 def _head(stream: IO[bytes]) -> tuple[bytes, IO[bytes]]:

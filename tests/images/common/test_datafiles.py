@@ -45,6 +45,15 @@ def test_concatenated_streams_read_whole(tool):
     cut = TEXT.index(b"\n", half) + 1
     data = concatenated(tool, TEXT[:cut], b"", TEXT[cut:], b"1 1 5:101\n")
     assert read(data) == [*LINES, "1 1 5:101"]
+    padded = compress(tool, TEXT[:cut]) + bytes(3) + compress(tool, TEXT[cut:]) + bytes(512)
+    assert read(padded) == LINES  # zero padding, as tape-era tools wrote it, holds no data
+
+
+@pytest.mark.parametrize("tool", sorted(READ))
+def test_bytes_after_the_last_stream_are_not_ignored(tool):
+    """BZ2File and LZMAFile would drop them unread: a silent loss if they were data."""
+    lines, failed = read_until_bad(compress(tool, TEXT) + b"1 0 5:101\n")
+    assert (lines, failed) == (LINES, f"{READ[tool]}: truncated or corrupt data after line 20000")
 
 
 @pytest.mark.parametrize("tool", sorted(READ))

@@ -135,16 +135,21 @@ def mixed_text(count: int) -> bytes:
 
 @pytest.mark.parametrize("tool", sorted(READ))
 def test_same_output_and_report_for_compressed_files(native, tmp_path, tool):
-    """Whole and concatenated streams read as the text itself; cut short at any point,
-    both read the same lines and fail the file alike."""
+    """Whole and concatenated streams (zero padding between and after them) read as the
+    text itself; bytes after the last stream that are none, or data cut short at any
+    point: both read the same lines and fail the file alike."""
     text = mixed_text(4000)
     plain = run_both(native, tmp_path, text)[0]
     cut = text.index(b"\n", len(text) // 3) + 1
-    for data in (compress(tool, text), concatenated(tool, text[:cut], b"", text[cut:])):
-        python, ours = run_both(native, tmp_path, data)
+    data = compress(tool, text)
+    padded = concatenated(tool, text[:cut], b"") + bytes(7) + compress(tool, text[cut:]) + bytes(5)
+    for whole in (data, padded):
+        python, ours = run_both(native, tmp_path, whole)
         assert ours == python == plain
     assert plain[1]["lines"] == 4000 and plain[1]["failed"] is None
-    data = compress(tool, text)
+    python, ours = run_both(native, tmp_path, data + b"1 0 5:101\n")  # not a stream: not ignored
+    assert ours == python
+    assert python[1]["failed"] == f"{READ[tool]}: truncated or corrupt data after line 4000"
     for end in (len(data) - 1, len(data) // 2, 13):
         python, ours = run_both(native, tmp_path, data[:end])
         assert ours == python, end

@@ -1,7 +1,8 @@
 //! What a data file holds, told by its first bytes, never by its name (Paddle hands the
 //! pipe the file on stdin, and log pipelines name files as they like): text, data of a
 //! compression the pipe decompresses (gzip, bzip2, xz, zstd; concatenated streams as log
-//! rotators write them), or a format it recognises and refuses by name. The rules and the
+//! rotators write them, zero padding between or after them), or a format it recognises
+//! and refuses by name. The rules and the
 //! messages are `elasticctr_common/datafiles.py`'s; test_trainer_native_pipe.py runs both.
 
 use std::io::{self, BufRead, BufReader, Read};
@@ -77,14 +78,11 @@ impl Compression {
 
     /// The decompressed bytes of `input`, every stream of it in turn.
     pub fn decoder<'a>(self, input: impl BufRead + 'a) -> io::Result<Box<dyn BufRead + 'a>> {
-        let decoded: Box<dyn Read + 'a> = match self {
-            Compression::Gzip => Box::new(flate2::bufread::MultiGzDecoder::new(input)),
-            Compression::Bzip2 => Box::new(bzip2::bufread::MultiBzDecoder::new(input)),
-            Compression::Xz => Box::new(liblzma::bufread::XzDecoder::new_multi_decoder(input)),
-            // Reads frame after frame (and skips skippable ones) unless told single_frame().
-            Compression::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(input)?),
+        let streams = Streams {
+            compression: self,
+            stream: Some(Stream::new(self, input)?),
         };
-        Ok(Box::new(BufReader::with_capacity(1 << 16, decoded)))
+        Ok(Box::new(BufReader::with_capacity(1 << 16, streams)))
     }
 
     /// The report of a stream that broke off or is damaged after `lines` lines were read.
@@ -95,6 +93,83 @@ impl Compression {
         } else {
             format!("{name}: truncated or corrupt data after line {lines}")
         }
+    }
+}
+
+/// One stream (a gzip member, a bzip2 or xz stream, a zstd frame) being decoded; it
+/// consumes no byte of its input past its own end.
+enum Stream<R: BufRead> {
+    Gzip(flate2::bufread::GzDecoder<R>),
+    Bzip2(bzip2::bufread::BzDecoder<R>),
+    Xz(liblzma::bufread::XzDecoder<R>),
+    Zstd(zstd::stream::read::Decoder<'static, R>),
+}
+
+impl<R: BufRead> Stream<R> {
+    fn new(compression: Compression, input: R) -> io::Result<Stream<R>> {
+        Ok(match compression {
+            Compression::Gzip => Stream::Gzip(flate2::bufread::GzDecoder::new(input)),
+            Compression::Bzip2 => Stream::Bzip2(bzip2::bufread::BzDecoder::new(input)),
+            Compression::Xz => Stream::Xz(liblzma::bufread::XzDecoder::new(input)),
+            Compression::Zstd => {
+                Stream::Zstd(zstd::stream::read::Decoder::with_buffer(input)?.single_frame())
+            }
+        })
+    }
+
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Gzip(decoder) => decoder.read(buf),
+            Stream::Bzip2(decoder) => decoder.read(buf),
+            Stream::Xz(decoder) => decoder.read(buf),
+            Stream::Zstd(decoder) => decoder.read(buf),
+        }
+    }
+
+    fn into_inner(self) -> R {
+        match self {
+            Stream::Gzip(decoder) => decoder.into_inner(),
+            Stream::Bzip2(decoder) => decoder.into_inner(),
+            Stream::Xz(decoder) => decoder.into_inner(),
+            Stream::Zstd(decoder) => decoder.finish(),
+        }
+    }
+}
+
+/// Stream after stream, as one reader. After a stream's end comes the end of the input,
+/// zero bytes (padding: gzip and xz tools write and skip it, and it holds no data), or the
+/// next stream; anything else fails as a stream that does not decode, never ignored
+/// (Python's BZ2File and LZMAFile would drop such trailing bytes unread).
+struct Streams<R: BufRead> {
+    compression: Compression,
+    stream: Option<Stream<R>>,
+}
+
+impl<R: BufRead> Read for Streams<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while let Some(stream) = self.stream.as_mut() {
+            let n = stream.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            let Some(stream) = self.stream.take() else {
+                break;
+            };
+            let mut input = stream.into_inner();
+            loop {
+                let rest = input.fill_buf()?;
+                if rest.is_empty() {
+                    return Ok(0);
+                }
+                let zeros = rest.iter().take_while(|&&b| b == 0).count();
+                if zeros == 0 {
+                    break;
+                }
+                input.consume(zeros);
+            }
+            self.stream = Some(Stream::new(self.compression, input)?);
+        }
+        Ok(0)
     }
 }
 
@@ -185,6 +260,18 @@ mod tests {
             Compression::Gzip.broken(3),
             "gzip: truncated or corrupt data after line 3"
         );
+    }
+
+    #[test]
+    fn after_a_stream_only_padding_or_another_stream() {
+        let member = gzip(b"1 0 5:101\n");
+        let padded = [&member[..], &[0; 7], &member, &[0; 3]].concat();
+        assert_eq!(
+            decoded(Compression::Gzip, &padded).unwrap(),
+            b"1 0 5:101\n1 0 5:101\n"
+        );
+        let trailing = [&member[..], b"not a stream\n"].concat();
+        assert!(decoded(Compression::Gzip, &trailing).is_err());
     }
 
     #[test]
