@@ -2,8 +2,8 @@
 //! pipe the file on stdin, and log pipelines name files as they like): text, data of a
 //! compression the pipe decompresses (gzip, bzip2, xz, zstd; concatenated streams as log
 //! rotators write them, zero padding between or after them), or a format it recognises
-//! and refuses by name. The rules and the
-//! messages are `elasticctr_common/datafiles.py`'s; test_trainer_native_pipe.py runs both.
+//! and refuses by name. The rules and the messages are `elasticctr_common/datafiles.py`'s;
+//! test_trainer_native_pipe.py runs both.
 
 use std::io::{self, BufRead, BufReader, Read};
 
