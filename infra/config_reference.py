@@ -27,10 +27,19 @@ def _is_secret(annotation: Any) -> bool:
     return annotation is SecretStr or SecretStr in getattr(annotation, "__args__", ())
 
 
+def _without_empty(value: Any) -> Any:
+    """`value` without the objects left empty once unset secrets are dropped: a default
+    of `workload_keys: {training: {}}` would reach the program as a value set in plaintext."""
+    if not isinstance(value, dict):
+        return value
+    kept = {key: _without_empty(item) for key, item in value.items()}
+    return {key: item for key, item in kept.items() if item != {}}
+
+
 def _default(field: FieldInfo) -> Any:
     value = field.get_default(call_default_factory=True)
     if isinstance(value, BaseModel):
-        return value.model_dump(mode="json", exclude_none=True)
+        return _without_empty(value.model_dump(mode="json", exclude_none=True))
     if isinstance(value, list):
         return [v.model_dump(mode="json") if isinstance(v, BaseModel) else v for v in value]
     return json.loads(json.dumps(value, default=str)) if value is not None else None

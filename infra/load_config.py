@@ -135,19 +135,29 @@ def _unknown_keys(raw: dict[str, Any]) -> list[str]:
 
 
 def _plaintext_secrets(raw: dict[str, Any], secret_keys: set[str]) -> list[str]:
-    """A secret field set without --secret would sit in plaintext in the stack file."""
+    """A secret field set without --secret would sit in plaintext in the stack file. Only
+    values count: an object that holds none (`workload_keys: {training: {}}`) holds no secret."""
     problems = []
     for key, fields in SECRET_FIELDS.items():
         value = raw.get(key)
         if not isinstance(value, dict) or key in secret_keys:
             continue
         problems += [
-            f"{NAMESPACE}:{key}.{field} must be set as a secret: "
-            f"pulumi config set --secret --path {key}.{field} <value>"
+            f"{NAMESPACE}:{path} must be set as a secret: "
+            f"pulumi config set --secret --path {path} <value>"
             for field in fields
-            if value.get(field) is not None
+            for path in _set_leaves(value.get(field), f"{key}.{field}")
         ]
     return problems
+
+
+def _set_leaves(value: Any, path: str) -> list[str]:
+    """The dotted paths of the values set under `value` (objects are walked, None is unset)."""
+    if isinstance(value, dict):
+        return [
+            leaf for name, item in value.items() for leaf in _set_leaves(item, f"{path}.{name}")
+        ]
+    return [] if value is None else [path]
 
 
 def _read_slots(slot_conf: Any, project_dir: Path, problems: list[str]) -> tuple[list[int], str]:

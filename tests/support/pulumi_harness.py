@@ -195,6 +195,22 @@ def stack_config(stack: str) -> dict[str, Any]:
     return dict(yaml.safe_load(text).get("config") or {})
 
 
+def project_defaults() -> dict[str, Any]:
+    """Pulumi.yaml's declared defaults, as `elasticctr:key` -> value."""
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text(encoding="utf-8"))
+    return {
+        f"{NAMESPACE}:{key}": entry["default"]
+        for key, entry in (project.get("config") or {}).items()
+        if "default" in entry
+    }
+
+
+def with_project_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` as the engine hands it to the program: every key of Pulumi.yaml the stack
+    does not set gets its declared default (an object default as a whole object)."""
+    return {**project_defaults(), **config}
+
+
 def run(
     program: Callable[[], None],
     config: dict[str, Any],
