@@ -7,6 +7,8 @@ in one ConfigError before the program registers any resource.
 
 from __future__ import annotations
 
+import copy
+import difflib
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +21,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from infra.config import SECRET_FIELDS, Problem, StackConfig
+from infra.config import SECRET_FIELDS, Problem, Problems, StackConfig, shown
 
 NAMESPACE = "elasticctr"
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -47,17 +49,78 @@ def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     raw, secret_keys = _read_raw()
     problems = _misspelt_namespaces() + _unknown_keys(raw) + _plaintext_secrets(raw, secret_keys)
     known = {k: v for k, v in raw.items() if k in StackConfig.model_fields}
-    stack: StackConfig | None = None
-    try:
-        stack = StackConfig.model_validate(known)
-    except ValidationError as err:
-        problems += [_describe(error, raw) for error in err.errors()]
-    slots, slot_text = _read_slots(
-        stack.slot_conf if stack else known.get("slot_conf"), project_dir, problems
+    stack, found, failed = _validate(known, raw)
+    problems += found
+    slot_conf = (
+        stack.slot_conf if stack else None if ("slot_conf",) in failed else known.get("slot_conf")
     )
+    slots, slot_text = _read_slots(slot_conf, project_dir, problems)
     if problems or stack is None:
         raise ConfigError(problems)
     return LoadedConfig(stack=stack, slots=slots, slot_conf_text=slot_text)
+
+
+Path_ = tuple[str, ...]
+MAX_PASSES = 100  # each pass drops at least one value: a bound no real stack file reaches
+
+
+def _validate(
+    known: dict[str, Any], raw: dict[str, Any]
+) -> tuple[StackConfig | None, list[str], set[Path_]]:
+    """The stack config, or None; every problem line; the paths of the values found bad.
+
+    Pydantic runs a model's checks across fields (data.end after data.start, the keys a
+    cloud needs) only once each of its fields is valid, so a first pass reports those of
+    valid sections only. Each further pass drops the values found bad (their defaults take
+    their place) and validates again, to report the checks across fields that the bad
+    values held back; a check that read a dropped value is not reported, as it may not
+    hold for the value the user meant."""
+    data = copy.deepcopy(known)
+    lines: list[str] = []
+    failed: set[Path_] = set()
+    for _ in range(MAX_PASSES):
+        try:
+            stack = StackConfig.model_validate(data)
+        except ValidationError as err:
+            before = set(failed)  # what earlier passes dropped: this pass's checks read defaults
+            dropped = False
+            for error in err.errors():
+                for path, reads, line in _problems_of(error, raw):
+                    held = any(_overlaps(r, f) for r in (path, *reads) for f in before)
+                    if not held and line not in lines:
+                        lines.append(line)
+                    dropped |= _drop(data, path, failed)
+            if not dropped:
+                break
+            continue
+        return (stack if not failed else None), lines, failed
+    return None, lines, failed
+
+
+def _overlaps(path: Path_, other: Path_) -> bool:
+    """One path holds the other (or they are the same)."""
+    shorter = min(len(path), len(other))
+    return path[:shorter] == other[:shorter]
+
+
+def _drop(data: dict[str, Any], path: Path_, failed: set[Path_]) -> bool:
+    """Remove the deepest object key on `path` that `data` has; record it as failed."""
+    node: Any = data
+    deepest: tuple[dict[str, Any], str, Path_] | None = None
+    for depth, part in enumerate(path):
+        if isinstance(node, dict) and part in node:
+            deepest = (node, part, path[: depth + 1])
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            break
+    if deepest is None:
+        return False
+    parent, key, where = deepest
+    del parent[key]
+    failed.add(where)
+    return True
 
 
 def as_secret(value: SecretStr | None) -> pulumi.Output[str] | None:
@@ -128,10 +191,36 @@ def _typo_of(word: str, target: str) -> bool:
 def _unknown_keys(raw: dict[str, Any]) -> list[str]:
     allowed = ", ".join(StackConfig.model_fields)
     return [
-        f"{NAMESPACE}:{key} is not a config key of this project; allowed: {allowed}"
+        f"{NAMESPACE}:{key} is not a config key of this project"
+        f"{_did_you_mean(key, list(StackConfig.model_fields))}; allowed: {allowed}"
         for key in raw
         if key not in StackConfig.model_fields
     ]
+
+
+def _did_you_mean(name: str, siblings: list[str]) -> str:
+    """ " (did you mean X?)" for an unknown key: a sibling a typo away, else the key of that
+    name elsewhere in the config (`job_name` -> training.job_name), else ""."""
+    close = [s for s in siblings if _typo_of(name.lower(), s)] or difflib.get_close_matches(
+        name.lower(), siblings, n=1, cutoff=0.75
+    )
+    if close:
+        return f" (did you mean {close[0]}?)"
+    elsewhere = [path for path in _key_paths(StackConfig) if path.rsplit(".", 1)[-1] == name]
+    if not elsewhere:
+        leaves = {path.rsplit(".", 1)[-1]: path for path in _key_paths(StackConfig)}
+        elsewhere = [leaves[m] for m in difflib.get_close_matches(name, leaves, n=1, cutoff=0.8)]
+    return f" (did you mean {' or '.join(elsewhere[:3])}?)" if elsewhere else ""
+
+
+def _key_paths(model: type[BaseModel], prefix: str = "") -> list[str]:
+    """Every key of `model` as a dotted path (objects in lists are not entered)."""
+    paths = []
+    for name, field in model.model_fields.items():
+        paths.append(f"{prefix}{name}")
+        if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
+            paths += _key_paths(field.annotation, f"{prefix}{name}.")
+    return paths
 
 
 def _plaintext_secrets(raw: dict[str, Any], secret_keys: set[str]) -> list[str]:
@@ -164,8 +253,10 @@ def _read_slots(slot_conf: Any, project_dir: Path, problems: list[str]) -> tuple
     if not isinstance(slot_conf, str) or not slot_conf:
         return [], ""
     path = project_dir / slot_conf
-    if path.suffix != ".txt":
-        problems.append(f'{NAMESPACE}:slot_conf must be a path to a .txt file, got "{slot_conf}"')
+    if path.suffix not in (".txt", ".conf"):
+        problems.append(
+            f"{NAMESPACE}:slot_conf must be a path to a .txt or .conf file, got {shown(slot_conf)}"
+        )
         return [], ""
     try:
         text = path.read_text(encoding="utf-8-sig")  # a BOM from a Windows editor is fine
@@ -185,23 +276,35 @@ def _read_slots(slot_conf: Any, project_dir: Path, problems: list[str]) -> tuple
     return [], ""
 
 
+def _problems_of(
+    error: ErrorDetails, raw: dict[str, Any]
+) -> list[tuple[Path_, tuple[Path_, ...], str]]:
+    """(path, paths its check read, line) of each problem of one pydantic error: the
+    checks of a model may find several at once (Problems)."""
+    loc = tuple(str(part) for part in error["loc"])
+    cause = error.get("ctx", {}).get("error")
+    found = cause.problems if isinstance(cause, Problems) else [cause]
+    problems = []
+    for problem in found:
+        if not isinstance(problem, Problem):
+            return [(loc, (), _describe(error, raw))]
+        path = (*loc, *(k for k in problem.key.split(".") if k))
+        reads = tuple((*loc, *read.split(".")) for read in problem.reads)
+        problems.append((path, reads, f"{NAMESPACE}:{'.'.join(path)} {problem.message}"))
+    return problems
+
+
 def _describe(error: ErrorDetails, raw: dict[str, Any]) -> str:
     """One line for one pydantic error: key, what is allowed, the value (never a secret's)."""
     loc = [str(part) for part in error["loc"]]
-    ctx = error.get("ctx", {})
-    cause = ctx.get("error")
-    if isinstance(cause, Problem):
-        loc = loc + [k for k in cause.key.split(".") if k]
-        return f"{NAMESPACE}:{'.'.join(loc)} {cause.message}"
     if error["type"] == "extra_forbidden":
         parent = _model_at(StackConfig, loc[:-1])
         allowed = ", ".join(parent.model_fields) if parent else "none"
-        return f"{NAMESPACE}:{'.'.join(loc)} is not a known key; allowed: {allowed}"
+        hint = _did_you_mean(loc[-1], list(parent.model_fields) if parent else [])
+        return f"{NAMESPACE}:{'.'.join(loc)} is not a known key{hint}; allowed: {allowed}"
     field, annotation_hint = _field_at(StackConfig, loc)
-    shown = (
-        "<secret>" if annotation_hint == "secret" else json.dumps(_raw_at(raw, loc), default=str)
-    )
-    return f"{NAMESPACE}:{'.'.join(loc)} must be {_allowed(error, field)}, got {shown}"
+    value = "<secret>" if annotation_hint == "secret" else shown(_raw_at(raw, loc))
+    return f"{NAMESPACE}:{'.'.join(loc)} must be {_allowed(error, field)}, got {value}"
 
 
 def _allowed(error: ErrorDetails, field: FieldInfo | None) -> str:
@@ -227,6 +330,8 @@ def _allowed(error: ErrorDetails, field: FieldInfo | None) -> str:
         return "true or false"
     if kind == "string_too_short":
         return "a non-empty string"
+    if kind == "string_spaces":
+        return "a value without spaces around it or control characters"
     if kind in ("model_type", "model_attributes_type", "dict_type"):
         return "an object (set its keys with pulumi config set --path)"
     extra = field.json_schema_extra if field is not None else None
