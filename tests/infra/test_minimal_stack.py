@@ -46,3 +46,11 @@ def test_a_minimal_stack_with_the_engine_defaults_deploys(cloud: str) -> None:
     graph = harness.run(main, harness.with_project_defaults(config), stack=f"first-{cloud}")
     job = graph.one("kubernetes:batch.volcano.sh/v1alpha1:Job")
     assert job.inputs["spec"]["minAvailable"] == 4  # 2 trainers + 2 pservers by default
+
+
+def test_a_queue_that_cannot_be_looked_up_only_warns() -> None:
+    # No cluster answers under mocks (the harness points KUBECONFIG nowhere): the lookup
+    # of infra/preflight.py says what it could not check and the program goes on.
+    graph = harness.run(main, {"elasticctr:training": {"queue": "nightly"}})
+    job = graph.one("kubernetes:batch.volcano.sh/v1alpha1:Job")
+    assert job.inputs["spec"]["queue"] == "nightly"

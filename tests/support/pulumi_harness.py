@@ -8,6 +8,7 @@ check both the Kubernetes objects and what Pulumi would store as secret.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -226,6 +227,10 @@ def run(
     """
     graph = graph if graph is not None else Graph()
     raw = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+    # The program looks up what it names in an existing cluster (infra/preflight.py): under
+    # mocks it must reach none, whatever the caller's KUBECONFIG points at.
+    kubeconfig = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(ROOT / "no-cluster-under-mocks")
     pulumi.runtime.set_all_config(raw, list(secret_keys))
     mocks = Mocks()
     pulumi.runtime.set_mocks(
@@ -239,4 +244,8 @@ def run(
     finally:
         pulumi_settings.reset_options()
         pulumi.runtime.set_all_config({}, [])
+        if kubeconfig is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = kubeconfig
     return graph
