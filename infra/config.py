@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 from urllib.parse import urlsplit
 
 from elasticctr_common.contract import CUBE_KEEP_VERSIONS
@@ -59,10 +59,50 @@ def _pinned(reference: str) -> str:
     return reference
 
 
+QUANTITY_UNITS = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+# Kubernetes reads a size as an int64 of bytes: more does not fit.
+MAX_QUANTITY = 2**63 - 1
+
+
 def _positive(quantity: str) -> str:
-    if float(re.sub(r"[A-Za-z]+$", "", quantity)) <= 0:
+    number = re.sub(r"[A-Za-z]+$", "", quantity)
+    size = float(number) * QUANTITY_UNITS[quantity[len(number) :]]
+    if size <= 0:
         raise ValueError("a quantity > 0, such as 10Gi")
+    if size > MAX_QUANTITY:
+        raise Problem(
+            "",
+            "must be a Kubernetes quantity up to 8Ei (it holds sizes as 64-bit byte counts), "
+            f"got {shown(quantity)}",
+        )
     return quantity
+
+
+def is_secret(annotation: Any) -> bool:
+    """A field holding a secret: SecretStr, constrained (Annotated) or optional."""
+    if annotation is SecretStr:
+        return True
+    if get_origin(annotation) is Annotated:
+        return is_secret(get_args(annotation)[0])
+    return any(is_secret(arg) for arg in get_args(annotation)) if get_args(annotation) else False
+
+
+def _non_empty_secret(value: SecretStr) -> SecretStr:
+    if not value.get_secret_value():
+        raise Problem("", "must be a non-empty secret, got <secret>")
+    return value
+
+
+Secret = Annotated[SecretStr, AfterValidator(_non_empty_secret)]
+
+
+def _ugi(value: SecretStr) -> SecretStr:
+    if not value.get_secret_value().split(",", 1)[0]:
+        raise Problem("", "must be 'user,password' with a user name before the comma, got <secret>")
+    return value
 
 
 Quantity = Annotated[
@@ -448,7 +488,7 @@ class DataConfig(Section):
         le=MAX_SPARSE_DIM,
         description="feasigns map to feasign % sparse_dim",
     )
-    ugi: SecretStr | None = Field(
+    ugi: Annotated[SecretStr, AfterValidator(_ugi)] | None = Field(
         None, description="HDFS UGI 'user,password' (secret: set with --secret)"
     )
     wait_minutes: int = Field(
@@ -514,8 +554,8 @@ class ImagesConfig(Section):
 
 
 class KeyPair(Section):
-    access_key: SecretStr | None = Field(None, description="access key id (secret)")
-    secret_key: SecretStr | None = Field(None, description="secret access key (secret)")
+    access_key: Secret | None = Field(None, description="access key id (secret)")
+    secret_key: Secret | None = Field(None, description="secret access key (secret)")
 
     @checks
     def _both(self) -> Iterator[Problem]:
@@ -593,12 +633,10 @@ class StorageConfig(Section):
     region: Annotated[
         str, _allowed(r"^[a-z0-9][a-z0-9-]{0,62}$", "a region name such as us-east-1")
     ] = Field("us-east-1", description="S3 region (mode cloud: the cluster's region)")
-    access_key: SecretStr | None = Field(
+    access_key: Secret | None = Field(
         None, description="access key id the pods use (secret; external, or cloud on baidu/huawei)"
     )
-    secret_key: SecretStr | None = Field(
-        None, description="secret access key the pods use (secret)"
-    )
+    secret_key: Secret | None = Field(None, description="secret access key the pods use (secret)")
     workload_keys: WorkloadKeys = Field(
         default_factory=WorkloadKeys,
         description="each workload's own key pair, limited to what it does (mode external, or "

@@ -21,7 +21,7 @@ from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from infra.config import SECRET_FIELDS, Problem, Problems, StackConfig, shown
+from infra.config import SECRET_FIELDS, Problem, Problems, StackConfig, is_secret, shown
 
 NAMESPACE = "elasticctr"
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -377,10 +377,8 @@ def _model_at(model: type[BaseModel], loc: list[str]) -> type[BaseModel] | None:
 def _field_at(model: type[BaseModel], loc: list[str]) -> tuple[FieldInfo | None, str]:
     parent = _model_at(model, loc[:-1]) if loc else None
     field = parent.model_fields.get(loc[-1]) if parent and loc else None
-    is_secret = field is not None and SecretStr in getattr(
-        field.annotation, "__args__", (field.annotation,)
-    )
-    return field, "secret" if is_secret else ""
+    secret = field is not None and is_secret(field.annotation)
+    return field, "secret" if secret else ""
 
 
 def _raw_at(raw: dict[str, Any], loc: list[str]) -> Any:

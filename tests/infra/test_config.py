@@ -572,3 +572,33 @@ def test_the_slot_conf_upload_suggests_is_taken(tmp_path: Any) -> None:
     graph = harness.run(main, {"elasticctr:slot_conf": value})
     slot_conf = graph.one("kubernetes:core/v1:ConfigMap", "namespace-slot-conf").inputs["data"]
     assert "1\n2\n" in slot_conf.values()
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            {"storage": {"mode": "external", "endpoint": "https://s3.example.com",
+                         "access_key": "", "secret_key": "s3cr3t"}},
+            "elasticctr:storage.access_key must be a non-empty secret, got <secret>",
+        ),
+        (
+            {"hdfs": "hdfs://nn:8020", "data": {"ugi": ",hunter2"}},
+            "elasticctr:data.ugi must be 'user,password' with a user name before the comma, "
+            "got <secret>",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_secrets_are_named_never_shown(config: dict[str, Any], expected: str) -> None:
+    secret = tuple(f"elasticctr:{k}" for k in config if k in ("storage", "data"))
+    problems = problems_of({f"elasticctr:{k}": v for k, v in config.items()}, secret)
+    assert problems == [expected]
+    assert "hunter2" not in "".join(problems) and "s3cr3t" not in "".join(problems)
+
+
+def test_a_size_beyond_what_kubernetes_holds_is_refused() -> None:
+    assert problems_of({"elasticctr:storage": {"size": "9Ei"}}) == [
+        "elasticctr:storage.size must be a Kubernetes quantity up to 8Ei (it holds sizes as "
+        '64-bit byte counts), got "9Ei"'
+    ]
+    harness.run(main, {"elasticctr:storage": {"size": "7Ei"}})
