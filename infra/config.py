@@ -35,6 +35,8 @@ QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 # Image references with a tag or a digest; "latest" is refused by _pinned (no look-ahead here).
 IMAGE = r"^[a-z0-9][a-z0-9./_-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$"
 TAG = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
+# A registry host[:port] and path components: no empty component ("docker.io//x").
+REGISTRY = r"^[a-z0-9]([a-z0-9.:_-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 # A Service's name starts with a letter (DNS-1035): Volcano names one after its job.
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -407,7 +409,7 @@ class VolcanoConfig(Section):
     )
     image_registry: Annotated[
         str,
-        _allowed(r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$", "a registry path such as docker.io"),
+        _allowed(REGISTRY, "a registry path such as docker.io"),
     ] = Field(
         "docker.io",
         description="registry of Volcano's images (volcanosh/vc-*:v1.15.0); the local stack's "
@@ -530,9 +532,7 @@ class ImageTags(Section):
 class ImagesConfig(Section):
     registry: Annotated[
         str,
-        _allowed(
-            r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$", "a registry path such as docker.io/elasticctr"
-        ),
+        _allowed(REGISTRY, "a registry path such as docker.io/elasticctr"),
     ] = Field(
         DEFAULT_REGISTRY,
         description="registry of this project's images (cloud existing; clouds create theirs)",

@@ -458,6 +458,11 @@ def test_a_slot_conf_that_is_not_utf8_is_named(encoding: str) -> None:
             "elasticctr:data.dataset_path must be an absolute path without spaces, '..' or "
             f'control characters, got "/{"x" * 78}... (5005 characters)',
         ),
+        (
+            {"images": {"registry": "docker.io//elasticctr"}},
+            "elasticctr:images.registry must be a registry path such as docker.io/elasticctr, "
+            'got "docker.io//elasticctr"',
+        ),
     ],
 )
 def test_values_taken_wrongly_before_are_refused(config: dict[str, Any], expected: str) -> None:
