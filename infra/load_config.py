@@ -15,13 +15,24 @@ from pathlib import Path
 from typing import Any, get_args, get_origin
 
 import pulumi
+import yaml
 from elasticctr_common.slotconf import SlotConfError, parse_slot_conf
 from pulumi.runtime import config as runtime_config
 from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
 from pydantic_core import ErrorDetails
 
-from infra.config import SECRET_FIELDS, Problem, Problems, StackConfig, is_secret, shown
+from infra.config import (
+    BOOLEAN_TEXT,
+    INTEGER_TEXT,
+    NUMBER_TEXT,
+    SECRET_FIELDS,
+    Problem,
+    Problems,
+    StackConfig,
+    is_secret,
+    shown,
+)
 
 NAMESPACE = "elasticctr"
 PROJECT_DIR = Path(__file__).resolve().parent.parent
@@ -51,6 +62,10 @@ def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     known = {k: v for k, v in raw.items() if k in StackConfig.model_fields}
     stack, found, failed = _validate(known, raw)
     problems += found
+    # What the file shows of a key whose value the engine passed on refused already is said.
+    refused = {line.split(" ", 1)[0] for line in problems}
+    written = _stack_file_scalars(pulumi.runtime.get_root_directory(), pulumi.get_stack())
+    problems += [line for line in written if line.split(" ", 1)[0] not in refused]
     slot_conf = (
         stack.slot_conf if stack else None if ("slot_conf",) in failed else known.get("slot_conf")
     )
@@ -154,6 +169,60 @@ def _read_raw() -> tuple[dict[str, Any], set[str]]:
         raw[name] = value
     secret = {name for name in raw if runtime_config.is_config_secret(config.full_key(name))}
     return raw, secret
+
+
+def _stack_file_scalars(root: str | None, stack: str) -> list[str]:
+    """The stack file's numbers and booleans as written. YAML reads `trainers: 4.0`,
+    `1_0`, `+4` and `0x10` as numbers and the engine hands the program "4", "10", "4" and
+    "16": only the file shows what was typed. No file (mocks, another config source): []."""
+    if not root:
+        return []
+    project = yaml.safe_load((Path(root) / "Pulumi.yaml").read_text(encoding="utf-8")) or {}
+    relative = Path(project.get("stackConfigDir") or ".") / f"Pulumi.{stack}.yaml"
+    try:
+        document = yaml.compose((Path(root) / relative).read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return []  # the engine read it, or says what is wrong with it
+    config = _mapping(document).get("config")
+    problems = []
+    for key, node in _mapping(config).items():
+        if key.startswith(f"{NAMESPACE}:"):
+            problems += _written(node, [key.split(":", 1)[1]], str(relative))
+    return problems
+
+
+def _mapping(node: Any) -> dict[str, Any]:
+    if not isinstance(node, yaml.MappingNode):
+        return {}
+    return {k.value: v for k, v in node.value if isinstance(k, yaml.ScalarNode)}
+
+
+def _written(node: Any, loc: list[str], source: str) -> list[str]:
+    """Problems of the plain (unquoted) scalars under `node`, at `loc`."""
+    if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+        items = (
+            _mapping(node).items()
+            if isinstance(node, yaml.MappingNode)
+            else ((str(index), item) for index, item in enumerate(node.value))
+        )
+        return [p for key, item in items for p in _written(item, [*loc, key], source)]
+    if not isinstance(node, yaml.ScalarNode) or node.style:  # quoted: the string it is
+        return []
+    field, _ = _field_at(StackConfig, loc)
+    annotation = field.annotation if field is not None else None
+    text = node.value
+    if annotation is int and not INTEGER_TEXT.fullmatch(text):
+        allowed = f"an integer{_bounds(field)}"
+    elif annotation is float and not NUMBER_TEXT.fullmatch(text):
+        allowed = f"a number{_bounds(field)}"
+    elif annotation is bool and text not in BOOLEAN_TEXT:
+        allowed = "true or false"
+    else:
+        return []
+    return [
+        f"{NAMESPACE}:{'.'.join(loc)} must be {allowed}, got {text[:40]} in {source} (YAML "
+        "would hand the program another value)"
+    ]
 
 
 def _misspelt_namespaces() -> list[str]:

@@ -81,3 +81,17 @@ def test_a_node_pool_no_node_has_is_a_preview_warning(project: Project) -> None:
     assert "no node of the cluster is labelled elasticctr.io/pool=gpu" in result.output, (
         result.describe()
     )
+
+
+def test_a_number_yaml_would_rewrite_fails_the_preview(project: Project) -> None:
+    # The engine reads `trainers: 4.0` as 4 and hands the program "4": only the file says.
+    text = project.stack_file.read_text(encoding="utf-8")
+    project.stack_file.write_text(
+        text.replace("config:\n", "config:\n  elasticctr:trainers: 4.0\n", 1), encoding="utf-8"
+    )
+    result = project.run("preview", check=False)
+    assert result.returncode != 0, result.describe()
+    assert (
+        "elasticctr:trainers must be an integer from 1 to 1000, got 4.0 in "
+        "stacks/Pulumi.first.yaml" in result.output
+    ), result.describe()

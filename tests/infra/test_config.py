@@ -607,3 +607,42 @@ def test_a_size_beyond_what_kubernetes_holds_is_refused() -> None:
         '64-bit byte counts), got "9Ei"'
     ]
     harness.run(main, {"elasticctr:storage": {"size": "7Ei"}})
+
+
+def test_numbers_yaml_would_rewrite_are_refused_as_written(tmp_path: Any) -> None:
+    """Unquoted in a stack file, `4.0`, `1_0`, `+1` and `yes` reach the program as "4",
+    "10", "1" and "true" (the engine's YAML reading): the file is read as written."""
+    from infra.load_config import _stack_file_scalars
+
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "Pulumi.yaml").write_text((harness.ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "stacks" / "Pulumi.first.yaml").write_text(
+        "config:\n"
+        "  elasticctr:trainers: 4.0\n"
+        '  elasticctr:pservers: "1_0"\n'  # quoted: the string, refused by the model
+        "  elasticctr:create_namespace: yes\n"
+        "  elasticctr:training:\n"
+        "    batch_size: 1_0\n"
+        "  elasticctr:cluster:\n"
+        "    aws:\n"
+        "      node_pools:\n"
+        "        - min_nodes: +1\n"
+        "  elasticctr:storage:\n"
+        "    secret_key:\n"
+        "      secure: v1:abc\n"
+    )
+    source = "stacks/Pulumi.first.yaml (YAML would hand the program another value)"
+    assert _stack_file_scalars(str(tmp_path), "first") == [
+        f"elasticctr:trainers must be an integer from 1 to 1000, got 4.0 in {source}",
+        f"elasticctr:create_namespace must be true or false, got yes in {source}",
+        f"elasticctr:training.batch_size must be an integer from 1 to 65536, got 1_0 in {source}",
+        "elasticctr:cluster.aws.node_pools.0.min_nodes must be an integer from 0 to 1000, got "
+        f"+1 in {source}",
+    ]
+
+
+@pytest.mark.parametrize("stack", ["dev", "ci", "local", "baidu-prod", "huawei-prod", "aws-prod"])
+def test_the_stack_files_write_their_values_plainly(stack: str) -> None:
+    from infra.load_config import _stack_file_scalars
+
+    assert _stack_file_scalars(str(harness.ROOT), stack) == []
