@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 from elasticctr_common.trainer_json import ConfigError, apply_settings, parse_config
 
+# A runner section with every required key (the trainer tests use it too).
 RUNNER = {
     "train_data_uri": "file:///data",
     "start_date_hr": "20191221/00",
