@@ -62,14 +62,12 @@ def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     known = {k: v for k, v in raw.items() if k in StackConfig.model_fields}
     stack, found, failed = _validate(known, raw)
     problems += found
-    # What the file shows of a key whose value the engine passed on refused already is said.
+    # The stack file as written, for the keys not refused already (one line per key).
     refused = {line.split(" ", 1)[0] for line in problems}
     written = _stack_file_scalars(pulumi.runtime.get_root_directory(), pulumi.get_stack())
     problems += [line for line in written if line.split(" ", 1)[0] not in refused]
-    slot_conf = (
-        stack.slot_conf if stack else None if ("slot_conf",) in failed else known.get("slot_conf")
-    )
-    slots, slot_text = _read_slots(slot_conf, project_dir, problems)
+    slot_conf = known.get("slot_conf") if ("slot_conf",) not in failed else None
+    slots, slot_text = _read_slots(stack.slot_conf if stack else slot_conf, project_dir, problems)
     if problems or stack is None:
         raise ConfigError(problems)
     return LoadedConfig(stack=stack, slots=slots, slot_conf_text=slot_text)
@@ -177,12 +175,12 @@ def _stack_file_scalars(root: str | None, stack: str) -> list[str]:
     "16": only the file shows what was typed. No file (mocks, another config source): []."""
     if not root:
         return []
-    project = yaml.safe_load((Path(root) / "Pulumi.yaml").read_text(encoding="utf-8")) or {}
-    relative = Path(project.get("stackConfigDir") or ".") / f"Pulumi.{stack}.yaml"
     try:
+        project = yaml.safe_load((Path(root) / "Pulumi.yaml").read_text(encoding="utf-8"))
+        relative = Path(project.get("stackConfigDir") or ".") / f"Pulumi.{stack}.yaml"
         document = yaml.compose((Path(root) / relative).read_text(encoding="utf-8"))
-    except (OSError, yaml.YAMLError):
-        return []  # the engine read it, or says what is wrong with it
+    except (OSError, yaml.YAMLError, AttributeError):
+        return []  # the engine read them, or says what is wrong with them
     config = _mapping(document).get("config")
     problems = []
     for key, node in _mapping(config).items():
