@@ -388,7 +388,14 @@ def _allowed(error: ErrorDetails, field: FieldInfo | None) -> str:
         }[kind]
         limit = next(iter(v for k, v in ctx.items() if k in ("ge", "gt", "le", "lt")))
         return f"{noun} {op} {_number(limit)}"
-    if kind in ("int_parsing", "int_type", "int_from_float", "float_parsing", "float_type"):
+    if kind in (
+        "int_parsing",
+        "int_parsing_size",
+        "int_type",
+        "int_from_float",
+        "float_parsing",
+        "float_type",
+    ):
         return f"{noun}{bounds}"
     if kind in ("literal_error", "enum"):
         expected = str(ctx.get("expected", "")).replace("'", "").replace(" or ", ", ")

@@ -463,6 +463,11 @@ def test_a_slot_conf_that_is_not_utf8_is_named(encoding: str) -> None:
             "elasticctr:images.registry must be a registry path such as docker.io/elasticctr, "
             'got "docker.io//elasticctr"',
         ),
+        (
+            {"trainers": "9" * 5000},
+            "elasticctr:trainers must be an integer from 1 to 1000, got "
+            f'"{"9" * 79}... (5002 characters)',
+        ),
     ],
 )
 def test_values_taken_wrongly_before_are_refused(config: dict[str, Any], expected: str) -> None:
