@@ -14,6 +14,7 @@ says what it could not check.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import pulumi
@@ -62,11 +63,13 @@ def check_cluster(config: StackConfig) -> list[str]:
 
 
 def _client(kubeconfig: str, context: str) -> Any:
+    """An API client as the stack's provider reaches the cluster: the kubeconfig file
+    given, else $KUBECONFIG (read now: the client reads it once, at import), else
+    ~/.kube/config; the context given, else the file's current one."""
     from kubernetes import config as kube_config
 
-    return kube_config.new_client_from_config(
-        config_file=kubeconfig or None, context=context or None
-    )
+    path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return kube_config.new_client_from_config(config_file=path, context=context or None)
 
 
 def _queue_problems(api: Any, queue: str) -> list[str]:
