@@ -11,10 +11,27 @@ from typing import Any
 
 import pytest
 
+from tests.support.manifests import load_rendered
 from tests.support.pulumi_cli import Project, resources_of, temp_dir, type_and_name
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 kubernetes = pytest.importorskip("kubernetes")
+
+
+@pytest.fixture(scope="module")
+def rendering(pulumi_path: str) -> Iterator[Project]:
+    """The same minimal stack file, rendering its manifests (no cluster: CLI tools only)."""
+    work = temp_dir("elasticctr-e2e-minimal-render-")
+    try:
+        config = {
+            "elasticctr:cluster": {"render_dir": str(work / "render")},
+            "elasticctr:volcano": {"managed": True},
+        }
+        yield Project.create(
+            work, "first", pulumi_path, kubeconfig=work / "absent.kubeconfig", config=config
+        )
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -35,6 +52,28 @@ def project(control_plane: Any, cluster_path: str) -> Iterator[Project]:
         )
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def test_a_stack_that_leaves_storage_at_its_default_renders(rendering: Project) -> None:
+    rendering.up()
+    kinds = {
+        (d["kind"], d["metadata"]["name"]) for _, d in load_rendered(rendering.work / "render")
+    }
+    assert ("Job", "elasticctr-train") in kinds and ("StatefulSet", "minio") in kinds, kinds
+
+
+def test_a_number_yaml_would_rewrite_fails_the_preview(rendering: Project) -> None:
+    # The engine reads `trainers: 4.0` as 4 and hands the program "4": only the file says.
+    text = rendering.stack_file.read_text(encoding="utf-8")
+    rendering.stack_file.write_text(
+        text.replace("config:\n", "config:\n  elasticctr:trainers: 4.0\n", 1), encoding="utf-8"
+    )
+    result = rendering.run("preview", check=False)
+    assert result.returncode != 0, result.describe()
+    assert (
+        "elasticctr:trainers must be an integer from 1 to 1000, got 4.0 in "
+        "stacks/Pulumi.first.yaml" in result.output
+    ), result.describe()
 
 
 def test_a_stack_that_leaves_storage_at_its_default_deploys(project: Project) -> None:
@@ -81,17 +120,3 @@ def test_a_node_pool_no_node_has_is_a_preview_warning(project: Project) -> None:
     assert "no node of the cluster is labelled elasticctr.io/pool=gpu" in result.output, (
         result.describe()
     )
-
-
-def test_a_number_yaml_would_rewrite_fails_the_preview(project: Project) -> None:
-    # The engine reads `trainers: 4.0` as 4 and hands the program "4": only the file says.
-    text = project.stack_file.read_text(encoding="utf-8")
-    project.stack_file.write_text(
-        text.replace("config:\n", "config:\n  elasticctr:trainers: 4.0\n", 1), encoding="utf-8"
-    )
-    result = project.run("preview", check=False)
-    assert result.returncode != 0, result.describe()
-    assert (
-        "elasticctr:trainers must be an integer from 1 to 1000, got 4.0 in "
-        "stacks/Pulumi.first.yaml" in result.output
-    ), result.describe()
