@@ -11,9 +11,9 @@ train (`trainer.py`, `pserver.py`, `model.py`, `export.py`).
 # package does so before any of its modules can import Paddle.
 import zlib  # noqa: F401
 
-# The exit code of a trainer whose pass failed its checks (an unusable data file, over
-# `runner.max_bad_line_fraction` bad lines, or a model version refused before publishing),
-# and of a pserver or trainer whose model does not fit the checkpoint it would resume
+# The exit code of a trainer whose pass failed its checks (bad lines or unusable data files
+# over `runner.max_bad_line_fraction`, or a model version refused before publishing), and
+# of a pserver or trainer whose model does not fit the checkpoint it would resume
 # (checkpoint.CheckpointMismatch): the Volcano Job ends on it instead of restarting into
 # the same failure (components/training.py keeps the same number).
 BAD_DATA_EXIT_CODE = 3

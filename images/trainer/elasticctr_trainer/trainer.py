@@ -6,7 +6,7 @@ the others (sync.py); they call `init_worker`, which pulls those parameters, onl
 
 A pass, for every trainer: train its share of the files, flush its client's pushes, write
 a report marker, wait for trainer 0's result. Trainer 0 in between: gathers every report,
-fails the pass on a failed file or over the bad-line threshold, else evaluates, checks
+fails the pass over the bad-data threshold (lines and files), else evaluates, checks
 and exports version V, and checkpoints; the others wait, so nothing moves the model while
 it is read. A version that fails its check (modelcheck.py) is not published and fails the
 pass like bad data does.
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import paddle
+from elasticctr_common.datafiles import BadFile
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import Store, open_store
 from elasticctr_common.trainer_json import TrainerConfig
@@ -42,7 +43,7 @@ from .delta import SNAPSHOT
 from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
 from .hours import next_hour, wait_for_hours, wait_for_range
-from .lines import LineParser, NotText
+from .lines import LineParser
 from .metrics import MetricsLogger, auc_from_histograms
 from .modelcheck import check_version
 from .pipe import native_pipe
@@ -64,7 +65,7 @@ FAILURE_ACK_SECONDS = 60.0
 
 
 class PassFailed(RuntimeError):
-    """A pass failed its checks: a data file unusable, more malformed lines than
+    """A pass failed its checks: more malformed lines or unusable data files than
     `runner.max_bad_line_fraction` allows, or a version refused by the model check.
     Rerunning on the same data would fail the same way."""
 
@@ -314,7 +315,11 @@ class Trainer:
         return {"metrics": metrics, "reports": reports}
 
     def check_data(self, pass_id: int, payloads: list[dict[str, Any]]) -> str | None:
-        """Why the pass's data fails it, or None."""
+        """Why the pass's data fails it, or None. `runner.max_bad_line_fraction` bounds
+        both the malformed share of the lines read and the unusable share of the pass's
+        files (a file that is not lines of text, compressed data that broke off, a file the
+        pipe never reported on: how many examples such a file held is unknown, so it counts
+        as a file, not as lines). Unusable files within the bound are logged by name."""
         reports = [r for p in payloads for r in p["reports"]]
         failed = [r for r in reports if r.get("failed")]
         lines = sum(r["lines"] for r in reports)
@@ -324,20 +329,33 @@ class Trainer:
             pass_id,
             {"bad_lines": float(bad), "lines": float(lines), "failed_files": float(len(failed))},
         )
+        problems = []
         if failed:
-            return (
-                f"pass {pass_id}: {len(failed)} data file(s) unusable: "
-                + ", ".join(f"{r['file']} ({r['failed']})" for r in failed[:5])
-                + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+            unusable = (
+                f"{len(failed)} of {len(reports)} data files unusable "
+                f"({len(failed) / len(reports):.2%})"
             )
+            named = ", ".join(f"{r['file']} ({r['failed']})" for r in failed[:5]) + (
+                f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+            )
+            if len(failed) / len(reports) > limit:
+                problems.append(
+                    f"{unusable}, over runner.max_bad_line_fraction={limit:.2%}: {named}"
+                )
+            else:
+                log.warning(
+                    "pass %d: %s, within runner.max_bad_line_fraction=%.2f%%, trained without "
+                    "them (the lines before a failure count): %s",
+                    pass_id, unusable, limit * 100, named,
+                )  # fmt: skip
         if lines and bad / lines > limit:
             worst = sorted(reports, key=lambda r: -r["bad"])[:5]
-            return (
-                f"pass {pass_id}: {bad} of {lines} lines malformed ({bad / lines:.2%}), over "
+            problems.append(
+                f"{bad} of {lines} lines malformed ({bad / lines:.2%}), over "
                 f"runner.max_bad_line_fraction={limit:.2%}; worst files: "
                 + ", ".join(f"{r['file']} ({r['bad']}/{r['lines']}: {r['reasons']})" for r in worst)
             )
-        return None
+        return f"pass {pass_id}: " + "; and ".join(problems) if problems else None
 
     def publish_gate(self, eval_auc: object) -> str | None:
         """Why this version must not be published (its held-out AUC is below the serving
@@ -373,7 +391,7 @@ class Trainer:
                     exe, self.test_program, self.net,
                     open_store(self.config.runner.eval_data_uri), self.parser,
                 )  # fmt: skip
-            except NotText as err:
+            except BadFile as err:
                 return {"ok": False, "error": f"pass {planned.pass_id}: {err}"}
             self.logger.metrics(planned.pass_id, {"eval_auc": result["auc"]})
             predictions = result["predictions"]
