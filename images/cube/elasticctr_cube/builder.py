@@ -33,7 +33,14 @@ from elasticctr_common.storage import Store, open_store
 from elasticctr_common.versions import DELETED, parse_deleted_keys
 from numpy.typing import NDArray
 
-from .manifest import MANIFEST, Manifest, ShardEntry, shard_file_name
+from .manifest import (
+    MANIFEST,
+    Manifest,
+    ManifestError,
+    ShardEntry,
+    read_manifest,
+    shard_file_name,
+)
 from .shardfile import (
     NAMED_KEYS,
     DuplicateKeyError,
@@ -314,9 +321,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--shards", required=True, type=int)
     p.add_argument("--dim", type=int, help="expected float32 values per key")
     p.add_argument("--dict-name", default=DICT_NAME)
+    p.add_argument(
+        "--parent",
+        type=int,
+        help="build a delta on this version (published under --output): the input is a "
+        "delta export (its parts and _deleted)",
+    )
     args = p.parse_args(argv)
+    output = open_store(args.output)
+    started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="cube-builder-") as tmp:
         try:
+            parent = None if args.parent is None else read_manifest(output, args.parent)
             manifest = build(
                 args.input,
                 tmp,
@@ -324,12 +340,15 @@ def main(argv: list[str] | None = None) -> int:
                 shard_num=args.shards,
                 dim=args.dim,
                 dict_name=args.dict_name,
+                parent=parent,
             )
-        except BuildError as err:
+        except (BuildError, ManifestError) as err:
             raise SystemExit(f"cube-builder: {err}") from None
-        uri = publish(tmp, manifest, open_store(args.output))
+        uri = publish(tmp, manifest, output)
+    kind = "a base" if parent is None else f"a delta on {parent.version}"
     print(
-        f"published version {manifest.version}: {manifest.key_count} keys, dim {manifest.dim}, "
-        f"{manifest.shard_num} shards -> {uri}"
+        f"published version {manifest.version} ({kind}): {manifest.key_count} keys, "
+        f"dim {manifest.dim}, {manifest.shard_num} shards -> {uri} "
+        f"in {time.perf_counter() - started:.3f}s"
     )
     return 0
