@@ -109,16 +109,7 @@ def build(
         built_at=_now(),
         shards=entries,
     )
-    if parent is not None:
-        manifest = replace(
-            manifest,
-            parent=parent.version,
-            base=parent.version if parent.base is None else parent.base,
-            depth=parent.depth + 1,
-            chain_keys=parent.chain_keys + total,
-        )
-    (out / MANIFEST).write_text(manifest.to_json())
-    return manifest
+    return _finish(out, manifest, parent)
 
 
 def _now() -> str:
@@ -186,9 +177,12 @@ def merge(
     dim: int,
     input_uri: str,
     dict_name: str = DICT_NAME,
+    parent: Manifest | None = None,
 ) -> Manifest:
     """A base of `version` from `sources` in chain order (a base, then each delta on it):
-    a key takes its row from the last source that has it, and a deletion removes it."""
+    a key takes its row from the last source that has it, and a deletion removes it. With
+    `parent`, the sources are deltas after it and the result one delta on it (a deletion
+    stays a deletion): the deltas of versions the transfer skipped, in one."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="cube-merge-", dir=out) as tmp:
@@ -199,7 +193,9 @@ def merge(
                     f"version {version}: a source has dimension {rows.values.shape[1]}, not {dim}"
                 )
             _spill(spill, rows, shard_num, flags=True)
-        entries = [_write_merged(spill, out, s, shard_num, version, dim) for s in range(shard_num)]
+        entries = [
+            _write_merged(spill, out, s, shard_num, version, dim, parent) for s in range(shard_num)
+        ]
     manifest = Manifest(
         version=version,
         shard_num=shard_num,
@@ -210,12 +206,31 @@ def merge(
         built_at=_now(),
         shards=entries,
     )
+    return _finish(out, manifest, parent)
+
+
+def _finish(out: Path, manifest: Manifest, parent: Manifest | None) -> Manifest:
+    """The manifest, with a delta's chain fields, written into `out`."""
+    if parent is not None:
+        manifest = replace(
+            manifest,
+            parent=parent.version,
+            base=parent.version if parent.base is None else parent.base,
+            depth=parent.depth + 1,
+            chain_keys=parent.chain_keys + manifest.key_count,
+        )
     (out / MANIFEST).write_text(manifest.to_json())
     return manifest
 
 
 def _write_merged(
-    spill: Path, out: Path, shard: int, shard_num: int, version: int, dim: int
+    spill: Path,
+    out: Path,
+    shard: int,
+    shard_num: int,
+    version: int,
+    dim: int,
+    parent: Manifest | None = None,
 ) -> ShardEntry:
     keys, values, deleted = _read_spill(spill, shard, dim)
     # The last row of each key (the spill is in chain order; a stable sort keeps it).
@@ -224,7 +239,8 @@ def _write_merged(
     last = np.ones(len(order), bool)
     last[:-1] = sorted_keys[1:] != sorted_keys[:-1]
     rows = order[last]
-    rows = rows[~deleted[rows]]
+    if parent is None:
+        rows = rows[~deleted[rows]]
     written = write_shard_file(
         out / shard_file_name(shard),
         version=version,
@@ -232,6 +248,8 @@ def _write_merged(
         shard_num=shard_num,
         keys=keys[rows],
         values=values[rows],
+        parent=None if parent is None else parent.version,
+        deleted=None if parent is None else deleted[rows],
     )
     return ShardEntry(shard, written.path.name, len(rows), written.bytes, written.sha256)
 

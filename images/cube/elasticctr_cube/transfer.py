@@ -258,43 +258,80 @@ class Transfer:
                 self.busy = False
 
     def _publish(self, version: Version) -> None:
-        """Build and publish `version` for this layout unless it is: a base, a delta on its
-        parent's cube version, or (compaction, or a parent this layout has not built) a base
-        merged from the chain."""
+        """Build and publish `version` for this layout unless it is: a base; a delta on the
+        newest version of its model chain this layout has built (its parent, or, when the
+        versions between were skipped, an earlier one: their deltas merged into one); or a
+        base merged from the chain (compaction; none of it built here)."""
         if self.cube_store.exists(f"{version.id}/{MANIFEST}"):
             return
         self.rollout = Rollout(version.id, self.state["committed"], phase="building")
-        parent: Manifest | None = None
-        if version.parent is not None:
-            if not self.cube_store.exists(f"{version.parent}/{MANIFEST}"):
-                self._publish_from_model_chain(version)
-                return
-            parent = read_manifest(self.cube_store, version.parent)
-        local = self.work_dir / f"build-{version.id}"
-        try:
-            manifest = build(
-                version.input,
-                local,
-                version=version.id,
-                shard_num=self.conf.shard,
-                dim=self._expected_dim(version),
-                dict_name=self.conf.dict_name,
-                parent=parent,
-            )
-            if parent is None or not self._compaction_due(manifest):
-                publish(local, manifest, self.cube_store)
-                return
-        finally:
-            shutil.rmtree(local, ignore_errors=True)
-        assert parent is not None
+        exports = [version]  # the model versions after the built ancestor, oldest first
+        while exports[0].parent is not None:
+            if self.cube_store.exists(f"{exports[0].parent}/{MANIFEST}"):
+                break
+            exports.insert(0, self._model_version(exports[0].parent))
+        if exports[0].parent is None:  # a base export, or a chain none of which is built
+            if len(exports) == 1:
+                self._build_publish(version, None)
+            else:
+                self._publish_from_model_chain(exports)
+            return
+        parent = read_manifest(self.cube_store, exports[0].parent)
+        delta = self._build_publish(version, parent, exports, publish_it=False)
+        if not self._compaction_due(delta):
+            return
         chain = read_chain(self.cube_store, parent.version)
         log.info(
             "version %s: compacting the chain of %s deltas on base %s into a base",
             version.id,
-            manifest.depth,
-            manifest.base,
+            delta.depth,
+            delta.base,
         )
-        self._merge_publish(version.id, parent.dim, version.input, chain, version)
+        self._merge_publish(version.id, parent.dim, version.input, chain, exports)
+
+    def _build_publish(
+        self,
+        version: Version,
+        parent: Manifest | None,
+        exports: list[Version] | None = None,
+        publish_it: bool = True,
+    ) -> Manifest:
+        """Build `version` (a base, or a delta on `parent` from `exports`, the model deltas
+        after it) and publish it, unless `publish_it` is false and compaction is due."""
+        local = self.work_dir / f"build-{version.id}"
+        try:
+            dim = self._expected_dim(version)
+            if parent is None or exports is None or len(exports) == 1:
+                manifest = build(
+                    version.input,
+                    local,
+                    version=version.id,
+                    shard_num=self.conf.shard,
+                    dim=dim,
+                    dict_name=self.conf.dict_name,
+                    parent=parent,
+                )
+            else:
+                manifest = merge(
+                    self._export_sources(exports, parent.dim),
+                    local,
+                    version=version.id,
+                    shard_num=self.conf.shard,
+                    dim=parent.dim,
+                    input_uri=version.input,
+                    dict_name=self.conf.dict_name,
+                    parent=parent,
+                )
+            if publish_it or not self._compaction_due(manifest):
+                publish(local, manifest, self.cube_store)
+            return manifest
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+    @staticmethod
+    def _export_sources(exports: list[Version], dim: int | None) -> Iterator[Rows]:
+        for v in exports:
+            yield from export_sources(v.input, v.id, dim, delta=v.parent is not None)
 
     def _compaction_due(self, delta: Manifest) -> bool:
         """Whether the delta's chain is due to become a base: `base_every` versions since its
@@ -311,18 +348,17 @@ class Transfer:
         dim: int,
         input_uri: str,
         chain: list[Manifest],
-        last: Version | None,
+        exports: list[Version] | None,
     ) -> None:
         """Publish a base of `version` merged from `chain` (cube files of the layout of
-        `chain`, any shard count) and, if given, the export `last` on top of it."""
+        `chain`, any shard count) and, if given, the model `exports` on top of it."""
         local = self.work_dir / f"merge-{version}"
         source_store = self.root.child(layout_dir(chain[0].shard_num))
         try:
 
             def sources() -> Iterator[Rows]:
                 yield from cube_sources(source_store, chain, local)
-                if last is not None:
-                    yield from export_sources(last.input, last.id, dim, delta=True)
+                yield from self._export_sources(exports or [], dim)
 
             local.mkdir(parents=True, exist_ok=True)
             manifest = merge(
@@ -338,22 +374,15 @@ class Transfer:
         finally:
             shutil.rmtree(local, ignore_errors=True)
 
-    def _publish_from_model_chain(self, version: Version) -> None:
-        """A base of `version` from the model exports of its chain (its parent's cube
-        version is not built here: rejected, or pruned)."""
-        chain = [version]
-        while chain[0].parent is not None:
-            chain.insert(0, self._model_version(chain[0].parent))
+    def _publish_from_model_chain(self, chain: list[Version]) -> None:
+        """A base of the last version of `chain` (a base export and the deltas on it) from
+        its model exports: no version of it is built here (rejected, or pruned)."""
+        version = chain[-1]
         dim = self._expected_dim(version)
         local = self.work_dir / f"merge-{version.id}"
         try:
-
-            def sources() -> Iterator[Rows]:
-                for v in chain:
-                    yield from export_sources(v.input, v.id, dim, delta=v.parent is not None)
-
             manifest = merge(
-                sources(),
+                self._export_sources(chain, dim),
                 local,
                 version=version.id,
                 shard_num=self.conf.shard,

@@ -137,6 +137,18 @@ def test_base_and_deltas_serve_what_the_full_export_serves(cube_cluster, tmp_pat
     # the 3 committed versions kept and their chains, nothing older
     assert cluster.transfer_status()["kept_versions"] == [8, 9, 10]
 
+    # versions published while the transfer was away: it follows the newest, 12, whose
+    # parent 11 it never built: one delta on 10 holding 11's and 12's changes
+    cluster.procs.kill("transfer")
+    for version in (11, 12):
+        cluster.publish_delta(version, version - 1, *history.delta(version))
+    cluster.start_transfer()
+    committed_everywhere(cluster, 12)
+    assert (manifest(cluster, 12)["parent"], manifest(cluster, 12)["depth"]) == (10, 3)
+    assert cluster.server_status(2)["current"]["chain"] == [8, 9, 10, 12]
+    with cluster.client() as client:
+        history.check(client, 12)
+
 
 def test_a_rollback_across_a_compaction_loads_the_chain_from_its_base(cube_cluster):
     cluster = cube_cluster(transfer_args=["--base-every", "3", "--keep", "6"])
