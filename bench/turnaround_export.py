@@ -144,6 +144,7 @@ def timed_export(
         "written_keys": prepared.written_keys,
         "parent": prepared.parent,
         "dump_s": dumped - started,
+        "diff_s": prepared.diff.seconds if prepared.diff else 0.0,
         "write_s": written - dumped,
         "version": version.id,
         "input": version.input,
