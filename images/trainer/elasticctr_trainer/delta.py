@@ -66,20 +66,30 @@ class Snapshot:
         return np.asarray(self.keys[a:b], np.uint64), np.asarray(self.values[a:b])
 
 
+def _rows_differ(a: NDArray[Any], b: NDArray[Any]) -> NDArray[np.bool_]:
+    """Per row, whether two float32 [n, dim] arrays differ in any bit (rows compared as
+    opaque bytes: -0.0 is not 0.0, and NaNs compare by payload)."""
+    a, b = np.ascontiguousarray(a, "<f4"), np.ascontiguousarray(b, "<f4")
+    if a.shape[1] == 0:
+        return np.zeros(len(a), bool)
+    row = np.dtype((np.void, a.shape[1] * 4))
+    return np.asarray(a.view(row).ravel() != b.view(row).ravel(), bool)
+
+
 def changed_rows(
     old_keys: NDArray[Any], old_values: NDArray[Any], keys: NDArray[Any], values: NDArray[Any]
 ) -> tuple[NDArray[np.bool_], NDArray[np.uint64]]:
     """Of the rows `keys`/`values`, which are new or differ in any bit from the old rows;
     and the old keys that are gone. Both key lists are ascending (one binary search each)."""
+    if len(old_keys) == len(keys) and np.array_equal(old_keys, keys):  # the usual chunk
+        return _rows_differ(values, old_values), np.zeros(0, np.uint64)
     if len(old_keys) == 0:
         return np.ones(len(keys), bool), np.zeros(0, np.uint64)
     at = np.minimum(np.searchsorted(old_keys, keys), len(old_keys) - 1)
     same_key = old_keys[at] == keys
     new_rows, old_rows = np.flatnonzero(same_key), at[same_key]
-    new_bits = np.ascontiguousarray(values[new_rows], "<f4").view(np.uint32)
-    old_bits = np.ascontiguousarray(old_values[old_rows], "<f4").view(np.uint32)
     changed = ~same_key
-    changed[new_rows] = np.any(new_bits != old_bits, axis=1)
+    changed[new_rows] = _rows_differ(values[new_rows], old_values[old_rows])
     still = np.zeros(len(old_keys), bool)
     still[old_rows] = True
     return changed, np.asarray(old_keys[~still], np.uint64)
