@@ -58,9 +58,13 @@ def deltas(cluster, stack, load: Load, last: int) -> dict[str, float]:
     import json
 
     from elasticctr_common.storage import open_store
-    from elasticctr_common.versions import Version, append_version
+    from elasticctr_common.versions import Version, append_version, read_versions
 
     models = open_store(f"file://{cluster.model_dir}")
+    for version in range(2, 5):  # the bases, unless fast-switches announced them
+        if version not in {v.id for v in read_versions(models)}:
+            append_version(models, Version(version, version, models.uri(f"{version}/sparse")))
+    stack.serving.wait_version(4, 120)
     before = counts(load)
     started = len(cluster.history())
     for version in range(5, last + 1):

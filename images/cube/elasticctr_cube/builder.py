@@ -194,7 +194,8 @@ def merge(
                 )
             _spill(spill, rows, shard_num, flags=True)
         entries = [
-            _write_merged(spill, out, s, shard_num, version, dim, parent) for s in range(shard_num)
+            _write_shard(spill, out, s, shard_num, version, dim, parent, last_wins=True)
+            for s in range(shard_num)
         ]
     manifest = Manifest(
         version=version,
@@ -221,37 +222,6 @@ def _finish(out: Path, manifest: Manifest, parent: Manifest | None) -> Manifest:
         )
     (out / MANIFEST).write_text(manifest.to_json())
     return manifest
-
-
-def _write_merged(
-    spill: Path,
-    out: Path,
-    shard: int,
-    shard_num: int,
-    version: int,
-    dim: int,
-    parent: Manifest | None = None,
-) -> ShardEntry:
-    keys, values, deleted = _read_spill(spill, shard, dim)
-    # The last row of each key (the spill is in chain order; a stable sort keeps it).
-    order = np.argsort(keys, kind="stable")
-    sorted_keys = keys[order]
-    last = np.ones(len(order), bool)
-    last[:-1] = sorted_keys[1:] != sorted_keys[:-1]
-    rows = order[last]
-    if parent is None:
-        rows = rows[~deleted[rows]]
-    written = write_shard_file(
-        out / shard_file_name(shard),
-        version=version,
-        shard=shard,
-        shard_num=shard_num,
-        keys=keys[rows],
-        values=values[rows],
-        parent=None if parent is None else parent.version,
-        deleted=None if parent is None else deleted[rows],
-    )
-    return ShardEntry(shard, written.path.name, len(rows), written.bytes, written.sha256)
 
 
 def _check_finite(
@@ -304,8 +274,21 @@ def _write_shard(
     version: int,
     dim: int,
     parent: Manifest | None = None,
+    last_wins: bool = False,
 ) -> ShardEntry:
+    """Write a shard's spilled rows: a base, or a delta on `parent`. With `last_wins` (a
+    merge), a key takes its last row (the spill is in chain order) and, in a base, a key
+    whose last row is a deletion is left out; else a key twice is a BuildError."""
     keys, values, deleted = _read_spill(spill, shard, dim)
+    if last_wins:
+        order = np.argsort(keys, kind="stable")  # stable: a key's rows stay in chain order
+        sorted_keys = keys[order]
+        last = np.ones(len(order), bool)
+        last[:-1] = sorted_keys[1:] != sorted_keys[:-1]
+        rows = order[last]
+        if parent is None:
+            rows = rows[~deleted[rows]]
+        keys, values, deleted = keys[rows], values[rows], deleted[rows]
     try:
         written = write_shard_file(
             out / shard_file_name(shard),

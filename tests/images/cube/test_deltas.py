@@ -173,3 +173,26 @@ def test_a_rollback_across_a_compaction_loads_the_chain_from_its_base(cube_clust
     assert cluster.server_status(0)["current"]["chain"] == [4, 5, 6]
     with cluster.client() as client:
         history.check(client, 6)
+
+
+def test_a_new_shard_count_gets_the_committed_chain_as_a_base(cube_cluster):
+    old = cube_cluster(shards=3, transfer_args=["--base-every", "5"])
+    history = History(seed=5, keys=700)
+    old.publish_model(1, *history.base(1))
+    committed_everywhere(old, 1)
+    for version in (2, 3):
+        old.publish_delta(version, version - 1, *history.delta(version))
+        committed_everywhere(old, version)
+    new = old.reshape(2)
+    wait_until(lambda: new.transfer_status()["layout"]["ready"], 60, "the 2-shard layout")
+    built = manifest(new, 3)
+    assert built["parent"] is None and built["shard_num"] == 2  # base 1 + deltas 2, 3 merged
+    assert new.server_status(0)["current"]["chain"] == [3]
+    with new.client() as client:
+        history.check(client, 3)
+    # the next delta goes to the new layout as a delta on its base
+    new.publish_delta(4, 3, *history.delta(4))
+    committed_everywhere(new, 4)
+    assert manifest(new, 4)["parent"] == 3
+    with new.client() as client:
+        history.check(client, 4)
