@@ -94,22 +94,22 @@ def export(
     trainer = Trainer(config, role_from_env())
     trainer.build()
     fleet.init_worker()
-    try:
+
+    def train(path: Path) -> None:
+        """One pass over `path` (a dataset is good for one pass)."""
         dataset = paddle.distributed.QueueDataset()
         dataset.init(batch_size=8, thread_num=1, use_var=trainer.net.feed_order,
                      pipe_command="cat")  # fmt: skip
-        dataset.set_filelist([str(fill)])
+        dataset.set_filelist([str(path)])
         trainer.exe.train_from_dataset(trainer.main, dataset, thread=1)
         trainer.flush_pushes()
+
+    try:
+        train(fill)
         snapshot = Path(config.runner.work_dir) / SNAPSHOT if delta else None
         results = [timed_export(trainer, config, pserver_pid, snapshot, None)]
         if delta is not None:
-            again = paddle.distributed.QueueDataset()
-            again.init(batch_size=8, thread_num=1, use_var=trainer.net.feed_order,
-                       pipe_command="cat")  # fmt: skip
-            again.set_filelist([str(delta)])
-            trainer.exe.train_from_dataset(trainer.main, again, thread=1)
-            trainer.flush_pushes()
+            train(delta)
             results.append(timed_export(trainer, config, pserver_pid, snapshot,
                                         results[0]["version"]))  # fmt: skip
         return results
