@@ -34,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tests.images.serving.servingtest import Load
@@ -53,7 +53,7 @@ def window(load: Load, before: tuple[int, int]) -> dict[str, float]:
     return {"answered": answered, "failed": failed, "share": failed / total if total else 0.0}
 
 
-def deltas(cluster, stack, load: Load, last: int) -> dict[str, float]:
+def deltas(cluster: Any, stack: Any, load: Load, last: int) -> dict[str, Any]:
     """Delta versions 5..last at one per second, then a rollback across a compaction."""
     import json
 
@@ -74,8 +74,10 @@ def deltas(cluster, stack, load: Load, last: int) -> dict[str, float]:
     stack.serving.wait_version(last, 300)
     committed = [h for h in cluster.history()[started:] if h["result"] == "committed"]
 
-    def manifest(version: int) -> dict:
-        return json.loads((cluster.versions_dir / str(version) / "manifest.json").read_text())
+    def manifest(version: int) -> dict[str, Any]:
+        path = cluster.versions_dir / str(version) / "manifest.json"
+        loaded: dict[str, Any] = json.loads(path.read_text())
+        return loaded
 
     kept = [h["version"] for h in committed if (cluster.versions_dir / str(h["version"])).exists()]
     bases = [v for v in kept if manifest(v)["parent"] is None]
