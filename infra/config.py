@@ -15,7 +15,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 from urllib.parse import urlsplit
 
-from elasticctr_common.contract import CUBE_KEEP_VERSIONS
+from elasticctr_common.contract import CUBE_BASE_EVERY, CUBE_KEEP_VERSIONS, CUBE_MAX_CHAIN_FRACTION
 from elasticctr_common.cube.conf import CubeConf, LoadBalancer
 from elasticctr_common.trainer_json import HyperParameters, Mode, Model, Runner
 from pydantic import (
@@ -807,6 +807,18 @@ class CubeConfig(Section):
     storage: Quantity = Field("20Gi", description="shard volume size per pod")
     keep_versions: int = Field(
         CUBE_KEEP_VERSIONS, ge=2, le=100, description="versions kept for rollback"
+    )
+    base_every: int = Field(
+        CUBE_BASE_EVERY,
+        ge=1,
+        le=1000,
+        description="a delta version becomes a new base every this many versions (1: no deltas)",
+    )
+    max_chain_fraction: float = Field(
+        CUBE_MAX_CHAIN_FRACTION,
+        ge=0,
+        le=10,
+        description="...or once its chain's deltas hold more than this fraction of its base's keys",
     )
     transfer_cpu: float = Field(1, ge=MIN_CPU, le=64, description="CPU cores of cube-transfer")
     transfer_mem: float = Field(
