@@ -57,7 +57,10 @@ def test_job_tasks_policies_and_gang_size() -> None:
         {"exitCode": 3, "action": "TerminateJob"},  # bad data: no retry on the same data
         {"event": "TaskCompleted", "action": "CompleteJob"},
     ]
-    assert tasks["pserver"]["policies"] == []
+    assert "policies" not in tasks["pserver"]  # Volcano would drop an empty list
+    # Volcano's webhook defaults, written out: it then stores the tasks as sent.
+    assert [(t["minAvailable"], t["maxRetry"]) for t in spec["tasks"]] == [(2, 3), (3, 3)]
+    assert spec["maxRetry"] == 3 and spec["queue"] == "default"
     for task in tasks.values():
         assert task["template"]["spec"]["restartPolicy"] == "Never"
 

@@ -486,6 +486,7 @@ def test_more_trainers_replace_the_job_and_nothing_else(
     assert set(step["detailedDiff"]) == {
         "spec.minAvailable",
         "spec.tasks[1].replicas",
+        "spec.tasks[1].minAvailable",  # the trainers' gang (Volcano's default, written out)
         # PADDLE_TRAINERS_NUM of both tasks.
         "spec.tasks[0].template.spec.containers[0].env[1].value",
         "spec.tasks[1].template.spec.containers[0].env[1].value",
@@ -506,6 +507,7 @@ def test_more_trainers_replace_the_job_and_nothing_else(
         ("trainer", 4),
     ]
     assert job["spec"]["minAvailable"] == 4 + 1
+    assert task(job, "trainer")["minAvailable"] == 4
     for name in ("pserver", "trainer"):
         (container,) = task(job, name)["template"]["spec"]["containers"]
         assert env_of(container)["PADDLE_TRAINERS_NUM"] == "4"

@@ -10,7 +10,7 @@ rejected (`volcano_crds.closed`), since kubernetes-validate has no schema for cu
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from decimal import Decimal
+from decimal import ROUND_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -131,6 +131,58 @@ def quantity(value: Any) -> Decimal | None:
         return Decimal(parse_quantity(value))
     except ValueError:
         return None
+
+
+# apimachinery's canonical suffixes: base 1024 by tens of powers of two, base 10 by thousands.
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T"}
+_DECIMAL_SUFFIXES |= {15: "P", 18: "E"}
+
+
+def canonical_quantity(text: str) -> str:
+    """How the API server writes the quantity `text` back: apimachinery's
+    `Quantity.CanonicalizeBytes` (k8s.io/apimachinery v0.36, pkg/api/resource/quantity.go).
+    The format is the one it was written in (binary "Mi", exponent "e3", else decimal SI);
+    the value is rounded up to nano units; binary keeps the largest power of 1024 that
+    leaves a whole number, unless the value is below 1024 or fractional (then decimal SI);
+    decimal keeps the largest multiple of 3 as exponent that leaves a whole mantissa."""
+    value = Decimal(parse_quantity(text)).quantize(Decimal("1e-9"), rounding=ROUND_UP)
+    if value == 0:
+        return "0"
+    number = text.lstrip("+-")
+    binary = number.endswith("i")
+    exponent_format = not binary and ("e" in number or "E" in number[:-1])
+    if binary and abs(value) >= 1024 and value == value.to_integral_value():
+        amount, power = int(value), 0
+        while amount % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
+            amount //= 1024
+            power += 1
+        return f"{amount}{_BINARY_SUFFIXES[power]}"
+    sign, digits, exponent = value.normalize().as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = int("".join(map(str, digits))) * (-1 if sign else 1)
+    shift = exponent % 3  # down to a multiple of 3, the mantissa staying whole
+    mantissa, exponent = mantissa * 10**shift, exponent - shift
+    if exponent_format:
+        return f"{mantissa}e{exponent}" if exponent else str(mantissa)
+    return f"{mantissa}{_DECIMAL_SUFFIXES[exponent]}"
+
+
+def quantity_fields(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(path, text) of every quantity of a pod spec or Volcano Job: resource requests and
+    limits (of containers and volume claims) and emptyDir size limits."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}"
+            if key in ("requests", "limits") and isinstance(item, dict):
+                yield from ((f"{where}.{k}", v) for k, v in item.items() if isinstance(v, str))
+            elif key == "sizeLimit" and isinstance(item, str):
+                yield where, item
+            else:
+                yield from quantity_fields(item, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from quantity_fields(item, f"{path}[{i}]")
 
 
 def same_scalar(left: Any, right: Any) -> bool:
