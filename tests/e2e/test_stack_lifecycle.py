@@ -39,10 +39,16 @@ import pytest
 from components import kube
 from infra.program import main as program
 from tests.support import pulumi_harness as harness
-from tests.support.manifests import describe, same_scalar
+from tests.support.manifests import describe, mismatches
+from tests.support.pulumi_cli import CI_JOB as JOB
+from tests.support.pulumi_cli import CI_NAMESPACE as NAMESPACE
+from tests.support.pulumi_cli import CI_STACK as STACK
+from tests.support.pulumi_cli import CI_UGI as UGI
+from tests.support.pulumi_cli import VOLCANO_JOB_TYPE as JOB_TYPE
 from tests.support.pulumi_cli import (
     Project,
     changed_steps,
+    ci_project,
     resources_of,
     temp_dir,
     type_and_name,
@@ -54,13 +60,6 @@ kubernetes = pytest.importorskip("kubernetes", reason="the kubernetes Python cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-STACK = "ci"
-NAMESPACE = "elasticctr-ci"
-JOB = "elasticctr-train"
-# Set with `pulumi config set --secret`: encrypted with the passphrase in the stack file and
-# the state, plaintext only in the Kubernetes Secret.
-UGI = "ci-user,ci-ugi-password-0f3a"
-JOB_TYPE = "kubernetes:batch.volcano.sh/v1alpha1:Job"
 STACK_TYPE = "pulumi:pulumi:Stack"
 # Controllers write these on objects the program declared; they are not the program's change.
 CONTROLLER_ANNOTATIONS = ("deployment.kubernetes.io/",)
@@ -144,33 +143,6 @@ def fingerprint(obj: dict[str, Any] | None) -> Any:
     return (meta["uid"], meta.get("labels"), annotations, json.dumps(body, sort_keys=True))
 
 
-def mismatches(expected: Any, actual: Any, path: str = "") -> list[str]:
-    """Where `actual` (read back) lacks what `expected` (declared) says. The API server adds
-    defaults, so dicts only need to contain the declared keys; quantities compare by value
-    (1024Mi reads back as 1Gi); Secrets' stringData is read back as data (checked apart)."""
-    if isinstance(expected, dict):
-        if not isinstance(actual, dict):
-            return [f"{path}: {actual!r} is not an object"]
-        found = []
-        for key, value in expected.items():
-            if key == "stringData":
-                continue
-            if key not in actual:
-                found.append(f"{path}.{key}: missing (declared {value!r})")
-            else:
-                found += mismatches(value, actual[key], f"{path}.{key}")
-        return found
-    if isinstance(expected, list):
-        if not isinstance(actual, list) or len(actual) != len(expected):
-            return [f"{path}: {actual!r} is not the declared list {expected!r}"]
-        return [
-            m
-            for i, (e, a) in enumerate(zip(expected, actual, strict=True))
-            for m in mismatches(e, a, f"{path}[{i}]")
-        ]
-    return [] if same_scalar(expected, actual) else [f"{path}: {actual!r}, declared {expected!r}"]
-
-
 def state_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
     """What differs between two lists of state resources, by URN and field."""
     old = {r["urn"]: r for r in before}
@@ -212,9 +184,7 @@ def lifecycle(control_plane: Any, cluster_path: str) -> Iterator[Lifecycle]:
     work = temp_dir("elasticctr-e2e-")
     api = None
     try:
-        project = Project.create(work, STACK, cluster_path, kubeconfig=control_plane.kubeconfig)
-        project.config_set("cluster.kubeconfig", str(control_plane.kubeconfig), path=True)
-        project.config_set("data.ugi", UGI, path=True, secret=True)
+        project = ci_project(work, cluster_path, control_plane.kubeconfig)
         api = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
         state = Lifecycle(project=project, api=api, kubeconfig=control_plane.kubeconfig)
         yield state

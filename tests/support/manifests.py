@@ -9,7 +9,7 @@ rejected (`volcano_crds.closed`), since kubernetes-validate has no schema for cu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from decimal import ROUND_UP, Decimal
 from pathlib import Path
 from typing import Any
@@ -191,6 +191,39 @@ def same_scalar(left: Any, right: Any) -> bool:
     if left == right:
         return True
     return quantity(left) is not None and quantity(left) == quantity(right)
+
+
+def mismatches(
+    expected: Any,
+    actual: Any,
+    path: str = "",
+    same: Callable[[Any, Any], bool] = same_scalar,
+) -> list[str]:
+    """Where `actual` (read back) lacks what `expected` (declared) says. The API server adds
+    defaults, so dicts only need to contain the declared keys; scalars compare with `same`
+    (by default quantities by value: 1024Mi reads back as 1Gi from a core object); Secrets'
+    stringData is read back as data (checked apart)."""
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [f"{path}: {actual!r} is not an object"]
+        found = []
+        for key, value in expected.items():
+            if key == "stringData":
+                continue
+            if key not in actual:
+                found.append(f"{path}.{key}: missing (declared {value!r})")
+            else:
+                found += mismatches(value, actual[key], f"{path}.{key}", same)
+        return found
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return [f"{path}: {actual!r} is not the declared list {expected!r}"]
+        return [
+            m
+            for i, (e, a) in enumerate(zip(expected, actual, strict=True))
+            for m in mismatches(e, a, f"{path}[{i}]", same)
+        ]
+    return [] if same(expected, actual) else [f"{path}: {actual!r}, declared {expected!r}"]
 
 
 def differences(left: Any, right: Any, path: str = "") -> list[str]:

@@ -11,19 +11,10 @@ from elasticctr_cube.httpjson import call
 
 from tests.images.client.conftest import run_client
 from tests.images.serving.conftest import start_stack
-from tests.images.serving.servingtest import Processes, http, probe_instances, publish
+from tests.images.serving.servingtest import http, probe_instances, publish
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"
-
-
-@pytest.fixture
-def procs(tmp_path):
-    p = Processes(tmp_path)
-    try:
-        yield p
-    finally:
-        p.stop_all()
 
 
 def test_status_reports_shards_off_the_committed_version_and_failing_requests(
