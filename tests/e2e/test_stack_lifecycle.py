@@ -27,6 +27,7 @@ import base64
 import functools
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -463,7 +464,9 @@ def test_more_trainers_replace_the_job_and_nothing_else(
     }
     assert {d["kind"] for d in step["detailedDiff"].values()} == {"update-replace"}
     assert "minAvailable: 3 => 5" in text.stdout
-    assert "replicas: 2 => 4" in text.stdout
+    # The diff aligns the colons of a task's changed fields.
+    assert re.search(r"~ replicas *: 2 => 4", text.stdout), text.stdout
+    assert re.search(r"~ minAvailable *: 2 => 4", text.stdout), text.stdout
     assert "+-1 to replace" in text.stdout
 
     result = project.up()
