@@ -321,7 +321,12 @@ def test_4b_cube_shards_up_and_down_under_load(life: Lifecycle) -> None:
                 120,
                 f"only layout {layout}'s StatefulSets {expected}",
             )
-            transfer = get_json(f"{life.urls()['transfer']}/status")
+            # The transfer's new pod is ready; the Service's route to it may lag a moment.
+            transfer = wait_for(
+                lambda: try_json(f"{life.urls()['transfer']}/status"),
+                60,
+                "the cube-transfer Service to answer",
+            )
             assert (transfer["shards"], transfer["committed"]) == (shards, 2), transfer
             assert transfer["layout"] == {"dir": f"shards-{shards}", "ready": True}, transfer
             serving = get_json(f"{life.urls()['serving']}/status", life.token)
