@@ -372,6 +372,21 @@ def test_4c_pservers_up_under_load(life: Lifecycle) -> None:
     life.done("4c pservers 1 -> 2, pass 3 resumed from the resharded checkpoint", started)
 
 
+def test_4d_a_second_up_changes_nothing(life: Lifecycle) -> None:
+    """After the changes above, the stack as it stands previews no change and a second
+    `up` keeps the Job (what Volcano's webhook and the API server store is what was sent)."""
+    started = time.monotonic()
+    job = volcano_job(life.stack, JOB)
+    assert job is not None
+    preview = life.stack.project.run("preview", "--diff", "--expect-no-changes", check=False)
+    assert preview.returncode == 0, preview.describe()
+    up = life.stack.project.run("up", "--yes", "--expect-no-changes", check=False)
+    assert up.returncode == 0, up.describe()
+    after = volcano_job(life.stack, JOB)
+    assert after is not None and after["metadata"]["uid"] == job["metadata"]["uid"]
+    life.done("4d a no-op preview and up change nothing", started)
+
+
 def _pod_log(life: Lifecycle, pod: str) -> str:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
