@@ -329,8 +329,13 @@ def test_4b_cube_shards_up_and_down_under_load(life: Lifecycle) -> None:
             )
             assert (transfer["shards"], transfer["committed"]) == (shards, 2), transfer
             assert transfer["layout"] == {"dir": f"shards-{shards}", "ready": True}, transfer
-            serving = get_json(f"{life.urls()['serving']}/status", life.token)
-            assert (serving["version"], serving["cube"]["shards"]) == (2, shards), serving
+            # The old serving pods drain (they still answer, on the old layout) until the
+            # Service's route forgets them: wait for only the new ones to answer.
+            wait_for(
+                lambda: _serving_on(life, 2, shards),  # noqa: B023
+                120,
+                f"serving's Service to answer with version 2 on {shards} shards",
+            )
             ok = load.ok
             wait_for(lambda: load.ok > ok + 10, 60, "requests answered on the new layout")  # noqa: B023
     finally:
@@ -395,6 +400,16 @@ def _pod_log(life: Lifecycle, pod: str) -> str:
         return str(client.CoreV1Api(life.stack.api()).read_namespaced_pod_log(pod, NS) or "")
     except ApiException:  # gone with its Job, or never started
         return ""
+
+
+def _serving_on(life: Lifecycle, version: int, shards: int) -> bool:
+    """Whether ten status reads in a row through serving's Service all say `version` on
+    `shards` shards (the Service spreads them over every pod it still routes to)."""
+    for _ in range(10):
+        status = try_json(f"{life.urls()['serving']}/status", life.token)
+        if not status or (status["version"], status["cube"]["shards"]) != (version, shards):
+            return False
+    return True
 
 
 def _cube_statefulsets(apps: Any) -> list[str]:
