@@ -12,7 +12,6 @@ fails. Projects (tests/support/pulumi_cli.py) are made per module by the tests t
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,16 +21,8 @@ from typing import Any
 import pytest
 
 from tests.support import pulumi_cli
+from tests.support.prerequisites import unavailable
 from tests.support.volcano_crds import CrdsUnavailable, crd_dir
-
-REQUIRED = os.environ.get("ELASTICCTR_E2E_REQUIRED") == "1"
-
-
-def unavailable(reason: str) -> None:
-    """Skip (or, with ELASTICCTR_E2E_REQUIRED=1, fail) for a missing prerequisite."""
-    if REQUIRED:
-        pytest.fail(f"ELASTICCTR_E2E_REQUIRED=1 and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def load_controlplane() -> ModuleType:
