@@ -5,6 +5,7 @@ replaced by fakes."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -369,5 +370,8 @@ def test_cli_list_prints_every_image(capsys: pytest.CaptureFixture[str]) -> None
 
 def test_set_up_installs_the_debian_packages_the_builds_need() -> None:
     setup = (ROOT / "tools" / "setup.sh").read_text()
-    packages = setup[setup.index("node_packages=(") :].split(")")[0].split("(")[1].split()
-    assert set(packages) >= {"buildah", "mmdebstrap", "containerd", "uidmap"}
+    # Every `packages=(...)` and `packages+=(...)` of the script, over as many lines as it takes.
+    lists = re.findall(r"^\s*packages\+?=\(([^)]*)\)", setup, re.MULTILINE)
+    assert lists, "tools/setup.sh sets no packages=(...)"
+    packages = {name for names in lists for name in names.split()}
+    assert packages >= {"buildah", "mmdebstrap", "containerd", "uidmap"}
