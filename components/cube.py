@@ -352,6 +352,7 @@ class Cube(pulumi.ComponentResource):
             cpu=args.cpu * 0.25,
             mem=args.mem * 0.125,
             readiness=kube.http_probe("/healthz", AGENT_PORT),
+            liveness=kube.liveness({"http_get": {"path": "/healthz", "port": AGENT_PORT}}),
             mounts=[shards_mount],
         )
         # Replicas of a shard on different nodes where the cluster has them, so that
@@ -395,6 +396,9 @@ class Cube(pulumi.ComponentResource):
 
     def _transfer(self, name: str, args: CubeArgs, config_map: k8s.core.v1.ConfigMap) -> None:
         target = args.target
+        health: k8s.core.v1.ProbeArgsDict = {
+            "http_get": {"path": "/healthz", "port": TRANSFER_PORT}
+        }
         container = kube.container(
             target,
             "transfer",
@@ -420,6 +424,10 @@ class Cube(pulumi.ComponentResource):
             cpu=args.transfer_cpu,
             mem=args.transfer_mem,
             readiness=kube.http_probe("/healthz", TRANSFER_PORT),
+            liveness=kube.liveness(health),
+            # It listens once it has read its state from the bucket, which it waits up to ten
+            # minutes for on a new stack (transfer.py, STORAGE_WAIT_SECONDS).
+            startup=kube.startup(health),
             mounts=[kube.CONFIG_MOUNT],
         )
         account = kube.service_account(target, TRANSFER_ACCOUNT, "cube-transfer", self)

@@ -107,6 +107,9 @@ class _Role:
     ports: dict[str, int]
     storage: str
     readiness: k8s.core.v1.ProbeArgsDict
+    # A port the role opens as it starts, before it has loaded or registered anything: the
+    # namenode's HTTP server starts before it reads its image and edits.
+    live_port: int
 
 
 @dataclass(frozen=True)
@@ -168,10 +171,11 @@ class Hdfs(pulumi.ComponentResource):
         namenode_ports = {"rpc": NAMENODE_RPC_PORT, "http": NAMENODE_HTTP_PORT}
         roles = (
             _Role("hdfs-namenode", NAMENODE_COMMAND, 1, namenode_ports, args.namenode_storage,
-                  kube.http_probe("/", NAMENODE_HTTP_PORT)),
+                  kube.http_probe("/", NAMENODE_HTTP_PORT), NAMENODE_HTTP_PORT),
             _Role("hdfs-datanode", DATANODE_COMMAND, args.datanodes, DATANODE_PORTS,
                   args.datanode_storage,
-                  {"tcp_socket": {"port": DATANODE_PORTS["data"]}, "period_seconds": 10}),
+                  {"tcp_socket": {"port": DATANODE_PORTS["data"]}, "period_seconds": 10},
+                  DATANODE_PORTS["data"]),
         )  # fmt: skip
         namenode = self._node_set(
             f"{name}-namenode", args, roles[0], config_map, conf, account.metadata["name"]
@@ -223,6 +227,7 @@ class Hdfs(pulumi.ComponentResource):
         service = kube.service(
             target, f"{resource_name}-service", component, component, ports, self, headless=True
         )
+        live: k8s.core.v1.ProbeArgsDict = {"tcp_socket": {"port": role.live_port}}
         node = kube.container(
             target,
             component.removeprefix("hdfs-"),
@@ -233,6 +238,9 @@ class Hdfs(pulumi.ComponentResource):
             cpu=args.cpu,
             mem=args.mem,
             readiness=role.readiness,
+            liveness=kube.liveness(live),
+            # A first start formats the namenode; a JVM starts slowly on a busy node.
+            startup=kube.startup(live),
             mounts=[
                 {"name": "data", "mount_path": DATA_MOUNT},
                 {"name": "hadoop-conf", "mount_path": CONF_DIR, "read_only": True},

@@ -155,10 +155,12 @@ def container(
     ports: Mapping[str, int] | None = None,
     readiness: k8s.core.v1.ProbeArgsDict | None = None,
     liveness: k8s.core.v1.ProbeArgsDict | None = None,
+    startup: k8s.core.v1.ProbeArgsDict | None = None,
     mounts: Sequence[k8s.core.v1.VolumeMountArgsDict] = (),
     read_only_root: bool = True,
 ) -> k8s.core.v1.ContainerArgsDict:
-    """A container following the conventions: pull policy, resources, security, /tmp."""
+    """A container following the conventions: pull policy, resources, security, /tmp.
+    `startup`, when given, holds `liveness` off until it first passes."""
     spec: dict[str, Any] = {
         "name": name,
         "image": image,
@@ -180,6 +182,8 @@ def container(
         spec["readiness_probe"] = readiness
     if liveness is not None:
         spec["liveness_probe"] = liveness
+    if startup is not None:
+        spec["startup_probe"] = startup
     return spec
 
 
@@ -248,6 +252,19 @@ def http_probe(path: str, port: int, period: int = 10) -> k8s.core.v1.ProbeArgsD
         "timeout_seconds": 2,
         "failure_threshold": 3,
     }
+
+
+def liveness(handler: k8s.core.v1.ProbeArgsDict) -> k8s.core.v1.ProbeArgsDict:
+    """A liveness probe (`handler`: its http_get or tcp_socket) that restarts a process only
+    after two minutes without an answer: a busy process answers late, a stuck one not at all."""
+    return {**handler, "period_seconds": 20, "timeout_seconds": 5, "failure_threshold": 6}
+
+
+def startup(handler: k8s.core.v1.ProbeArgsDict, minutes: int = 10) -> k8s.core.v1.ProbeArgsDict:
+    """A startup probe allowing `minutes` for `handler` to first answer, so that a slow first
+    start (HDFS formatting its namenode, MLflow migrating its database, on a busy node) is
+    not taken for a stuck process by the liveness probe, which waits for it."""
+    return {**handler, "period_seconds": 10, "timeout_seconds": 5, "failure_threshold": 6 * minutes}
 
 
 def service_account(

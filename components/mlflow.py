@@ -73,6 +73,7 @@ class Mlflow(pulumi.ComponentResource):
             # Run history must survive a replacement of everything else.
             opts=target.opts(self, retain_on_delete=True),
         )
+        health: k8s.core.v1.ProbeArgsDict = {"http_get": {"path": "/health", "port": PORT}}
         container = kube.container(
             target,
             "mlflow",
@@ -99,6 +100,9 @@ class Mlflow(pulumi.ComponentResource):
             cpu=args.cpu,
             mem=args.mem,
             readiness=kube.http_probe("/health", PORT),
+            liveness=kube.liveness(health),
+            # The first start migrates the database before the server listens.
+            startup=kube.startup(health),
             mounts=[{"name": "db", "mount_path": DB_DIR}],
         )
         db_volume: k8s.core.v1.VolumeArgsDict = {

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.prerequisites import unavailable
 from tests.support.services import HdfsMiniCluster, MlflowServer, S3Server
 
 
@@ -80,7 +81,7 @@ def local_cluster() -> Iterator[Any]:
 
     reason = cluster.unavailable_reason()
     if reason:
-        cluster.unavailable(reason)
+        unavailable(reason)
     session = cluster.ClusterSession.for_tests().start()
     try:
         yield session

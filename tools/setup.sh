@@ -2,7 +2,8 @@
 # Set-up from nothing, safe to run again (each step only adds what is missing):
 #   0. Debian packages the image builds need (tools/images.py; installed as root);
 #   1. .venv: Python 3.11 with every pinned package of the program, the workload code and
-#      the tests (constraints.txt pins the whole dependency tree);
+#      the tests (constraints.txt pins the whole dependency tree), and checkov in a
+#      virtualenv of its own under the cache (tests/support/checkov-requirements.txt);
 #   2. Hadoop's minicluster jars from Maven Central (the HDFS tests start a real HDFS);
 #   3. the offline tools, built from Go modules (docs/tooling.md): kube-apiserver and etcd
 #      for the end-to-end tests, and the Pulumi CLI, language host and Kubernetes provider
@@ -58,6 +59,16 @@ fi
 .venv/bin/python -m pip install --quiet --upgrade pip
 .venv/bin/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
 echo "set-up: $(.venv/bin/python --version), $(.venv/bin/pip list 2>/dev/null | wc -l) packages"
+
+# checkov, the IaC scanner the tests run over the stacks' manifests, in a virtualenv of its
+# own: its exact pins cannot share constraints.txt (tests/support/scanner.py).
+checkov_venv="${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}/checkov"
+if [ ! -x "$checkov_venv/bin/python" ]; then
+  "$python" -m venv "$checkov_venv"
+fi
+"$checkov_venv/bin/python" -m pip install --quiet --upgrade pip
+"$checkov_venv/bin/python" -m pip install --quiet -r tests/support/checkov-requirements.txt
+echo "set-up: $("$checkov_venv/bin/checkov" --version | sed 's/^/checkov /') in $checkov_venv"
 
 ./tools/hadoop-minicluster.sh fetch >/dev/null
 echo "set-up: Hadoop minicluster jars cached"

@@ -12,7 +12,6 @@ cluster. Projects (tests/support/pulumi_cli.py) are made per module by the tests
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,17 +20,9 @@ import pytest
 
 from tests.support import pulumi_cli
 from tests.support.controlplane import load_controlplane
+from tests.support.prerequisites import unavailable
 from tests.support.volcano_admission import BINARY, VolcanoJobWebhook, find_binary
 from tests.support.volcano_crds import CrdsUnavailable, crd_dir
-
-REQUIRED = os.environ.get("ELASTICCTR_E2E_REQUIRED") == "1"
-
-
-def unavailable(reason: str) -> None:
-    """Skip (or, with ELASTICCTR_E2E_REQUIRED=1, fail) for a missing prerequisite."""
-    if REQUIRED:
-        pytest.fail(f"ELASTICCTR_E2E_REQUIRED=1 and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 @pytest.fixture(scope="session")

@@ -137,6 +137,28 @@ def test_every_pod_runs_unprivileged_and_non_root(stack_graph: tuple[str, harnes
             assert ":" in image.rsplit("/", 1)[-1] and not image.endswith(":latest"), where
 
 
+def test_every_long_running_container_has_a_liveness_probe(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    """A stuck server is restarted: every container of a Deployment or StatefulSet (a Job's
+    run to completion) has a liveness probe, and a startup probe, where there is one, waits
+    for what the liveness probe checks."""
+    _, graph = stack_graph
+    servers = [m for m in graph.manifests() if m["kind"] in ("Deployment", "StatefulSet")]
+    assert len(servers) >= 4  # mlflow, cube shards, cube-transfer, serving (+ minio, hdfs)
+    for manifest in servers:
+        for owner, template in pod_templates(manifest):
+            for container in template["spec"]["containers"]:
+                where = f"{owner}/{container['name']}"
+                live = container.get("livenessProbe")
+                assert live, f"{where} has no liveness probe"
+                handler = {k: v for k, v in live.items() if k in ("httpGet", "tcpSocket")}
+                assert handler, where
+                startup = container.get("startupProbe")
+                if startup:
+                    assert {k: startup.get(k) for k in handler} == handler, where
+
+
 def test_read_only_root_everywhere(stack_graph: tuple[str, harness.Graph]) -> None:
     _, graph = stack_graph
     writable = {

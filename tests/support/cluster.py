@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests.support.prerequisites import unavailable
 from tools.localcluster import host
 from tools.localcluster.cluster import BUILT, LocalCluster, State
 from tools.localcluster.settings import BRIDGE, POD_CIDR, SERVICE_CIDR, Layout
@@ -309,15 +310,6 @@ def unavailable_reason() -> str | None:
     if shutil.which("buildah") is None:
         return "buildah is missing (tools/setup.sh installs it): images cannot be built"
     return None
-
-
-def unavailable(reason: str) -> None:
-    """Skip, or with ELASTICCTR_E2E_REQUIRED=1 (CI) fail: CI must not pass by skipping."""
-    import pytest
-
-    if os.environ.get("ELASTICCTR_E2E_REQUIRED") == "1":
-        pytest.fail(f"ELASTICCTR_E2E_REQUIRED=1 and {reason}", pytrace=False)
-    pytest.skip(reason)
 
 
 def load_local_images(socket: Path) -> None:
