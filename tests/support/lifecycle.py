@@ -177,6 +177,7 @@ class LoadGenerator:
     ok: int = 0
     failed: int = 0
     errors: dict[str, int] = field(default_factory=dict)
+    messages: dict[str, int] = field(default_factory=dict)  # serving's err_msg of failures
     versions: set[int] = field(default_factory=set)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
@@ -213,13 +214,28 @@ class LoadGenerator:
                 reason = type(err).__name__
                 if isinstance(err, urllib.error.HTTPError):
                     reason = f"HTTP {err.code}"
+                    self._keep_message(err)
                 self.errors[reason] = self.errors.get(reason, 0) + 1
                 self.failed += 1
                 time.sleep(0.05)
             time.sleep(0.02)
 
+    def _keep_message(self, err: urllib.error.HTTPError) -> None:
+        """Count the answer's err_msg (its first 160 characters): what serving said."""
+        try:
+            message = str(json.loads(err.read()).get("err_msg", ""))[:160]
+        except (OSError, ValueError, AttributeError):
+            message = "(no JSON answer)"
+        if message in self.messages or len(self.messages) < 5:
+            self.messages[message] = self.messages.get(message, 0) + 1
+
     def summary(self) -> dict[str, Any]:
-        return {"ok": self.ok, "failed": self.failed, "errors": self.errors}
+        return {
+            "ok": self.ok,
+            "failed": self.failed,
+            "errors": self.errors,
+            "messages": self.messages,
+        }
 
 
 def instances_of(lines: list[str]) -> list[dict[str, Any]]:
