@@ -27,8 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     gen = commands.add_parser("generate", help="write synthetic ElasticCTR data")
     gen.add_argument("--out", required=True, help="storage URI (file://, s3://, hdfs://)")
     gen.add_argument(
-        "--profile", choices=("simple", "realistic"), default="simple",
+        "--profile", choices=("simple", "realistic", "criteo"), default="simple",
         help="realistic: 20 Zipf slots, multi-hot, an interaction, 4%% clicks (realistic.py); "
+        "criteo: 13 dense features, 26 slots of Criteo's cardinalities scaled down, in "
+        "PaddleRec's slot format (synth.py); "
         "its defaults: --start 20191221/20 --hours 8 --heldout 60000",
     )  # fmt: skip
     gen.add_argument(
