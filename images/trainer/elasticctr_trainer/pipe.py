@@ -1,4 +1,4 @@
-"""The pipe command of Paddle's dataset: ElasticCTR lines on stdin -> MultiSlot lines on stdout.
+"""The pipe command of Paddle's dataset: example lines on stdin -> MultiSlot lines on stdout.
 
 Paddle runs it once per data file as `(<command>) < "<file>"`, so stdin is the file
 itself and `/proc/self/fd/0` names it. Bad lines are skipped; at the end a JSON report
@@ -11,6 +11,7 @@ error raised). A pipe that is killed writes no report: the trainer fails a file 
 none.
 
     python -m elasticctr_trainer.pipe --slot-conf slot.conf --sparse-dim N --report-dir DIR
+        [--format elasticctr|paddlerec] [--dense NAME:DIM ...]
 
 Where `ELASTICCTR_PIPE_BIN` names the native pipe (images/trainer/pipe, installed by the
 image), the trainer runs that instead: same rules, same output, same report, ~0.09 of the
@@ -30,9 +31,10 @@ from pathlib import Path
 from typing import IO, Any
 
 from elasticctr_common.cargo import cargo_build
+from elasticctr_common.lines import DenseFeature, LineFormat
 from elasticctr_common.slotconf import read_slot_conf
 
-from .lines import BadLine, LineParser, NotText, is_blank, multislot_line, text_lines
+from .lines import BadLine, LineParser, NotText, is_blank, text_lines
 
 FIRST_BAD_KEPT = 5
 NATIVE_PIPE_ENV = "ELASTICCTR_PIPE_BIN"
@@ -80,7 +82,7 @@ def convert(stream: Iterable[bytes], parser: LineParser, out: IO[str]) -> dict[s
                 if len(first_bad) < FIRST_BAD_KEPT:
                     first_bad.append([number, str(bad)])
                 continue
-            out.write(multislot_line(example))
+            out.write(parser.multislot(example))
             out.write("\n")
     except NotText as err:
         failed = str(err)
@@ -106,10 +108,16 @@ def main(argv: list[str] | None = None) -> None:
     args.add_argument("--slot-conf", required=True)
     args.add_argument("--sparse-dim", type=int, required=True)
     args.add_argument("--report-dir", required=True)
+    args.add_argument("--format", default="elasticctr", help="elasticctr or paddlerec")
+    args.add_argument(
+        "--dense", action="append", default=[], metavar="NAME:DIM", help="a dense feature"
+    )
     opts = args.parse_args(argv)
     report: dict[str, Any] = {"path": stdin_name()}
     try:
-        parser = LineParser(read_slot_conf(opts.slot_conf), opts.sparse_dim)
+        dense = [DenseFeature(n, int(d)) for n, _, d in (f.rpartition(":") for f in opts.dense)]
+        form = LineFormat(opts.format, tuple(dense))
+        parser = LineParser(read_slot_conf(opts.slot_conf), opts.sparse_dim, form)
         stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115
         out = open(sys.stdout.fileno(), "w", encoding="utf-8", buffering=1 << 20, closefd=False)  # noqa: SIM115
         with stdin, out:

@@ -311,3 +311,53 @@ def criteo(scale_down: int = CRITEO_SCALE_DOWN) -> Profile:
         raw_ids=False,
         format="paddlerec",
     )
+
+
+def knobs(
+    slots: int = 20,
+    max_vocab: int = 100_000,
+    zipf: float = 1.1,
+    multi_hot: int = 3,
+    max_hot: int = 5,
+    often_empty: int = 3,
+    pairs: int = 1,
+    ctr: float = 0.04,
+    raw_ids: bool = True,
+    dense: int = 0,
+    tail_power: float = 1.0,
+    logit_std: float = 0.9,
+) -> Profile:
+    """A profile from the quality matrix's knobs: `slots` slots with vocabularies growing
+    geometrically from 4 to `max_vocab`, Zipf `zipf`; `multi_hot` of them (from the upper
+    half) take 1..`max_hot` ids, `often_empty` are empty half the time or more; `pairs`
+    pairs of small single-hot slots interact; `dense` dense count components (one feature
+    `dense_feature`, PaddleRec's slot format); ids raw 64-bit or pre-hashed. `tail_power`:
+    how fast one id's weight shrinks with its slot's vocabulary (0: not at all, the tail
+    carries as much signal per id as the head)."""
+    vocabs = np.geomspace(4, max_vocab, slots).round().astype(int).tolist()
+    upper = list(range(slots // 2, slots))
+    hot = set(upper[:: max(1, len(upper) // max(1, multi_hot))][:multi_hot])
+    single = [p for p in range(slots) if p not in hot]
+    empty_at = (
+        {p: 0.5 + 0.25 * (i % 2) for i, p in enumerate(single[-often_empty:])}
+        if often_empty
+        else {}
+    )
+    specs = []
+    for position, vocab in enumerate(vocabs):
+        top = max_hot if position in hot else 1
+        empty = empty_at.get(position, 0.05)
+        mean_ids = (1 - empty) * (1 + top) / 2
+        std = per_id_std(logit_std, slots, mean_ids, vocab, tail_power)
+        specs.append(SlotSpec(vocab, std, zipf=zipf, max_hot=top, empty_prob=empty))
+    small = [p for p in single if p not in empty_at and vocabs[p] <= 1000]
+    pair_specs = tuple(PairSpec(small[2 * i], small[2 * i + 1], 0.8) for i in range(pairs))
+    dense_specs = (DenseSpec(CRITEO_DENSE, dense, weight_std=0.15),) if dense else ()
+    return Profile(
+        slots=tuple(specs),
+        pairs=pair_specs,
+        dense=dense_specs,
+        ctr=ctr,
+        raw_ids=raw_ids,
+        format="paddlerec" if dense else "elasticctr",
+    )
