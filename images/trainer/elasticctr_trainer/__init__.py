@@ -12,7 +12,8 @@ train (`trainer.py`, `pserver.py`, `model.py`, `export.py`).
 import zlib  # noqa: F401
 
 # The exit code of a trainer whose pass failed its checks (an unusable data file, over
-# `runner.max_bad_line_fraction` bad lines, or a model version refused before publishing):
-# the Volcano Job ends on it instead of restarting on the same data
-# (components/training.py keeps the same number).
+# `runner.max_bad_line_fraction` bad lines, or a model version refused before publishing),
+# and of any pod whose network module cannot be used (networks.NetworkError): the Volcano
+# Job ends on it instead of restarting into the same failure (components/training.py keeps
+# the same number).
 BAD_DATA_EXIT_CODE = 3

@@ -74,18 +74,24 @@ def main(argv: list[str] | None = None) -> int:
         os.makedirs(config.runner.work_dir, exist_ok=True)
         os.chdir(config.runner.work_dir)
         code = 0
-        if role.is_server:
-            from .pserver import run_pserver
+        from . import BAD_DATA_EXIT_CODE
+        from .networks import NetworkError
 
-            run_pserver(config, role)
-        else:
-            from . import BAD_DATA_EXIT_CODE
-            from .trainer import PassFailed, run_trainer
+        try:
+            if role.is_server:
+                from .pserver import run_pserver
 
-            try:
-                run_trainer(config, role)
-            except PassFailed:  # logged by the trainer already; a code of its own for Volcano
-                code = BAD_DATA_EXIT_CODE
+                run_pserver(config, role)
+            else:
+                from .trainer import PassFailed, run_trainer
+
+                try:
+                    run_trainer(config, role)
+                except PassFailed:  # logged by the trainer already; a code of its own for Volcano
+                    code = BAD_DATA_EXIT_CODE
+        except NetworkError as err:  # every run of the job would meet it: end the job
+            logging.getLogger("elasticctr_trainer").error("%s", err)
+            code = BAD_DATA_EXIT_CODE
         # Done, and everything is written: leave without the interpreter's teardown, where
         # Paddle's and brpc's static destructors run after the servers stopped. Should one
         # crash there, the pod would fail and Volcano restart the whole finished Job.

@@ -161,10 +161,10 @@ BUILT_IN: dict[str, Network] = {
 
 
 def load_network(model: str, module: str | None) -> tuple[str, Network]:
-    """(the network's name, its build function): a built-in one, or for "custom" the
-    `build` of `module`, a .py file or an importable module name."""
+    """(what errors call the network, its build function): a built-in one, or for "custom"
+    the `build` of `module`, a .py file or an importable module name."""
     if model != "custom":
-        return model, BUILT_IN[model]
+        return f"network {model!r}", BUILT_IN[model]
     assert module is not None  # trainer_json requires it with custom
     try:
         if module.endswith(".py"):
@@ -181,14 +181,14 @@ def load_network(model: str, module: str | None) -> tuple[str, Network]:
             loaded = importlib.import_module(module)
     except Exception as err:  # the user's code: anything it raises is the problem
         raise NetworkError(
-            f"network module {module!r} cannot be imported: {type(err).__name__}: {err}"
+            f"network module {module!r}: cannot be imported: {type(err).__name__}: {err}"
         ) from None
     build = getattr(loaded, "build", None)
     if not callable(build):
         raise NetworkError(
-            f"network module {module!r} has no function build(inputs) returning the click logit"
+            f"network module {module!r}: has no function build(inputs) returning the click logit"
         )
-    return module, build
+    return f"network module {module!r}", build
 
 
 def call_network(name: str, build: Network, inputs: NetInputs) -> Any:
@@ -197,21 +197,19 @@ def call_network(name: str, build: Network, inputs: NetInputs) -> Any:
     try:
         logit = build(inputs)
     except Exception as err:
-        raise NetworkError(
-            f"network {name!r}: build(inputs) failed: {type(err).__name__}: {err}"
-        ) from None
+        raise NetworkError(f"{name}: build(inputs) failed: {type(err).__name__}: {err}") from None
     if not isinstance(logit, paddle.static.Variable):
         raise NetworkError(
-            f"network {name!r}: build(inputs) must return a Paddle Variable (the click "
+            f"{name}: build(inputs) must return a Paddle Variable (the click "
             f"logit, [batch, 1] float32), got {type(logit).__name__}"
         )
     if logit.dtype != paddle.float32:
         raise NetworkError(
-            f"network {name!r}: the logit must be float32, got {str(logit.dtype).split('.')[-1]}"
+            f"{name}: the logit must be float32, got {str(logit.dtype).split('.')[-1]}"
         )
     shape = list(logit.shape)
     if len(shape) != 2 or shape[1] not in (1, -1) or shape[0] not in (-1, None):
-        raise NetworkError(f"network {name!r}: the logit must have shape [batch, 1], got {shape}")
+        raise NetworkError(f"{name}: the logit must have shape [batch, 1], got {shape}")
     return logit
 
 
@@ -245,14 +243,13 @@ def check_network(
         except Exception as err:
             first = str(err).strip().splitlines()[0] if str(err).strip() else ""
             raise NetworkError(
-                f"network {name!r}: running it on a probe batch failed: "
-                f"{type(err).__name__}: {first[:300]}"
+                f"{name}: running it on a probe batch failed: {type(err).__name__}: {first[:300]}"
             ) from None
     out = np.asarray(out)
     if out.shape != (PROBE_BATCH, 1):
         raise NetworkError(
-            f"network {name!r}: the logit must have shape [batch, 1]; for a batch of "
+            f"{name}: the logit must have shape [batch, 1]; for a batch of "
             f"{PROBE_BATCH} it had {list(out.shape)}"
         )
     if not np.isfinite(out).all():
-        raise NetworkError(f"network {name!r}: the logit of a probe batch is not finite")
+        raise NetworkError(f"{name}: the logit of a probe batch is not finite")
