@@ -36,8 +36,10 @@ CONFIG_MAP = "training-config"
 UGI_SECRET = "hdfs-ugi"
 SERVICE_ACCOUNT = "training"
 # A trainer's exit code for a pass that failed its checks: bad data, or a model version refused
-# before publishing (elasticctr_trainer.BAD_DATA_EXIT_CODE).
+# before publishing; a pserver's or trainer's for a checkpoint of another model layout
+# (elasticctr_trainer.BAD_DATA_EXIT_CODE). A rerun would fail alike.
 BAD_DATA_EXIT_CODE = 3
+TERMINATE_ON_BAD_DATA = {"exitCode": BAD_DATA_EXIT_CODE, "action": "TerminateJob"}
 WORK_SIZE = "20Gi"  # per-pod scratch (emptyDir) for staged data and checkpoints
 
 
@@ -209,7 +211,8 @@ class Training(pulumi.ComponentResource):
                 ],
                 "plugins": {"svc": [], "env": []},
                 "tasks": [
-                    task("pserver", args.pservers, []),
+                    # A checkpoint of another model layout (exit code 3) fails every start.
+                    task("pserver", args.pservers, [TERMINATE_ON_BAD_DATA]),
                     task(
                         "trainer",
                         args.trainers,
@@ -217,7 +220,7 @@ class Training(pulumi.ComponentResource):
                             # Bad data (or a refused model) fails every run alike: end the
                             # job, do not retry.
                             # Task policies come before the job's PodFailed -> RestartJob.
-                            {"exitCode": BAD_DATA_EXIT_CODE, "action": "TerminateJob"},
+                            TERMINATE_ON_BAD_DATA,
                             {"event": "TaskCompleted", "action": "CompleteJob"},
                         ],
                     ),

@@ -653,7 +653,7 @@ class TrainingConfig(Section):
         Runner.max_bad_line_fraction,
         ge=0,
         le=1,
-        description="a pass fails above this share of bad lines",
+        description="a pass fails above this share of malformed lines, or of unusable data files",
     )
     model: Model = Field(
         HyperParameters.model,

@@ -111,7 +111,6 @@ RULES = (
         _CHECKPOINTS,
         _NEW_MODEL,
     ),
-    Rule("training.model", lambda c: c.stack.training.model, _CHECKPOINTS, _NEW_MODEL),
     Rule("slot_conf", lambda c: c.slots, _CHECKPOINTS, _NEW_MODEL),
 )
 

@@ -23,25 +23,32 @@ if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
   need go "install Go >= 1.26 (the offline tools are built from Go modules)"
 fi
 
-# Debian packages of the image builds (buildah, mmdebstrap) and of the local cluster's node
-# (docs/images.md, docs/local-cluster.md): installed as root on Debian; elsewhere the image
-# and cluster tests say what is missing. ELASTICCTR_SKIP_CLUSTER=1 skips this step.
-node_packages=(buildah mmdebstrap uidmap containerd containernetworking-plugins iptables conntrack
-               ipset nftables iproute2)
-if [ "${ELASTICCTR_SKIP_CLUSTER:-0}" != 1 ] && command -v dpkg-query >/dev/null; then
+# Debian packages: the compressors the data-file tests write files with, and, unless
+# ELASTICCTR_SKIP_CLUSTER=1, those of the image builds (buildah, mmdebstrap) and of the local
+# cluster's node (docs/images.md, docs/local-cluster.md). Installed as root on Debian;
+# elsewhere the image and cluster tests say what is missing.
+packages=(gzip bzip2 xz-utils zstd lz4 zip)
+if [ "${ELASTICCTR_SKIP_CLUSTER:-0}" != 1 ]; then
+  packages+=(buildah mmdebstrap uidmap containerd containernetworking-plugins iptables conntrack
+             ipset nftables iproute2)
+fi
+if command -v dpkg-query >/dev/null; then
   missing=()
-  for package in "${node_packages[@]}"; do
+  for package in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" \
       || missing+=("$package")
   done
   if ((${#missing[@]})) && [ "$(id -u)" = 0 ]; then
     apt-get update -qq
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    echo "set-up: installed ${missing[*]} (image builds, local cluster)"
+    echo "set-up: installed ${missing[*]}"
   elif ((${#missing[@]})); then
     echo "set-up: not root: the image and cluster tests will skip without ${missing[*]}" >&2
   fi
 fi
+for compressor in gzip bzip2 xz zstd pzstd lz4 zip; do
+  need "$compressor" "apt-get install gzip bzip2 xz-utils zstd lz4 zip (the data-file tests write files with the real tools)"
+done
 
 python=${PYTHON:-python3.11}
 command -v "$python" >/dev/null || python=python3

@@ -1,8 +1,10 @@
 """The ElasticCTR lifecycle in pods, on the local cluster, as a user runs it: data in with
 the client's `upload`, the offline job trained by Volcano, version 1 rolled out by cube and
-served, `predict`/`status`/`logs`, then a rescale to 3 trainers with a second pass while a
-load generator sends requests. The phases run in order on the session's stack; each is
-timed (printed, and written to $ELASTICCTR_LIFECYCLE_REPORT when set).
+served, `predict`/`status`/`logs`, then changes under a load generator's requests: a
+rescale to 3 trainers with a second pass, cube_shards 2 -> 3 -> 2, pservers 1 -> 2 with a
+third pass (none may fail a request), pods deleted, a bad data hour, online mode. The
+phases run in order on the session's stack; each is timed (printed, and written to
+$ELASTICCTR_LIFECYCLE_REPORT when set).
 """
 
 from __future__ import annotations
@@ -334,6 +336,47 @@ def test_4b_cube_shards_up_and_down_under_load(life: Lifecycle) -> None:
     life.done("4b cube_shards 2 -> 3 -> 2 under load", started)
 
 
+def test_4c_pservers_up_under_load(life: Lifecycle) -> None:
+    """`pulumi config set pservers 2` with a third pass: the Job is replaced, its two
+    pservers reshard the one-pserver checkpoint of pass 2 (every row to the pserver that
+    now owns its key) and pass 3 trains on; serving answers throughout."""
+    started = time.monotonic()
+    lines = life.heldout().read_text().splitlines()[:32]
+    load = LoadGenerator(life.urls()["serving"], life.token, instances_of(lines)).start()
+    try:
+        old = volcano_job(life.stack, JOB)
+        assert old is not None
+        _up(life, pservers="2", **{"training.passes": "3"})
+        job = _replaced(life, old["metadata"]["uid"])
+        assert job["spec"]["tasks"][0]["replicas"] == 2, job["spec"]["tasks"]
+        done = wait_for(life.job_done, 900, "the job with 2 pservers to complete", interval=5)
+        assert done["status"].get("retryCount", 0) == 0, done["status"]
+        wait_for(lambda: life.committed(3), 300, "cube to commit version 3")
+        wait_for(lambda: life.serving_version() == 3, 300, "serving to load version 3")
+    finally:
+        load.stop()
+    life.timings.figures["requests during pservers 1 -> 2"] = load.summary()
+    resumed = _trainer0_events(life, "resume")
+    assert resumed and resumed[-1]["after_pass"] == 2, resumed
+    assert _trainer0_events(life, "resharded"), "trainer 0 logged no reshard"
+    assert {e["step"] for e in _trainer0_events(life, "metrics")} == {3}
+    for rank in (0, 1):
+        log = _pod_log(life, f"{JOB}-pserver-{rank}")
+        assert "(taken with 1 pservers, resharded to 2)" in log, log[-2000:]
+    assert load.failed == 0 and load.ok > 0, load.summary()
+    life.done("4c pservers 1 -> 2, pass 3 resumed from the resharded checkpoint", started)
+
+
+def _pod_log(life: Lifecycle, pod: str) -> str:
+    from kubernetes import client
+    from kubernetes.client.rest import ApiException
+
+    try:
+        return str(client.CoreV1Api(life.stack.api()).read_namespaced_pod_log(pod, NS) or "")
+    except ApiException:  # gone with its Job, or never started
+        return ""
+
+
 def _outputs(life: Lifecycle) -> dict[str, Any]:
     return dict(life.stack.project.run("stack", "output", "--json").json())
 
@@ -390,7 +433,7 @@ def test_6a_serving_pod_deleted_under_load(life: Lifecycle) -> None:
             and p.metadata.deletion_timestamp is None
             and all(c.ready for c in p.status.container_statuses or [])
             and p.status.phase == "Running"
-            and life.serving_version() == 2
+            and life.serving_version() == 3
             for p in pods(life.stack.api(), NS, selector)
         )
 
@@ -404,7 +447,8 @@ def test_6b_cube_shard_pod_deleted_under_load(life: Lifecycle) -> None:
     """The StatefulSet recreates the shard's pod, its agent reloads the committed version
     (one replica per shard here: lookups of that shard fail meanwhile, counted)."""
     started = time.monotonic()
-    selector = "app.kubernetes.io/component=cube,statefulset.kubernetes.io/pod-name=cube-0-0"
+    # Shard 0's one pod (one replica here), whatever its layout's name.
+    selector = "app.kubernetes.io/component=cube,elasticctr.io/cube-shard=0"
 
     def shard_back(deleted_uid: str) -> bool:  # the same name again, a new pod
         found = [p for p in pods(life.stack.api(), NS, selector) if p.metadata.uid != deleted_uid]
@@ -412,7 +456,7 @@ def test_6b_cube_shard_pod_deleted_under_load(life: Lifecycle) -> None:
 
     result = _delete_under_load(life, selector, shard_back)
     life.timings.figures["cube shard pod deleted"] = result
-    assert life.committed(2), "the transfer's committed version changed"
+    assert life.committed(3), "the transfer's committed version changed"
     life.done("6b cube shard pod deleted under load", started)
 
 
@@ -433,19 +477,19 @@ def _replaced(life: Lifecycle, old_uid: str) -> dict[str, Any]:
 
 
 def test_6c_pserver_deleted_mid_pass(life: Lifecycle) -> None:
-    """Volcano restarts the whole Job; it resumes after the last checkpoint (pass 2) and
-    trains pass 3; version 3 reaches serving."""
+    """Volcano restarts the whole Job; it resumes after the last checkpoint (pass 3) and
+    trains pass 4; version 4 reaches serving."""
     from kubernetes import client
 
     started = time.monotonic()
     old = volcano_job(life.stack, JOB)
     assert old is not None
-    _up(life, **{"training.passes": "3"})
+    _up(life, **{"training.passes": "4"})
     job = _replaced(life, old["metadata"]["uid"])
     wait_for(
-        lambda: any(e["pass"] == 3 for e in _trainer0_events(life, "pass_start")),
+        lambda: any(e["pass"] == 4 for e in _trainer0_events(life, "pass_start")),
         600,
-        "trainer 0 to start pass 3",
+        "trainer 0 to start pass 4",
         interval=0.5,
     )
     deleted = time.monotonic()
@@ -458,20 +502,20 @@ def test_6c_pserver_deleted_mid_pass(life: Lifecycle) -> None:
     assert done["metadata"]["uid"] == job["metadata"]["uid"]
     assert done["status"].get("retryCount", 0) >= 1, done["status"]  # Volcano restarted it
     resumed = _trainer0_events(life, "resume")
-    assert resumed and resumed[-1]["after_pass"] == 2, resumed
-    assert {e["step"] for e in _trainer0_events(life, "metrics")} == {3}
-    wait_for(lambda: life.committed(3), 300, "cube to commit version 3")
-    wait_for(lambda: life.serving_version() == 3, 300, "serving to load version 3")
+    assert resumed and resumed[-1]["after_pass"] == 3, resumed
+    assert {e["step"] for e in _trainer0_events(life, "metrics")} == {4}
+    wait_for(lambda: life.committed(4), 300, "cube to commit version 4")
+    wait_for(lambda: life.serving_version() == 4, 300, "serving to load version 4")
     life.timings.figures["pserver deleted mid-pass"] = {
         "restarts": done["status"].get("retryCount"),
-        "version_3_served_after_s": round(time.monotonic() - deleted, 1),
+        "version_4_served_after_s": round(time.monotonic() - deleted, 1),
     }
     life.done("6c pserver deleted mid-pass", started)
 
 
 def test_6d_bad_data_hour_ends_the_job_and_serving_keeps_its_version(life: Lifecycle) -> None:
     """An hour with more bad lines than max_bad_line_fraction: the Job ends (exit code 3,
-    TerminateJob, no retry), version 3 keeps serving, and `logs` names the file (from the
+    TerminateJob, no retry), version 4 keeps serving, and `logs` names the file (from the
     failed trainer's pod, which Volcano keeps)."""
     started = time.monotonic()
     bad_hour = "20191221/06"
@@ -485,7 +529,7 @@ def test_6d_bad_data_hour_ends_the_job_and_serving_keeps_its_version(life: Lifec
     old = volcano_job(life.stack, JOB)
     assert old is not None
     # A pass of the bad hour alone: the threshold is judged once the pass's data is read.
-    _up(life, **{"data.start": bad_hour, "data.end": bad_hour, "training.passes": "4"})
+    _up(life, **{"data.start": bad_hour, "data.end": bad_hour, "training.passes": "5"})
     _replaced(life, old["metadata"]["uid"])
 
     def ended() -> dict[str, Any] | None:
@@ -505,7 +549,7 @@ def test_6d_bad_data_hour_ends_the_job_and_serving_keeps_its_version(life: Lifec
     }
     failed = [name for name, code in exit_codes.items() if code == 3]
     assert failed, exit_codes
-    assert life.committed(3) and life.serving_version() == 3
+    assert life.committed(4) and life.serving_version() == 4
     lines = _logs(life, tail=300)
     named = [line for line in lines if f"{bad_hour}/part-00000" in line]
     assert named, lines[-30:]
@@ -529,9 +573,9 @@ def test_5_online_mode_follows_a_new_hour(life: Lifecycle) -> None:
     _up(life, **{"training.mode": "online", "training.passes": "1", "data.start": new_hour})
     _replaced(life, old["metadata"]["uid"])
     wait_for(
-        lambda: (volcano_job(life.stack, JOB) or {}).get("status", {}).get("running") == 4,
+        lambda: (volcano_job(life.stack, JOB) or {}).get("status", {}).get("running") == 5,
         300,
-        "the online job running (1 pserver + 3 trainers), waiting for its hour",
+        "the online job running (2 pservers + 3 trainers), waiting for its hour",
     )
     out = life.work / "online"
     run_module(
@@ -541,11 +585,11 @@ def test_5_online_mode_follows_a_new_hour(life: Lifecycle) -> None:
     )  # fmt: skip
     uploaded = time.monotonic()
     _upload(life, out / "train")
-    wait_for(lambda: life.committed(4), 600, "cube to commit the new hour's version 4")
-    wait_for(lambda: life.serving_version() == 4, 300, "serving to load version 4")
+    wait_for(lambda: life.committed(5), 600, "cube to commit the new hour's version 5")
+    wait_for(lambda: life.serving_version() == 5, 300, "serving to load version 5")
     life.timings.figures["online: donefile to version served (s)"] = round(
         time.monotonic() - uploaded, 1
     )
     passes = _trainer0_events(life, "pass_start")
-    assert [(e["pass"], e["hours"]) for e in passes] == [(4, [new_hour])], passes
+    assert [(e["pass"], e["hours"]) for e in passes] == [(5, [new_hour])], passes
     life.done("5 online: a new hour trained and served", started)

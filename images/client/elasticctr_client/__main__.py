@@ -9,6 +9,7 @@ serving_token.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from elasticctr_common.datafiles import BadFile, data_lines
 from elasticctr_common.stack_outputs import (
     BUCKET,
     CUBE_TRANSFER_URL,
@@ -118,8 +120,12 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
 
     url = outputs.get(args.serving_url, SERVING_URL, "--serving-url")
     token = _token(args, outputs)
-    paths = [Path(f) for f in args.files if f != "-"]
-    total = sum(sum(1 for line in p.open() if line.strip()) for p in paths)
+    paths = [f for f in args.files if f != "-"]
+    try:
+        total = sum(1 for line in _lines(paths) if line.strip())
+    except BadFile as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     lines = _lines(args.files)
     out = open(args.output, "w") if args.output else None  # noqa: SIM115 (closed below)
     started = time.monotonic()
@@ -134,7 +140,7 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
             progress=not args.no_progress,
             token=token,
         )
-    except PredictError as err:
+    except (PredictError, BadFile) as err:
         print(f"error: {err}", file=sys.stderr)
         return 1
     finally:
@@ -150,12 +156,16 @@ def _token(args: argparse.Namespace, outputs: StackOutputs) -> str | None:
 
 
 def _lines(files: list[str]) -> Iterator[str]:
+    """The lines of each file ('-': stdin), read as the trainer reads data files (compressed
+    ones decompressed, `\\n` ends a line); BadFile, naming the file, for one that is not
+    lines of text."""
     for name in files:
-        if name == "-":
-            yield from sys.stdin
-        else:
-            with open(name) as f:
-                yield from f
+        with contextlib.nullcontext(sys.stdin.buffer) if name == "-" else open(name, "rb") as f:
+            try:
+                for _, line in data_lines(f):
+                    yield line
+            except BadFile as err:
+                raise BadFile(f"{name}: {err}") from None
 
 
 def run_logs(args: argparse.Namespace, outputs: StackOutputs) -> int:

@@ -11,9 +11,10 @@ train (`trainer.py`, `pserver.py`, `model.py`, `export.py`).
 # package does so before any of its modules can import Paddle.
 import zlib  # noqa: F401
 
-# The exit code of a trainer whose pass failed its checks (an unusable data file, over
-# `runner.max_bad_line_fraction` bad lines, or a model version refused before publishing),
-# and of any pod whose network module cannot be used (networks.NetworkError): the Volcano
-# Job ends on it instead of restarting into the same failure (components/training.py keeps
-# the same number).
+# The exit code of a trainer whose pass failed its checks (bad lines or unusable data files
+# over `runner.max_bad_line_fraction`, or a model version refused before publishing), and
+# of a pserver or trainer whose model does not fit the checkpoint it would resume
+# (checkpoint.CheckpointMismatch) or whose network module cannot be used
+# (networks.NetworkError): the Volcano Job ends on it instead of restarting into the same
+# failure (components/training.py keeps the same number).
 BAD_DATA_EXIT_CODE = 3

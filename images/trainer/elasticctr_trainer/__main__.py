@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         os.chdir(config.runner.work_dir)
         code = 0
         from . import BAD_DATA_EXIT_CODE
+        from .checkpoint import CheckpointMismatch
         from .networks import NetworkError
 
         try:
@@ -87,9 +88,11 @@ def main(argv: list[str] | None = None) -> int:
 
                 try:
                     run_trainer(config, role)
-                except PassFailed:  # logged by the trainer already; a code of its own for Volcano
+                except PassFailed:  # logged by the trainer already; Volcano's code of its own
                     code = BAD_DATA_EXIT_CODE
-        except NetworkError as err:  # every run of the job would meet it: end the job
+        # A checkpoint the model does not fit, a network module that cannot be used: every
+        # attempt would meet it, so no restart.
+        except (CheckpointMismatch, NetworkError) as err:
             logging.getLogger("elasticctr_trainer").error("%s", err)
             code = BAD_DATA_EXIT_CODE
         # Done, and everything is written: leave without the interpreter's teardown, where

@@ -7,9 +7,13 @@ pserver's own disk (Paddle's table save: gzip text, `<table>/part-<rank>-<shard>
 A helper process beside each pserver (`pserver-sync`) uploads its own part files to
 `<checkpoint_uri>/pass-<N>/pserver-<rank>/` and marks them done; trainer 0 also saves the
 dense parameters it pulled, then appends the pass to `<checkpoint_uri>/index` last, so a
-half-written checkpoint is never used. On start, each pserver downloads its shard of the
-latest checkpoint and loads every table before it serves; trainer 0 puts the dense
-parameters into its scope before `init_worker`, which pushes them to the pservers.
+half-written checkpoint is never used. On start, each pserver builds its shard of the
+latest checkpoint from the saved ones, for the pserver count of this job whatever the
+count that took it (reshard.py), and loads every table before it serves; trainer 0 puts
+the dense parameters into its scope before `init_worker`, which pushes them to the
+pservers. An index line records the model's layout (`ModelLayout`): a job whose model
+differs refuses the checkpoint (`CheckpointMismatch`) instead of loading rows and weights
+that mean something else.
 """
 
 from __future__ import annotations
@@ -19,17 +23,56 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from elasticctr_common.storage import Store
+from elasticctr_common.trainer_json import HyperParameters
 from numpy.typing import NDArray
 
 log = logging.getLogger(__name__)
 INDEX = "index"
 KEEP = 2  # checkpoints kept; the index keeps every line as history
+
+
+class CheckpointMismatch(RuntimeError):
+    """The checkpoint cannot be loaded into this job's model; the message names the
+    checkpoint, the difference and what to do. A rerun would meet it again."""
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """What fixes the meaning of the tables' rows and values: a checkpoint is loaded only
+    into a model with the same. (A pserver count is no part of it: reshard.py.)"""
+
+    sparse_dim: int  # a key is feasign % sparse_dim
+    embedding_dim: int  # the width of a sparse row
+    slots: list[int]  # the dense model's inputs, in order
+    fc_sizes: list[int]
+
+    @classmethod
+    def of(cls, hyper: HyperParameters, slots: list[int]) -> ModelLayout:
+        return cls(hyper.sparse_dim, hyper.embedding_dim, list(slots), list(hyper.fc_sizes))
+
+
+# Where each ModelLayout field is set: trainer.json's key (the stack config's).
+LAYOUT_KEYS = {
+    "sparse_dim": "hyper_parameters.sparse_dim (stack: data.sparse_dim)",
+    "embedding_dim": "hyper_parameters.embedding_dim (stack: training.embedding_dim)",
+    "slots": "the slots of runner.slot_conf (stack: slot_conf)",
+    "fc_sizes": "hyper_parameters.fc_sizes",
+}
+
+
+# What a checkpoint whose dense size differs says (one that records no layout, or a model
+# change the record does not cover).
+LAYOUT_CHANGED = (
+    "the model's layout changed (hyper_parameters.fc_sizes, hyper_parameters.embedding_dim or "
+    "the slots of slot_conf): set it back, or train a new model from scratch with a new "
+    "runner.checkpoint_uri"
+)
 
 
 @dataclass(frozen=True)
@@ -39,16 +82,47 @@ class Checkpoint:
     version: int  # the model version exported by this pass
     pservers: int
     trainers: int
+    layout: ModelLayout | None = None  # None: taken before checkpoints recorded it
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))
+
+    @classmethod
+    def from_line(cls, line: str) -> Checkpoint:
+        data = json.loads(line)
+        layout = data.pop("layout", None)
+        return cls(**data, layout=ModelLayout(**layout) if layout is not None else None)
 
 
 def latest(store: Store) -> Checkpoint | None:
     if not store.exists(INDEX):
         return None
     lines = [line for line in store.read_text(INDEX).splitlines() if line.strip()]
-    return Checkpoint(**json.loads(lines[-1])) if lines else None
+    return Checkpoint.from_line(lines[-1]) if lines else None
+
+
+def check_layout(store: Store, checkpoint: Checkpoint, layout: ModelLayout) -> None:
+    """Raise CheckpointMismatch when `checkpoint` was taken with another model layout."""
+    if checkpoint.layout is None:
+        log.warning(
+            "checkpoint pass %d records no model layout: only its dense size is checked",
+            checkpoint.pass_id,
+        )
+        return
+    changed = [
+        f"{LAYOUT_KEYS[f.name]} was {getattr(checkpoint.layout, f.name)}, this job has "
+        f"{getattr(layout, f.name)}"
+        for f in fields(ModelLayout)
+        if getattr(checkpoint.layout, f.name) != getattr(layout, f.name)
+    ]
+    if changed:
+        raise CheckpointMismatch(
+            f"checkpoint pass {checkpoint.pass_id} ({store.uri(f'pass-{checkpoint.pass_id}')}) "
+            f"belongs to another model: {'; '.join(changed)}. Its rows and weights cannot be "
+            "carried over (a change of pserver count can, nothing else of the model's "
+            "layout): set these back, or train a new model from scratch with a new "
+            f"runner.checkpoint_uri (or after removing {store.uri(INDEX)})."
+        )
 
 
 def append(store: Store, checkpoint: Checkpoint) -> None:
@@ -129,19 +203,6 @@ def upload_pending(store: Store, rank: int) -> list[int]:
         log.info("checkpoint pass %d: uploaded %d files of pserver %d", pass_id, len(files), rank)
         done.append(pass_id)
     return done
-
-
-def download_shard(store: Store, checkpoint: Checkpoint, rank: int, directory: str) -> list[int]:
-    """Fetch this pserver's files of `checkpoint`; return the table ids they hold."""
-    root = f"pass-{checkpoint.pass_id}/pserver-{rank}"
-    tables = []
-    for table in store.list(root):
-        for name in store.list(f"{root}/{table}"):
-            store.download(f"{root}/{table}/{name}", os.path.join(directory, table, name))
-        tables.append(int(table))
-    if not tables:
-        raise FileNotFoundError(f"{store.uri(root)}: no table files for pserver {rank}")
-    return sorted(tables)
 
 
 def serve_uploads(checkpoint_uri: str, rank: int, parent_pid: int, poll_seconds: float) -> None:

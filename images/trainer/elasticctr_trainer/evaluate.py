@@ -2,8 +2,10 @@
 predicted click probability per valid example (files sorted by name, lines in order),
 computed with the same pulled embeddings and dense parameters as the export.
 
-Lines are split and parsed as the training pipe does (`lines.text_lines`); an eval file
-that is not text is an error, not a file of bad lines."""
+Files are read (decompressed if they are compressed data) and their lines parsed as the
+training pipe does (`elasticctr_common.datafiles`, `lines.LineParser`). An eval file that
+is not lines of text, whole, is an error, not a bad file to count: a held-out set read in
+part would change the AUC versions are compared by."""
 
 from __future__ import annotations
 
@@ -11,11 +13,12 @@ import io
 from typing import Any
 
 import numpy as np
+from elasticctr_common.datafiles import BadFile, data_lines
 from elasticctr_common.storage import Store
 from numpy.typing import NDArray
 
 from .feed import feed_dict
-from .lines import BadLine, Example, LineParser, NotText, is_blank, text_lines
+from .lines import BadLine, Example, LineParser, is_blank
 from .metrics import auc
 from .model import CtrModel
 
@@ -28,15 +31,15 @@ def read_examples(data: Store, parser: LineParser) -> list[Example]:
         if name.startswith(("_", ".")) or name == "donefile":
             continue
         try:
-            for _, line in text_lines(io.BytesIO(data.read_bytes(name))):
+            for _, line in data_lines(io.BytesIO(data.read_bytes(name))):
                 if is_blank(line):
                     continue
                 try:
                     examples.append(parser.parse(line))
                 except BadLine:
                     continue
-        except NotText as err:
-            raise NotText(f"eval data {data.uri(name)}: {err}") from None
+        except BadFile as err:
+            raise BadFile(f"eval data {data.uri(name)}: {err}") from None
     return examples
 
 

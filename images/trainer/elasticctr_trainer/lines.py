@@ -5,15 +5,13 @@ A feasign becomes the sparse key `feasign % sparse_dim`; a slot with no feasign 
 example gets the padding key 0. Malformed lines raise `BadLine` with a short reason that
 the per-file report counts.
 
-Data files are UTF-8 text with `\\n` line ends (a `\\r\\n` end is accepted); a line is ASCII,
-its fields separated by spaces or tabs. `text_lines` splits a byte stream that way and
-raises `NotText` for a file that is not text at all (compressed, binary, not UTF-8): such a
-file is unusable as a whole, not a file with some bad lines.
+A data file's lines (text, or compressed text) come from `elasticctr_common.datafiles`,
+which raises `BadFile` for a file that is not lines of text: a bad file, not a file with
+some bad lines.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 from elasticctr_common.lines import MAX_FEASIGN, MAX_SHOW, BadLine, LineFormat
@@ -25,24 +23,10 @@ __all__ = [
     "BadLine",
     "Example",
     "LineParser",
-    "NotText",
     "is_blank",
     "multislot_line",
-    "text_lines",
 ]
 PADDING_KEY = 0
-# Leading bytes of compressed or archive formats (none can start a text line), named in
-# the error; other binary data fails on its first NUL byte or invalid UTF-8.
-COMPRESSED_MAGIC = {
-    b"\x1f\x8b": "gzip-compressed",
-    b"\xfd7zXZ\x00": "xz-compressed",
-    b"\x28\xb5\x2f\xfd": "zstd-compressed",
-    b"PK\x03\x04": "a zip archive",
-}
-
-
-class NotText(ValueError):
-    """The input is not UTF-8 text (compressed, binary or another encoding)."""
 
 
 @dataclass(frozen=True)
@@ -55,26 +39,6 @@ class Example:
     @property
     def label(self) -> int:
         return 1 if self.click > 0 else 0
-
-
-def text_lines(stream: Iterable[bytes]) -> Iterator[tuple[int, str]]:
-    """(line number, line) of a binary stream iterated by `\\n` (a binary file object, or
-    `io.BytesIO`), without the line end. Only `\\n` ends a line: a lone `\\r` stays in the
-    line (and makes it bad). Raises `NotText` at the first sign that the input is not text."""
-    for number, raw in enumerate(stream, start=1):
-        if number == 1:
-            for magic, what in COMPRESSED_MAGIC.items():
-                if raw.startswith(magic):
-                    raise NotText(f"{what} data, not text")
-        if b"\x00" in raw:
-            raise NotText(f"binary data (a NUL byte) at line {number}")
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError:
-            raise NotText(f"not UTF-8 text at line {number}") from None
-        if line.endswith("\n"):
-            line = line[:-2] if line.endswith("\r\n") else line[:-1]
-        yield number, line
 
 
 def is_blank(line: str) -> bool:

@@ -15,6 +15,7 @@ This module knows nothing of trainer.json: `build_ctr_model` takes plain numbers
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,6 +46,9 @@ class CtrModel:
     auc_stat_neg: paddle.static.Variable
     loss_sum: paddle.static.Variable  # sum of example losses, reset per pass
     example_count: paddle.static.Variable
+    # Values of the dense parameters, the pservers' merged dense table (counted here: on a
+    # pserver, the parameter-server pass leaves the main program empty).
+    dense_values: int
 
     @property
     def feed_order(self) -> list[paddle.static.Variable]:
@@ -120,9 +124,14 @@ def build_ctr_model(
     paddle.assign(paddle.add(loss_sum, paddle.sum(cost)), loss_sum)
     batch = paddle.cast(paddle.shape(label)[0:1], "float32")
     paddle.assign(paddle.add(example_count, batch), example_count)
+    dense_values = sum(
+        math.prod(p.shape)
+        for p in paddle.static.default_main_program().all_parameters()
+        if p.name != SPARSE_TABLE
+    )
     return CtrModel(
         label, show, click, slot_ids, dense_vars, pulled, pooled, prob, loss,
-        stats[2], stats[3], loss_sum, example_count,
+        stats[2], stats[3], loss_sum, example_count, dense_values,
     )  # fmt: skip
 
 

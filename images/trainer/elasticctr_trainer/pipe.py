@@ -1,14 +1,15 @@
 """The pipe command of Paddle's dataset: example lines on stdin -> MultiSlot lines on stdout.
 
 Paddle runs it once per data file as `(<command>) < "<file>"`, so stdin is the file
-itself and `/proc/self/fd/0` names it. Bad lines are skipped; at the end a JSON report
-for that file goes into `--report-dir` for the trainer to aggregate.
+itself and `/proc/self/fd/0` names it. gzip, bzip2, xz and zstd data is decompressed first,
+known by its first bytes (elasticctr_common.datafiles). Bad lines are skipped; at the end a
+JSON report for that file goes into `--report-dir` for the trainer to aggregate.
 
-A file that is not text (compressed, binary, not UTF-8) is *failed*: the pipe stops
-converting at the first sign of it and says so in the report (`failed`), and the trainer
-fails the pass. So does any error of the pipe itself (the report is written, then the
-error raised). A pipe that is killed writes no report: the trainer fails a file that has
-none.
+A file that is not lines of text (binary, not UTF-8, a refused format, compressed data that
+breaks off or is damaged) is *failed*: the pipe stops converting at the first sign of it,
+keeps the counts of the lines before and says why in the report (`failed`); the trainer
+counts it as a bad file. So is a file on which the pipe itself failed (the report is
+written, then the error raised), and a file without a report (the pipe was killed).
 
     python -m elasticctr_trainer.pipe --slot-conf slot.conf --sparse-dim N --report-dir DIR
         [--format elasticctr|paddlerec] [--dense NAME:DIM ...]
@@ -26,15 +27,15 @@ import os
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, BinaryIO
 
 from elasticctr_common.cargo import cargo_build
+from elasticctr_common.datafiles import BadFile, data_lines
 from elasticctr_common.lines import DenseFeature, LineFormat
 from elasticctr_common.slotconf import read_slot_conf
 
-from .lines import BadLine, LineParser, NotText, is_blank, text_lines
+from .lines import BadLine, LineParser, is_blank
 
 FIRST_BAD_KEPT = 5
 NATIVE_PIPE_ENV = "ELASTICCTR_PIPE_BIN"
@@ -63,15 +64,15 @@ def stdin_name() -> str:
         return "<stdin>"
 
 
-def convert(stream: Iterable[bytes], parser: LineParser, out: IO[str]) -> dict[str, Any]:
-    """Write converted lines to `out`; return the report counts for this input. `failed`
-    is None, or why the whole input is unusable (it is not text)."""
+def convert(stream: BinaryIO, parser: LineParser, out: IO[str]) -> dict[str, Any]:
+    """Write converted lines of the data file `stream` to `out`; return the report counts
+    for it. `failed` is None, or why it is a bad file (the lines before that were read)."""
     total = 0
     reasons: Counter[str] = Counter()
     first_bad: list[list[Any]] = []
     failed = None
     try:
-        for number, line in text_lines(stream):
+        for number, line in data_lines(stream):
             if is_blank(line):
                 continue
             total += 1
@@ -84,8 +85,10 @@ def convert(stream: Iterable[bytes], parser: LineParser, out: IO[str]) -> dict[s
                 continue
             out.write(parser.multislot(example))
             out.write("\n")
-    except NotText as err:
+    except BadFile as err:
         failed = str(err)
+        if err.__cause__:  # the decoder's own words, for the log
+            print(f"elasticctr_trainer.pipe: {err.__cause__}", file=sys.stderr)
     return {
         "lines": total,
         "bad": sum(reasons.values()),

@@ -6,9 +6,10 @@ which this image does not have), so files on s3:// or hdfs:// are downloaded to
 `<work_dir>/stage/`, only the ones this trainer reads; file:// paths are used in place.
 
 Paddle puts `zcat` in front of the pipe command for a path ending in `.gz`: the pipe would
-then read a pipe, not the file, and could not name it in its report. Such a file is
-staged under a name without that ending (a symbolic link for file://), so the pipe reads
-the file itself and refuses it as compressed data like any other compressed file.
+then read a pipe, not the file, could not name it in its report, and would not learn of a
+truncated file (zcat's exit status goes nowhere). Such a file is staged under a name
+without that ending (a symbolic link for file://), so the pipe reads the file itself and
+decompresses it, like data of any compression it reads, by its first bytes.
 
 Every staged file must come back with one pipe report; a file without one (the pipe was
 killed, or the file vanished before it was read) is reported as failed.

@@ -6,7 +6,7 @@ the others (sync.py); they call `init_worker`, which pulls those parameters, onl
 
 A pass, for every trainer: train its share of the files, flush its client's pushes, write
 a report marker, wait for trainer 0's result. Trainer 0 in between: gathers every report,
-fails the pass on a failed file or over the bad-line threshold, else evaluates, checks
+fails the pass over the bad-data threshold (lines and files), else evaluates, checks
 and exports version V, and checkpoints; the others wait, so nothing moves the model while
 it is read. A version that fails its check (modelcheck.py) is not published and fails the
 pass like bad data does.
@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 import paddle
+from elasticctr_common.datafiles import BadFile
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import Store, open_store
 from elasticctr_common.trainer_json import TrainerConfig, line_format
@@ -41,7 +42,7 @@ from . import checkpoint as ckpt
 from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
 from .hours import next_hour, wait_for_hours, wait_for_range
-from .lines import LineParser, NotText
+from .lines import LineParser
 from .metrics import MetricsLogger, auc_from_histograms
 from .modelcheck import check_version
 from .pipe import native_pipe
@@ -63,7 +64,7 @@ FAILURE_ACK_SECONDS = 60.0
 
 
 class PassFailed(RuntimeError):
-    """A pass failed its checks: a data file unusable, more malformed lines than
+    """A pass failed its checks: more malformed lines or unusable data files than
     `runner.max_bad_line_fraction` allows, or a version refused by the model check.
     Rerunning on the same data would fail the same way."""
 
@@ -161,6 +162,7 @@ class Trainer:
         self.data = open_store(config.runner.train_data_uri)
         self.sync = PassSync(self.checkpoints.child("sync"), config.runner.sync_timeout_seconds)
         self.work_dir = os.path.join(config.runner.work_dir, role.name)
+        self.layout = ckpt.ModelLayout.of(config.hyper_parameters, self.slots)
         self.held_back: dict[int, str] = {}  # versions this job kept but did not publish
         self.logger = MetricsLogger(
             config.runner.mlflow_experiment,
@@ -184,16 +186,13 @@ class Trainer:
 
     def restore_dense(self, last: ckpt.Checkpoint) -> None:
         arrays = ckpt.load_dense(self.checkpoints, last.pass_id)
-        current = self.dense_in_scope()
-        if set(arrays) != set(current) or any(
-            arrays[name].shape != current[name].shape for name in arrays
-        ):
-            shapes = {name: list(value.shape) for name, value in arrays.items()}
-            raise RuntimeError(
-                f"checkpoint pass {last.pass_id} holds dense parameters {shapes}, this job's "
-                f"network has { ({n: list(v.shape) for n, v in current.items()}) }: the "
-                "network changed since (model, fc_sizes, embedding_dim, slots or dense "
-                "features); start from an empty checkpoint_uri"
+        expected = {name: tuple(value.shape) for name, value in self.dense_in_scope().items()}
+        saved = {name: tuple(value.shape) for name, value in arrays.items()}
+        if saved != expected:  # a checkpoint that records no layout (check_layout)
+            raise ckpt.CheckpointMismatch(
+                f"checkpoint pass {last.pass_id} "
+                f"({self.checkpoints.uri(f'pass-{last.pass_id}/dense.npz')}) holds dense "
+                f"parameters {saved}, this job's model has {expected}: {ckpt.LAYOUT_CHANGED}"
             )
         for name, value in arrays.items():
             self.scope.find_var(name).get_tensor().set(value, paddle.CPUPlace())
@@ -251,11 +250,18 @@ class Trainer:
         fleet.fleet._runtime_handle._worker.client_flush()
 
     def check_resume(self, last: ckpt.Checkpoint) -> None:
+        """The checkpoint fits this model (else CheckpointMismatch); a pserver count of its
+        own is fine: the pservers reshard it as they restore it (reshard.py)."""
+        ckpt.check_layout(self.checkpoints, last, self.layout)
         pservers = len(self.role.pserver_endpoints)
         if last.pservers != pservers:
-            raise RuntimeError(
-                f"checkpoint pass {last.pass_id} was taken with {last.pservers} pservers, "
-                f"this job has {pservers}: resharding is not supported"
+            log.info(
+                "checkpoint pass %d taken with %d pservers, resharded to %d",
+                last.pass_id, last.pservers, pservers,
+            )  # fmt: skip
+            self.logger.event(
+                "resharded",
+                {"pass": last.pass_id, "from_pservers": last.pservers, "to_pservers": pservers},
             )
 
     # one pass -------------------------------------------------------------------------
@@ -314,7 +320,11 @@ class Trainer:
         return {"metrics": metrics, "reports": reports}
 
     def check_data(self, pass_id: int, payloads: list[dict[str, Any]]) -> str | None:
-        """Why the pass's data fails it, or None."""
+        """Why the pass's data fails it, or None. `runner.max_bad_line_fraction` bounds
+        both the malformed share of the lines read and the unusable share of the pass's
+        files (a file that is not lines of text, compressed data that broke off, a file the
+        pipe never reported on: how many examples such a file held is unknown, so it counts
+        as a file, not as lines). Unusable files within the bound are logged by name."""
         reports = [r for p in payloads for r in p["reports"]]
         failed = [r for r in reports if r.get("failed")]
         lines = sum(r["lines"] for r in reports)
@@ -324,20 +334,33 @@ class Trainer:
             pass_id,
             {"bad_lines": float(bad), "lines": float(lines), "failed_files": float(len(failed))},
         )
+        problems = []
         if failed:
-            return (
-                f"pass {pass_id}: {len(failed)} data file(s) unusable: "
-                + ", ".join(f"{r['file']} ({r['failed']})" for r in failed[:5])
-                + (f" and {len(failed) - 5} more" if len(failed) > 5 else "")
+            unusable = (
+                f"{len(failed)} of {len(reports)} data files unusable "
+                f"({len(failed) / len(reports):.2%})"
             )
+            named = ", ".join(f"{r['file']} ({r['failed']})" for r in failed[:5]) + (
+                f" and {len(failed) - 5} more" if len(failed) > 5 else ""
+            )
+            if len(failed) / len(reports) > limit:
+                problems.append(
+                    f"{unusable}, over runner.max_bad_line_fraction={limit:.2%}: {named}"
+                )
+            else:
+                log.warning(
+                    "pass %d: %s, within runner.max_bad_line_fraction=%.2f%%, trained without "
+                    "them (the lines before a failure count): %s",
+                    pass_id, unusable, limit * 100, named,
+                )  # fmt: skip
         if lines and bad / lines > limit:
             worst = sorted(reports, key=lambda r: -r["bad"])[:5]
-            return (
-                f"pass {pass_id}: {bad} of {lines} lines malformed ({bad / lines:.2%}), over "
+            problems.append(
+                f"{bad} of {lines} lines malformed ({bad / lines:.2%}), over "
                 f"runner.max_bad_line_fraction={limit:.2%}; worst files: "
                 + ", ".join(f"{r['file']} ({r['bad']}/{r['lines']}: {r['reasons']})" for r in worst)
             )
-        return None
+        return f"pass {pass_id}: " + "; and ".join(problems) if problems else None
 
     def publish_gate(self, eval_auc: object) -> str | None:
         """Why this version must not be published (its held-out AUC is below the serving
@@ -380,7 +403,7 @@ class Trainer:
                     exe, self.test_program, self.net,
                     open_store(self.config.runner.eval_data_uri), self.parser,
                 )  # fmt: skip
-            except NotText as err:
+            except BadFile as err:
                 return {"ok": False, "error": f"pass {planned.pass_id}: {err}"}
             self.logger.metrics(planned.pass_id, {"eval_auc": result["auc"]})
             predictions = result["predictions"]
@@ -438,6 +461,7 @@ class Trainer:
                 version=version.id,
                 pservers=len(self.role.pserver_endpoints),
                 trainers=self.role.trainers,
+                layout=self.layout,
             ),
         )
         ckpt.prune(self.checkpoints, planned.pass_id)
@@ -452,10 +476,15 @@ class Trainer:
         self.build()
         last = ckpt.latest(self.checkpoints)
         if last:
-            self.check_resume(last)
-            self.logger.event("resume", {"after_pass": last.pass_id, "version": last.version})
-            if self.role.index == 0:
-                self.restore_dense(last)
+            try:
+                self.check_resume(last)
+                self.logger.event("resume", {"after_pass": last.pass_id, "version": last.version})
+                if self.role.index == 0:
+                    self.restore_dense(last)
+            except ckpt.CheckpointMismatch as err:
+                self.logger.tags({"failure_reason": str(err)})
+                self.logger.close(True)
+                raise
         self.start_worker()
         failed = True
         try:

@@ -4,6 +4,7 @@ labels, skipped lines, batches, endpoints from `pulumi stack output`, status."""
 from __future__ import annotations
 
 import json
+import random
 import re
 
 import numpy as np
@@ -12,6 +13,7 @@ import pytest
 from tests.images.client.conftest import NO_LOGIN, fake_pulumi, run_client
 from tests.images.serving.conftest import HUGE_KEY, NAN_KEY, clean_instances, poisoned_stack
 from tests.images.serving.servingtest import expected, probe_instances
+from tests.support.compressors import compress
 
 pytestmark = pytest.mark.slow
 
@@ -75,6 +77,23 @@ def test_predict_prints_probabilities_and_the_auc(stack, data, tmp_path):
     assert "unknown slot 999" in done.stdout
     # the progress bar; not on a terminal, one line per tenth
     assert re.search(rf"\] {len(probs)}/{len(probs) + 8} examples", done.stderr), done.stderr
+
+
+def test_predict_reads_data_files_as_the_trainer_does(stack, data, tmp_path):
+    """A compressed file (by its bytes: the name says nothing) is predicted as its text; a
+    file that is not text is refused, named."""
+    path, probs, _ = data
+    packed = tmp_path / "part-00000.log"
+    packed.write_bytes(compress("zstd", path.read_bytes()))
+    url = stack.serving.url
+    done = run_client("predict", str(packed), "--serving-url", url, "--no-progress")
+    assert done.returncode == 0, done.stderr
+    assert f"examples: {len(probs)} (model version 1), skipped lines: 8" in done.stdout
+    noise = tmp_path / "noise"
+    noise.write_bytes(random.Random(22).randbytes(5000))
+    done = run_client("predict", str(path), str(noise), "--serving-url", url, "--no-progress")
+    assert done.returncode == 1
+    assert f"error: {noise}: not UTF-8 text at line 1" in done.stderr
 
 
 def test_endpoints_come_from_pulumi_stack_output(stack, data, tmp_path):

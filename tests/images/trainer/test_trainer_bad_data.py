@@ -1,11 +1,12 @@
-"""Bad data and bad models: over `runner.max_bad_line_fraction`, with a file that is not
-text or was never read, or with a version that fails the model check, the pass fails (exit
-code 3), the error names the cause, and nothing is published."""
+"""Bad data and bad models: over `runner.max_bad_line_fraction` bad lines or unusable files
+(not text, compressed data cut short, never read), or with a version that fails the model
+check, the pass fails (exit code 3), the error names the cause, and nothing is published.
+Compressed hour files are trained on like text."""
 
 from __future__ import annotations
 
-import gzip
 import json
+import random
 import re
 from collections.abc import Mapping
 
@@ -17,6 +18,7 @@ from elasticctr_trainer.staging import NO_REPORT
 
 from components import training
 from tests.images.trainer.trainertest import LocalJob, read_sequence_file, run_job, write_config
+from tests.support.compressors import compress, concatenated
 
 pytestmark = pytest.mark.slow
 
@@ -69,26 +71,93 @@ def heldout_text(synthetic, count: int) -> bytes:
     return "".join(f"{line}\n" for line in synthetic.heldout[:count]).encode()
 
 
-def test_a_file_that_is_not_text_or_not_read_fails_the_pass(synthetic, tmp_path):
-    """A gzip file's bytes counted as a few bad lines (under the threshold) and a file whose
-    pipe never ran counted as nothing: both passed silently. Now each fails the pass."""
+def test_files_that_are_not_text_or_not_read_fail_the_pass_over_the_threshold(synthetic, tmp_path):
+    """Random bytes, a stray Parquet file and a file whose pipe never ran: 3 of 5 files
+    unusable, over the 2% allowed. A file's bytes used to count as a few bad lines (under
+    the threshold) and a file never read as nothing: both passed silently."""
     good = heldout_text(synthetic, 3000)
-    compressed = gzip.compress(heldout_text(synthetic, 100))  # about 30 "lines" of bytes
+    noise = random.Random(22).randbytes(20_000)
     data, config = one_hour_job(
         synthetic, tmp_path,
-        {"part-00000": good, "part-00001": good, "part-00002": compressed, "part-00003": None},
+        {"part-00000": good, "part-00001": good, "part-00002": noise,
+         "part-00003.parquet": b"PAR1" + noise, "part-00004": None},
         max_bad_line_fraction=0.02,
     )  # fmt: skip
     job = LocalJob(config, tmp_path / "logs", pservers=1, trainers=2)
     assert job.wait() == 1
     assert re.search(r"local: trainer-[01] exited with 3;", job.output()), job.output()
+    unusable = (
+        "pass 1: 3 of 5 data files unusable (60.00%), over runner.max_bad_line_fraction=2.00%"
+    )
     for trainer in ("trainer-0", "trainer-1"):
         log = job.log(trainer)
-        assert "pass 1: 2 data file(s) unusable" in log, log[-3000:]
-        assert f"file://{data}/part-00002 (gzip-compressed data, not text)" in log
-        assert f"file://{data}/part-00003 ({NO_REPORT})" in log
+        assert unusable in log, log[-3000:]
+        assert f"file://{data}/part-00002 (not UTF-8 text at line 1)" in log
+        parquet = f"file://{data}/part-00003.parquet (a Parquet file: neither text nor gzip"
+        assert parquet in log
+        assert f"file://{data}/part-00004 ({NO_REPORT})" in log
     assert not (tmp_path / "models" / "donefile").exists()
     assert not (tmp_path / "checkpoints" / "index").exists()
+
+
+def test_compressed_files_are_trained_and_bad_files_within_the_threshold_are_logged(
+    synthetic, tmp_path
+):
+    """Issue 22: a gzip hour file of 20,000 examples was trained by nobody. An hour of
+    gzip (two members, as a rotator appends them), bzip2, xz, pzstd and unnamed gzip files,
+    written by the real tools, trains every example; a truncated gzip file (its whole lines
+    trained) and random bytes are 2 of 7 files, within the 30% allowed: logged by name,
+    the pass goes on. The held-out set is gzip too."""
+    lines = [
+        line for part in sorted((synthetic.root / "train" / "20191221" / "01").glob("part-*"))
+        for line in part.read_text().splitlines()
+    ][:20_000]  # fmt: skip
+    text = "".join(f"{line}\n" for line in lines).encode()
+    half = text.index(b"\n", len(text) // 2) + 1
+    small = heldout_text(synthetic, 500)
+    truncated = compress("gzip", heldout_text(synthetic, 3000))
+    truncated = truncated[: len(truncated) // 2]
+    files = {
+        "part-00000.gz": concatenated("gzip", text[:half], text[half:]),
+        "part-00001.bz2": compress("bzip2", small),
+        "part-00002.xz": compress("xz", small),
+        "part-00003.zst": compress("pzstd", small),
+        "part-00004": compress("gzip", small),  # by its bytes, not its name
+        "part-00005.gz": truncated,
+        "part-00006": random.Random(22).randbytes(20_000),
+    }
+    heldout = tmp_path / "heldout"
+    heldout.mkdir()
+    (heldout / "part-00000.gz").write_bytes(compress("gzip", heldout_text(synthetic, 1000)))
+    data, config = one_hour_job(
+        synthetic, tmp_path, files, max_bad_line_fraction=0.3,
+        eval_data_uri=f"file://{heldout}",
+    )  # fmt: skip
+    job = run_job(config, tmp_path / "logs", pservers=1, trainers=2)
+    failed = {
+        report["file"]: report
+        for trainer in ("trainer-0", "trainer-1")
+        for report in job.events(trainer, "failed_file")
+    }
+    assert set(failed) == {f"file://{data}/part-00005.gz", f"file://{data}/part-00006"}
+    cut = failed[f"file://{data}/part-00005.gz"]
+    read = cut["lines"]
+    assert cut["failed"] == f"gzip: truncated or corrupt data after line {read}"
+    assert 0 < read < 3000 and cut["bad"] == 0
+    within = "pass 1: 2 of 7 data files unusable (28.57%), within runner.max_bad_line_fraction"
+    (logged,) = [line for line in job.log("trainer-0").splitlines() if within in line]
+    assert f"file://{data}/part-00006 (not UTF-8 text at line 1)" in logged
+    examples = sum(
+        e["examples"] for t in ("trainer-0", "trainer-1") for e in job.events(t, "metrics")
+        if "examples" in e
+    )  # fmt: skip
+    assert examples == 20_000 + 4 * 500 + read
+    (counted,) = [e for e in job.events("trainer-0", "metrics") if "failed_files" in e]
+    assert (counted["lines"], counted["bad_lines"], counted["failed_files"]) == (examples, 0, 2)
+    meta = json.loads((tmp_path / "models" / "1" / "dense" / "meta.json").read_text())
+    assert isinstance(meta["eval_auc"], float)
+    predictions = (tmp_path / "models" / "1" / "eval" / "predictions.txt").read_text()
+    assert len(predictions.splitlines()) == 1000
 
 
 def test_show_zero_lines_are_counted_and_never_reach_the_table(synthetic, tmp_path):

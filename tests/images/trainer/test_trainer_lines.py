@@ -1,5 +1,6 @@
 """ElasticCTR line parsing, the dataset pipe command and its per-file report: bad lines
-are counted, a file that is not text (or that the pipe never reported on) fails."""
+are counted, compressed files are read as their text, a file that is not text (or that
+the pipe never reported on) fails."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from elasticctr_common.datafiles import NOT_READ
 from elasticctr_common.storage import open_store
 from elasticctr_trainer.lines import MAX_SHOW, BadLine, LineParser, multislot_line
 from elasticctr_trainer.pipe import convert
 from elasticctr_trainer.staging import NO_REPORT, collect_reports, stage
 
-from tests.images.trainer.trainertest import trainer_env
+from tests.images.trainer.trainertest import native_pipe_bin, trainer_env
+from tests.support.compressors import compress
 
 SLOTS = [101, 102, 103]
 
@@ -106,7 +109,8 @@ def test_show_zero_lines_are_counted_not_trained():
 @pytest.mark.parametrize(
     ("data", "failed"),
     [
-        (gzip.compress(b"1 0 5:101\n" * 200), "gzip-compressed data, not text"),
+        (b"PK\x03\x04\x14\x00rest", f"a zip archive: {NOT_READ}"),
+        (gzip.compress(b"1 0 5:101\n")[:-3], "gzip: truncated or corrupt data after line 1"),
         (b"1 0 5:101\n1 0 \xff\xfe:101\n1 0 5:101\n", "not UTF-8 text at line 2"),
         (b"1 0 5:101\n1 0 5\x00:101\n", "binary data (a NUL byte) at line 2"),
     ],
@@ -140,7 +144,8 @@ def test_a_staged_file_without_a_report_is_failed(tmp_path):
 
 def test_a_gz_file_reaches_the_pipe_as_it_is(tmp_path):
     """Paddle would put zcat in front of the pipe for a `.gz` path (the report could then
-    not name the file): it is staged under another name and refused as compressed."""
+    not name the file, and zcat's errors go nowhere): it is staged under another name, and
+    the pipe decompresses it itself."""
     hour = tmp_path / "data" / "20191221" / "00"
     hour.mkdir(parents=True)
     (hour / "part-00000.gz").write_bytes(gzip.compress(b"1 0 5:101\n"))
@@ -152,12 +157,17 @@ def test_a_gz_file_reaches_the_pipe_as_it_is(tmp_path):
     assert staged.uri_of[str(hour / "part-00000.gz")] == data.uri("20191221/00/part-00000.gz")
 
 
-def run_pipe(slot_conf: Path, data: Path, reports: Path) -> subprocess.CompletedProcess[bytes]:
-    """The trainer's pipe as Paddle runs it, `(cmd) < file`, for slot_conf and sparse_dim 1000."""
-    command = [
-        sys.executable, "-m", "elasticctr_trainer.pipe", "--slot-conf", str(slot_conf),
-        "--sparse-dim", "1000", "--report-dir", str(reports),
-    ]  # fmt: skip
+def run_pipe(
+    slot_conf: Path, data: Path, reports: Path, native: str | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    """The trainer's pipe as Paddle runs it, `(cmd) < file`, for slot_conf and sparse_dim
+    1000: the Python one, or the native one at `native`."""
+    if native:
+        slots = ",".join(slot_conf.read_text().split())
+        command = [native, "--slots", slots]
+    else:
+        command = [sys.executable, "-m", "elasticctr_trainer.pipe", "--slot-conf", str(slot_conf)]
+    command += ["--sparse-dim", "1000", "--report-dir", str(reports)]
     with open(data, "rb") as stdin:
         return subprocess.run(command, stdin=stdin, capture_output=True, env=trainer_env())
 
@@ -177,16 +187,24 @@ def test_pipe_command_names_the_file_it_reads(tmp_path):
     assert report["failed"] is None
 
 
-def test_pipe_command_reports_a_gzip_file_as_failed(tmp_path):
+def test_pipe_command_reads_a_gzip_file(tmp_path):
+    """Issue 22: an hour file of 20,000 examples written by gzip was read as 0 lines, and
+    before that as 9,168 bad ones. Both pipes read it as its 20,000 examples."""
     (tmp_path / "slot.conf").write_text("101\n102\n103\n")
     data = tmp_path / "part-00000"
-    data.write_bytes(gzip.compress(b"1 0 5:101\n" * 1000))
-    reports = tmp_path / "reports"
-    out = run_pipe(tmp_path / "slot.conf", data, reports)
-    assert out.returncode == 0 and out.stdout == b"", out.stderr.decode()
-    (report_file,) = reports.glob("*.json")
-    report = json.loads(report_file.read_text())
-    assert report["failed"] == "gzip-compressed data, not text" and report["lines"] == 0
+    text = "".join(f"{1 + i % 5} {i % 2} {i}:101 {7 * i}:103\n" for i in range(20_000))
+    data.write_bytes(compress("gzip", text.encode()))
+    for pipe in ("python", "native"):
+        reports = tmp_path / f"reports-{pipe}"
+        out = run_pipe(
+            tmp_path / "slot.conf", data, reports, native_pipe_bin() if pipe == "native" else None
+        )
+        assert out.returncode == 0, out.stderr.decode()
+        (report_file,) = reports.glob("*.json")
+        report = json.loads(report_file.read_text())
+        assert (report["lines"], report["bad"], report["failed"]) == (20_000, 0, None), pipe
+        converted = out.stdout.decode().splitlines()
+        assert len(converted) == 20_000 and converted[-1] == "1 1 1 5 1 1 1 999 1 0 1 993"
 
 
 def test_pipe_command_that_fails_still_reports(tmp_path):

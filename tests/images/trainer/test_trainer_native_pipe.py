@@ -1,13 +1,14 @@
 """The native pipe (images/trainer/pipe, what the image runs) against the Python pipe (its
 reference): on the same files, byte for byte the same MultiSlot output and the same
-report, for good lines, every kind of bad one, random hostile ones and files that are not
-text. The Rust crate's own tests (`cargo test`) check its parts."""
+report, for good lines, every kind of bad one, random hostile ones, files that are not
+text, and compressed files (each compression, concatenated streams, truncated): written by
+the real tools. The Rust crate's own tests (`cargo test`) check its parts."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import random
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -18,6 +19,7 @@ from elasticctr_trainer.pipe import NATIVE_PIPE_ENV, build_native_pipe
 from elasticctr_trainer.trainer import pipe_command
 
 from tests.images.trainer.trainertest import trainer_env, write_config
+from tests.support.compressors import READ, compress, concatenated
 
 SLOTS = [101, 102, 103, 7]
 SPARSE_DIM = 1000
@@ -70,6 +72,7 @@ def run_both(native: str, tmp_path: Path, data: bytes) -> tuple[tuple, tuple]:
         ("native", [native, "--slots", ",".join(map(str, SLOTS))]),
     ):  # fmt: skip
         reports = tmp_path / f"reports-{name}"
+        shutil.rmtree(reports, ignore_errors=True)  # a test may run both more than once
         command += ["--sparse-dim", str(SPARSE_DIM), "--report-dir", str(reports)]
         with open(path, "rb") as stdin:
             done = subprocess.run(command, stdin=stdin, capture_output=True, env=trainer_env())
@@ -102,9 +105,14 @@ def test_same_output_and_report_for_random_hostile_lines(native, tmp_path, seed)
 @pytest.mark.parametrize(
     "data",
     [
-        gzip.compress(b"1 0 5:101\n" * 200),
-        b"\xfd7zXZ\x00rest",
+        b"\xfd7zXZ\x00rest",  # an xz header and no more
+        b"\x1f\x8b",
         b"PK\x03\x04rest",
+        b"\x04\x22\x4d\x18\x64\x40\xa7rest",  # lz4
+        b"PAR1\x15\x04rest",
+        b"BZh91AY&SY" + bytes(range(256)),  # bzip2's magic, then noise
+        b"\x50\x2a\x4d\x18\x04\x00\x00\x00abcd",  # a skippable zstd frame alone
+        bytes(random.Random(22).randbytes(5000)),
         b"1 0 5:101\n1 0 \xff\xfe:101\n1 0 5:101\n",
         b"1 0 5:101\n1 0 5\x00:101\n",
         b"1 0 5:101\n\xed\xa0\x80\n",  # a UTF-16 surrogate: not UTF-8
@@ -117,6 +125,49 @@ def test_same_output_and_report_for_random_hostile_lines(native, tmp_path, seed)
 def test_same_verdict_on_files_that_are_not_text_and_on_edges(native, tmp_path, data):
     python, ours = run_both(native, tmp_path, data)
     assert ours == python
+
+
+def mixed_text(count: int) -> bytes:
+    rng = random.Random(count)
+    lines = [rng.choice(GOOD) if rng.random() < 0.9 else rng.choice(BAD) for _ in range(count)]
+    return "".join(f"{line}\n" for line in lines).encode()
+
+
+@pytest.mark.parametrize("tool", sorted(READ))
+def test_same_output_and_report_for_compressed_files(native, tmp_path, tool):
+    """Whole and concatenated streams (zero padding between and after them) read as the
+    text itself; bytes after the last stream that are none, or data cut short at any
+    point: both read the same lines and fail the file alike."""
+    text = mixed_text(4000)
+    plain = run_both(native, tmp_path, text)[0]
+    cut = text.index(b"\n", len(text) // 3) + 1
+    data = compress(tool, text)
+    padded = concatenated(tool, text[:cut], b"") + bytes(7) + compress(tool, text[cut:]) + bytes(5)
+    for whole in (data, padded):
+        python, ours = run_both(native, tmp_path, whole)
+        assert ours == python == plain
+    assert plain[1]["lines"] == 4000 and plain[1]["failed"] is None
+    python, ours = run_both(native, tmp_path, data + b"1 0 5:101\n")  # not a stream: not ignored
+    assert ours == python
+    assert python[1]["failed"] == f"{READ[tool]}: truncated or corrupt data after line 4000"
+    for end in (len(data) - 1, len(data) // 2, 13):
+        python, ours = run_both(native, tmp_path, data[:end])
+        assert ours == python, end
+        assert python[1]["failed"].startswith(f"{READ[tool]}: truncated or corrupt data ")
+        assert plain[0].startswith(python[0])
+        assert python[1]["lines"] == len(python[0].splitlines()) + python[1]["bad"]
+
+
+@pytest.mark.parametrize("tool", sorted(READ))
+def test_both_fail_a_damaged_compressed_file(native, tmp_path, tool):
+    """Both fail it for the same compression; how many lines each decoder hands out before
+    it notices the damage depends on its buffers, so only the verdict is compared."""
+    data = bytearray(compress(tool, mixed_text(4000)))
+    for at in range(len(data) // 2, len(data) // 2 + 8):
+        data[at] ^= 0x55
+    python, ours = run_both(native, tmp_path, bytes(data))
+    for _, report in (python, ours):
+        assert report["failed"].startswith(f"{READ[tool]}: "), report["failed"]
 
 
 def test_the_trainer_runs_the_native_pipe_where_the_image_installed_it(

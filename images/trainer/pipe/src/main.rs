@@ -2,28 +2,24 @@
 //! stdin -> MultiSlot lines on stdout, a JSON report per input in `--report-dir`: the
 //! contract of `python -m elasticctr_trainer.pipe` (its docstring), which it replaces where
 //! it is installed (docs/trainer.md, "Data"). The trainer passes the slots it read from
-//! slot.conf, so slot.conf has one reader.
+//! slot.conf, so slot.conf has one reader. Input that is gzip, bzip2, xz or zstd data is
+//! decompressed first (input.rs).
 //!
 //!     elasticctr-pipe --slots 101,102,... --sparse-dim N --report-dir DIR < file
 
+mod input;
 mod lines;
 
 use std::fmt::Write as _;
-use std::io::{self, BufRead, BufReader, BufWriter, Write};
+use std::io::{self, BufRead, BufReader, BufWriter, Cursor, Read, Write};
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use input::{Compression, Kind};
 use lines::{is_blank, LineParser};
 
 const FIRST_BAD_KEPT: usize = 5;
-/// Leading bytes of compressed or archive formats (none can start a text line).
-const COMPRESSED_MAGIC: [(&[u8], &str); 4] = [
-    (b"\x1f\x8b", "gzip-compressed"),
-    (b"\xfd7zXZ\x00", "xz-compressed"),
-    (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
-    (b"PK\x03\x04", "a zip archive"),
-];
 
 struct Args {
     slots: Vec<u64>,
@@ -134,29 +130,64 @@ fn json_string(text: &str) -> String {
     out
 }
 
-/// Converts `input` to `out` line by line. A file that is not text stops the conversion
-/// at its first sign (`failed`); an I/O error is returned.
+/// Converts the data file `input` to `out` line by line, decompressing it first if it is
+/// compressed data. A file that is not text, or compressed data that breaks off or is
+/// damaged, stops the conversion there (`failed`; the lines before it count); an I/O
+/// error of the pipe itself is returned.
 fn convert(
-    input: impl BufRead,
+    mut input: impl BufRead,
     parser: &mut LineParser,
     out: &mut impl Write,
 ) -> io::Result<Report> {
-    let mut input = input;
+    let head = input::read_head(&mut input)?;
+    let kind = input::sniff(&head);
+    let input = Cursor::new(head).chain(input);
+    match kind {
+        // Generic over the reader: plain text pays for no decoder's indirection.
+        Kind::Text => convert_lines(input, None, parser, out),
+        Kind::Compressed(compression) => {
+            convert_lines(compression.decoder(input)?, Some(compression), parser, out)
+        }
+        Kind::Refused(what) => Ok(Report {
+            failed: Some(format!("{what}: {}", input::NOT_READ)),
+            ..Report::default()
+        }),
+    }
+}
+
+fn convert_lines(
+    mut input: impl BufRead,
+    compression: Option<Compression>,
+    parser: &mut LineParser,
+    out: &mut impl Write,
+) -> io::Result<Report> {
     let mut report = Report::default();
     let (mut raw, mut converted) = (Vec::with_capacity(4096), Vec::with_capacity(4096));
     let mut number = 0u64;
     loop {
         raw.clear();
-        if input.read_until(b'\n', &mut raw)? == 0 {
-            break;
+        match input.read_until(b'\n', &mut raw) {
+            Ok(0) => break,
+            Ok(_) => {}
+            Err(err) => match compression {
+                // A decoder's error: the data's, not the pipe's (the partial line is dropped).
+                Some(compression) => {
+                    eprintln!("elasticctr-pipe: {}: {err}", compression.name());
+                    report.failed = Some(compression.broken(number));
+                    break;
+                }
+                None => return Err(err),
+            },
         }
         number += 1;
-        if let Some(failed) = not_text(&raw, number) {
-            report.failed = Some(failed);
+        if raw.contains(&0) {
+            let failed = format!("binary data (a NUL byte) at line {number}");
+            report.failed = Some(within(compression, failed));
             break;
         }
         let Ok(text) = std::str::from_utf8(&raw) else {
-            report.failed = Some(format!("not UTF-8 text at line {number}"));
+            let failed = format!("not UTF-8 text at line {number}");
+            report.failed = Some(within(compression, failed));
             break;
         };
         let line = match text.strip_suffix('\n') {
@@ -182,14 +213,12 @@ fn convert(
     Ok(report)
 }
 
-fn not_text(raw: &[u8], number: u64) -> Option<String> {
-    if number == 1 {
-        if let Some((_, what)) = COMPRESSED_MAGIC.iter().find(|(m, _)| raw.starts_with(m)) {
-            return Some(format!("{what} data, not text"));
-        }
+/// `failed`, said of the decompressed data when the file was compressed.
+fn within(compression: Option<Compression>, failed: String) -> String {
+    match compression {
+        Some(compression) => format!("{}: {failed}", compression.name()),
+        None => failed,
     }
-    raw.contains(&0)
-        .then(|| format!("binary data (a NUL byte) at line {number}"))
 }
 
 /// The report file, written whole under a temporary name, then renamed.
@@ -273,7 +302,10 @@ mod tests {
     #[test]
     fn a_file_that_is_not_text_fails() {
         for (input, failed) in [
-            (&b"\x1f\x8b\x08rest"[..], "gzip-compressed data, not text"),
+            (
+                &b"PK\x03\x04rest"[..],
+                "a zip archive: neither text nor gzip, bzip2, xz or zstd data",
+            ),
             (b"1 0 5:101\n1 0 \xff:101\n", "not UTF-8 text at line 2"),
             (
                 b"1 0 5:101\n1 0 5\x00:101\n",
@@ -284,6 +316,72 @@ mod tests {
             assert_eq!(report.failed.as_deref(), Some(failed));
             assert!(out.matches('\n').count() <= 1);
         }
+    }
+
+    fn compressed(compression: Compression, data: &[u8]) -> Vec<u8> {
+        match compression {
+            Compression::Gzip => {
+                let mut encoder =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                encoder.write_all(data).unwrap();
+                encoder.finish().unwrap()
+            }
+            Compression::Bzip2 => {
+                let mut encoder =
+                    bzip2::write::BzEncoder::new(Vec::new(), bzip2::Compression::fast());
+                encoder.write_all(data).unwrap();
+                encoder.finish().unwrap()
+            }
+            Compression::Xz => {
+                let mut encoder = liblzma::write::XzEncoder::new(Vec::new(), 1);
+                encoder.write_all(data).unwrap();
+                encoder.finish().unwrap()
+            }
+            Compression::Zstd => zstd::encode_all(data, 1).unwrap(),
+        }
+    }
+
+    #[test]
+    fn compressed_files_are_read_as_their_text() {
+        let text = b"1 0 5:101\n1 x 5:101\n1 1 6:102\n";
+        let (plain, plain_report) = run(text);
+        for compression in [
+            Compression::Gzip,
+            Compression::Bzip2,
+            Compression::Xz,
+            Compression::Zstd,
+        ] {
+            let data = [compressed(compression, text), compressed(compression, text)].concat();
+            let (out, report) = run(&data);
+            assert_eq!(out, plain.repeat(2), "{compression:?}");
+            assert_eq!((report.lines, report.failed), (6, None), "{compression:?}");
+            assert_eq!(report.first_bad[1].0, 5);
+            assert_eq!(plain_report.lines, 3);
+        }
+    }
+
+    #[test]
+    fn truncated_compressed_data_fails_after_the_lines_it_held() {
+        let text = "1 0 5:101\n".repeat(20_000);
+        for compression in [
+            Compression::Gzip,
+            Compression::Bzip2,
+            Compression::Xz,
+            Compression::Zstd,
+        ] {
+            let data = compressed(compression, text.as_bytes());
+            let (out, report) = run(&data[..data.len() - 12]);
+            let failed = report.failed.unwrap();
+            let prefix = format!("{}: truncated or corrupt data ", compression.name());
+            assert!(failed.starts_with(&prefix), "{failed}");
+            assert_eq!(out.matches('\n').count() as u64, report.lines);
+        }
+        let (out, report) = run(&compressed(Compression::Gzip, b"1 0 5:101\n\x00\n"));
+        assert_eq!(out.matches('\n').count(), 1);
+        assert_eq!(
+            report.failed.as_deref(),
+            Some("gzip: binary data (a NUL byte) at line 2")
+        );
     }
 
     #[test]
