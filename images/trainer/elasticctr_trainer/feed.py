@@ -6,6 +6,8 @@ Paddle's C++ dataset instead.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from paddle.base import core
 
@@ -41,6 +43,6 @@ def feed_dict(
     if dense:
         values = np.array([e.dense for e in examples], dtype=np.float32).reshape(len(examples), -1)
         offsets = np.cumsum([0, *dims])
-        for name, begin, end in zip(dense, offsets[:-1], offsets[1:], strict=True):
+        for name, (begin, end) in zip(dense, itertools.pairwise(offsets.tolist()), strict=True):
             feed[name] = values[:, begin:end]
     return feed
