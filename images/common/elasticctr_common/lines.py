@@ -98,20 +98,20 @@ class Line:
         return 1 if self.click > 0 else 0
 
 
-def _fields(line: str) -> list[str]:
-    """The fields of a line (its end dropped); BadLine for a character no line may hold."""
+def _fields(line: str) -> tuple[str, list[str]]:
+    """The line without its end, and its fields; BadLine for a character no line may hold."""
     if line.endswith("\n"):
         line = line[:-2] if line.endswith("\r\n") else line[:-1]
     if not line.isascii():
         raise BadLine("non-ASCII character", line[:80])
     if _CONTROL.search(line):
         raise BadLine("control character", repr(line[:80]))
-    return line.split()
+    return line, line.split()
 
 
 def split_line(line: str) -> Line:
     """An ElasticCTR line's show, click and (feasign, slot) pairs; BadLine if it is not one."""
-    fields = _fields(line)
+    line, fields = _fields(line)
     if len(fields) < 2:
         raise BadLine("missing show/click", line[:80])
     try:
@@ -161,7 +161,7 @@ def dense_value(text: str) -> float:
 def split_slot_line(line: str, dense: tuple[DenseFeature, ...] = ()) -> Line:
     """A PaddleRec slot-format line's click, (feasign, slot) pairs and dense values (show 1);
     BadLine if it is not one."""
-    fields = _fields(line)
+    line, fields = _fields(line)
     click: int | None = None
     features = []
     values: dict[str, list[str]] = {feature.name: [] for feature in dense}

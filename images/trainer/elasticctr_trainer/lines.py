@@ -63,8 +63,11 @@ class LineParser:
         keys: list[list[int]] = [[] for _ in self.slots]
         for feasign, slot in parsed.features:
             index = self.slot_index.get(slot)
-            if index is None:
-                raise BadLine("unknown slot", f"{feasign}:{slot}")
+            if index is None:  # named as the line's format writes it
+                named = (
+                    f"{slot}:{feasign}" if self.form.name == "paddlerec" else f"{feasign}:{slot}"
+                )
+                raise BadLine("unknown slot", named)
             keys[index].append(feasign % self.sparse_dim)
         return Example(parsed.show, parsed.click, [k or [PADDING_KEY] for k in keys], parsed.dense)
 

@@ -130,13 +130,13 @@ def pipe_command(config: TrainerConfig, slots: list[int], report_dir: str) -> st
     with this process's import path: the same rules, output and report."""
     sparse_dim = str(config.hyper_parameters.sparse_dim)
     form = line_format(config)
-    format_args = ["--format", form.name]
+    format_args = [] if form.name == "elasticctr" else ["--format", form.name]
     for feature in form.dense:
         format_args += ["--dense", f"{feature.name}:{feature.dim}"]
     native = native_pipe()
-    if native and form.name == "elasticctr":
+    if native:
         args = [native, "--slots", ",".join(map(str, slots)), "--sparse-dim", sparse_dim,
-                "--report-dir", report_dir]  # fmt: skip
+                "--report-dir", report_dir, *format_args]  # fmt: skip
         return " ".join(shlex.quote(a) for a in args)
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env = f"PYTHONPATH={shlex.quote(os.pathsep.join(paths))}"
