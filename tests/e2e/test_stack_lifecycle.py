@@ -270,8 +270,12 @@ def test_up_creates_every_resource(lifecycle: Lifecycle, declared: list[dict[str
     assert f"+ {len(lifecycle.planned)} created" in result.stdout, result.stdout
     state = lifecycle.project.export()
     in_state = {type_and_name(r["urn"]) for r in resources_of(state)}
-    # The state also holds the default provider the engine made for the dynamic resources.
-    assert in_state - lifecycle.planned == {("pulumi:providers:pulumi-python", "default")}
+    # The state also holds the default providers the engine made for the dynamic resources
+    # and for the guard's read of the stack's last outputs (infra/guard.py).
+    assert in_state - lifecycle.planned == {
+        ("pulumi:providers:pulumi-python", "default"),
+        ("pulumi:providers:pulumi", "default"),
+    }
     assert lifecycle.planned <= in_state
 
     problems = []
@@ -321,7 +325,8 @@ def test_the_training_job_is_a_gang_of_pservers_and_trainers(lifecycle: Lifecycl
 def test_cube_serving_and_their_config_maps(lifecycle: Lifecycle) -> None:
     lifecycle.require("up")
     ns = f"/namespaces/{NAMESPACE}"
-    cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", "cube-1")  # shard 1 of 2
+    layout = lifecycle.project.run("stack", "output", "cube_layout").stdout.strip()
+    cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", f"cube-{layout}-1")  # 1 of 2
     assert cube["spec"]["replicas"] == 1  # the ci stack's cube.replicas
     assert cube["spec"]["serviceName"] == "cube-headless"
     assert cube["spec"]["podManagementPolicy"] == "Parallel"
@@ -335,7 +340,8 @@ def test_cube_serving_and_their_config_maps(lifecycle: Lifecycle) -> None:
     (conf,) = json.loads(conf_map["data"]["cube.conf"])  # Paddle Serving's list form
     assert (conf["shard"], conf["dup"]) == (2, 1)
     assert [n["ipport_list"] for n in conf["nodes"]] == [
-        f"list://cube-{i}-0.cube-headless.{NAMESPACE}.svc.cluster.local:8027" for i in range(2)
+        f"list://cube-{layout}-{i}-0.cube-headless.{NAMESPACE}.svc.cluster.local:8027"
+        for i in range(2)
     ]
     serving = lifecycle.custom(f"/apis/apps/v1{ns}/deployments", "serving")
     template = serving["spec"]["template"]
