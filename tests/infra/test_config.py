@@ -39,7 +39,7 @@ def test_plain_top_level_strings_as_pulumi_config_set_stores_them() -> None:
     trainer = next(t for t in job["tasks"] if t["name"] == "trainer")
     assert trainer["replicas"] == 4
     limits = trainer["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits == {"cpu": "500m", "memory": "3072Mi"}
+    assert limits == {"cpu": "500m", "memory": "3Gi"}
 
 
 def test_structured_values_set_with_path() -> None:

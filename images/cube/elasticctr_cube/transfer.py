@@ -550,6 +550,11 @@ def routes(t: Transfer, control: bool = False) -> dict[tuple[str, str], Handler]
     reads: dict[tuple[str, str], Handler] = {
         ("GET", "/healthz"): lambda _: (200, {"status": "ok"}),
         ("GET", "/status"): lambda _: (200, t.status()),
+        # Asks every agent: for readers that want it (the client's `status`), not per poll.
+        ("GET", "/servers"): lambda _: (
+            200,
+            {"committed": t.state["committed"], "servers": t.runner.servers()},
+        ),
         ("GET", "/history"): lambda _: (200, {"history": t.state["history"]}),
     }
     return {**reads, ("POST", "/rollback"): rollback if control else elsewhere}

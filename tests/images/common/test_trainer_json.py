@@ -8,15 +8,9 @@ from typing import Any
 import pytest
 from elasticctr_common.trainer_json import ConfigError, apply_settings, parse_config
 
+from tests.support.trainer_json import RUNNER
+
 # A runner section with every required key (the trainer tests use it too).
-RUNNER = {
-    "train_data_uri": "file:///data",
-    "start_date_hr": "20191221/00",
-    "end_date_hr": "20191221/23",
-    "slot_conf": "/etc/elasticctr/slot.conf",
-    "model_uri": "s3://b/models",
-    "checkpoint_uri": "s3://b/checkpoints",
-}
 
 
 @pytest.mark.parametrize(

@@ -22,8 +22,8 @@ from elasticctr_trainer.modelcheck import check_model
 from elasticctr_trainer.roles import RoleError, role_from_env
 from elasticctr_trainer.sync import PassSync, SyncTimeout
 
-from tests.images.common.test_trainer_json import RUNNER
 from tests.images.trainer.trainertest import read_sequence_file
+from tests.support.trainer_json import RUNNER
 
 
 def test_architecture_example_config_parses_with_defaults():
