@@ -34,6 +34,7 @@ from typing import Any
 
 import numpy as np
 import paddle
+from elasticctr_common.trainer_json import HyperParameters
 
 Network = Callable[["NetInputs"], Any]
 PROBE_BATCH = 3
@@ -219,6 +220,7 @@ def check_network(
 ) -> None:  # fmt: skip
     """Build the network alone on a probe batch of random inputs in programs of its own and
     run it: its logit must come out [PROBE_BATCH, 1] and finite. NetworkError otherwise."""
+    paddle.enable_static()  # the trainer's mode; a checker may call this first
     main, startup = paddle.static.Program(), paddle.static.Program()
     scope = paddle.static.Scope()
     with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
@@ -253,3 +255,14 @@ def check_network(
         )
     if not np.isfinite(out).all():
         raise NetworkError(f"{name}: the logit of a probe batch is not finite")
+
+
+def checked_network(hyper: HyperParameters, slot_count: int) -> tuple[str, Network]:
+    """`hyper`'s network (load_network), checked on a probe batch of `slot_count` slots and
+    its dense features (check_network): what every pod does first."""
+    network = load_network(hyper.model, hyper.network_module)
+    check_network(
+        *network, slot_count, hyper.embedding_dim, [f.dim for f in hyper.dense_features],
+        hyper.fc_sizes, hyper.dense_l2,
+    )  # fmt: skip
+    return network

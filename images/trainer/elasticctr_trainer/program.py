@@ -10,7 +10,7 @@ from paddle.distributed.fleet.base.role_maker import Role as FleetRole
 from paddle.distributed.fleet.base.role_maker import UserDefinedRoleMaker
 
 from .model import AccessorParams, CtrModel, async_strategy, build_ctr_model
-from .networks import check_network, load_network
+from .networks import checked_network
 from .roles import Role
 
 SHARDS_PER_PSERVER = 8  # sparse table shards: one file each per checkpoint
@@ -34,12 +34,8 @@ def build_training_program(hyper: HyperParameters, slot_count: int, pservers: in
     """The training program of `hyper`'s network; a user's network module is checked on a
     probe batch first (networks.NetworkError if it cannot be used)."""
     paddle.enable_static()
-    network = load_network(hyper.model, hyper.network_module)
+    network = checked_network(hyper, slot_count)
     dense = [(feature.name, feature.dim) for feature in hyper.dense_features]
-    check_network(
-        *network, slot_count, hyper.embedding_dim, [dim for _, dim in dense], hyper.fc_sizes,
-        hyper.dense_l2,
-    )  # fmt: skip
     net = build_ctr_model(
         slot_count, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes, network, dense,
         hyper.dense_l2,
