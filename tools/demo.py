@@ -335,6 +335,10 @@ class Demo:
         if "dense_features" in form:
             config["hyper_parameters"]["dense_features"] = form["dense_features"]
         apply_settings(config, a.set)
+        module = config["hyper_parameters"].get("network_module")
+        if isinstance(module, str) and module.endswith(".py"):
+            # Your network file as you named it (relative to here), not to the trainers' cwd.
+            config["hyper_parameters"]["network_module"] = str(Path(module).resolve())
         path = self.work / "trainer.json"
         path.write_text(json.dumps(config, indent=1))
         self.say("training: 2 pservers + 2 trainers (python -m elasticctr_trainer local)")
