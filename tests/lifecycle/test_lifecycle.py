@@ -321,7 +321,12 @@ def test_4b_cube_shards_up_and_down_under_load(life: Lifecycle) -> None:
                 120,
                 f"only layout {layout}'s StatefulSets {expected}",
             )
-            transfer = get_json(f"{life.urls()['transfer']}/status")
+            # The transfer's new pod is ready; the Service's route to it may lag a moment.
+            transfer = wait_for(
+                lambda: try_json(f"{life.urls()['transfer']}/status"),
+                60,
+                "the cube-transfer Service to answer",
+            )
             assert (transfer["shards"], transfer["committed"]) == (shards, 2), transfer
             assert transfer["layout"] == {"dir": f"shards-{shards}", "ready": True}, transfer
             serving = get_json(f"{life.urls()['serving']}/status", life.token)
@@ -365,6 +370,21 @@ def test_4c_pservers_up_under_load(life: Lifecycle) -> None:
         assert "(taken with 1 pservers, resharded to 2)" in log, log[-2000:]
     assert load.failed == 0 and load.ok > 0, load.summary()
     life.done("4c pservers 1 -> 2, pass 3 resumed from the resharded checkpoint", started)
+
+
+def test_4d_a_second_up_changes_nothing(life: Lifecycle) -> None:
+    """After the changes above, the stack as it stands previews no change and a second
+    `up` keeps the Job (what Volcano's webhook and the API server store is what was sent)."""
+    started = time.monotonic()
+    job = volcano_job(life.stack, JOB)
+    assert job is not None
+    preview = life.stack.project.run("preview", "--diff", "--expect-no-changes", check=False)
+    assert preview.returncode == 0, preview.describe()
+    up = life.stack.project.run("up", "--yes", "--expect-no-changes", check=False)
+    assert up.returncode == 0, up.describe()
+    after = volcano_job(life.stack, JOB)
+    assert after is not None and after["metadata"]["uid"] == job["metadata"]["uid"]
+    life.done("4d a no-op preview and up change nothing", started)
 
 
 def _pod_log(life: Lifecycle, pod: str) -> str:
