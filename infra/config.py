@@ -17,7 +17,8 @@ from urllib.parse import urlsplit
 
 from elasticctr_common.contract import CUBE_BASE_EVERY, CUBE_KEEP_VERSIONS, CUBE_MAX_CHAIN_FRACTION
 from elasticctr_common.cube.conf import CubeConf, LoadBalancer
-from elasticctr_common.trainer_json import HyperParameters, Mode, Model, Runner
+from elasticctr_common.lines import LABEL, MAX_DENSE_DIM
+from elasticctr_common.trainer_json import DataFormat, HyperParameters, Mode, Model, Runner
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -470,6 +471,38 @@ class HdfsConfig(Section):
             )
 
 
+DENSE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# model custom: a Python module name importable in the trainer image, or a .py file of the
+# project (shipped to the pods in the training ConfigMap).
+NETWORK_MODULE = r"^$|^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$|^[^/].*\.py$"
+
+
+class DenseFeatureConfig(Section):
+    """A dense feature of PaddleRec's slot format: `dim` values, tokens `<name>:<value>`."""
+
+    name: Annotated[
+        str, _allowed(DENSE_NAME, "letters, digits and _, not starting with a digit")
+    ] = Field(
+        "dense_feature", description="its token name (PaddleRec's Criteo data: dense_feature)"
+    )
+    dim: int = Field(13, ge=1, le=MAX_DENSE_DIM, description="values per line (Criteo: 13)")
+
+
+def _dense_names(features: list[Any]) -> list[Any]:
+    names = [feature.name for feature in features]
+    problems = []
+    for index, name in enumerate(names):
+        if name == LABEL:
+            problems.append(Problem(f"{index}.name", f"must not be {shown(LABEL)} (the label)"))
+        elif names.index(name) != index:
+            problems.append(
+                Problem(f"{index}.name", f"must be unique among dense features, got {shown(name)}")
+            )
+    if problems:
+        raise Problems(problems)
+    return features
+
+
 class DataConfig(Section):
     """Training data: hour directories DATASET_PATH/YYYYMMDD/HH with a donefile (data.config)."""
 
@@ -506,6 +539,27 @@ class DataConfig(Section):
         le=3600,
         description="how often trainers look for a new hour's donefile",
     )
+    format: DataFormat = Field(
+        Runner.data_format,
+        description="the lines' format: elasticctr ('<show> <click> <feasign>:<slot> ...') or "
+        "paddlerec (PaddleRec's slot format, 'click:<0|1> <dense>:<value> ... <slot>:<feasign> "
+        "...', which can carry dense features)",
+    )
+    dense_features: Annotated[list[DenseFeatureConfig], AfterValidator(_dense_names)] = Field(
+        [],
+        description="format paddlerec: the dense features every line carries in full, in "
+        "the network's order (a line without them is a bad line)",
+    )
+
+    @checks
+    def _dense_needs_slot_format(self) -> Iterator[Problem]:
+        if self.dense_features and self.format != "paddlerec":
+            yield Problem(
+                "dense_features",
+                f"need format paddlerec (ElasticCTR lines have no place for them), got format "
+                f"{self.format}",
+                reads=("format",),
+            )
 
     @field_validator("start", "end")
     @classmethod
@@ -870,7 +924,17 @@ class TrainingConfig(Section):
     model: Model = Field(
         HyperParameters.model,
         description="wide_deep: per-id weights (a logistic regression on the ids) plus the "
-        "DNN, for long-tailed ids (most real logs); dnn: the seeds' CTR-DNN alone",
+        "DNN, for long-tailed ids (most real logs); dnn: the seeds' CTR-DNN alone; deepfm, "
+        "dcn: DeepFM, Deep & Cross; custom: your own network (network_module)",
+    )
+    network_module: Annotated[
+        str,
+        _allowed(NETWORK_MODULE, "empty, a module name (a.b.c) or a relative path to a .py file"),
+    ] = Field(
+        "",
+        description="model custom: your network, a .py file of the project (relative to it; "
+        "shipped to the pods) or a module name your trainer image holds; its build(inputs) "
+        'returns the click logit (docs/trainer.md, "Your own network")',
     )
     embedx_threshold: int = Field(
         HyperParameters.embedx_threshold,
@@ -924,6 +988,22 @@ class TrainingConfig(Section):
     node_pool: PoolName = Field(
         "", description="pservers and trainers on nodes labelled elasticctr.io/pool=<name>"
     )
+
+    @checks
+    def _network_module(self) -> Iterator[Problem]:
+        if self.model == "custom" and not self.network_module:
+            yield Problem(
+                "network_module",
+                "is required with model custom (a .py file of the project or a module name)",
+                reads=("model",),
+            )
+        if self.model != "custom" and self.network_module:
+            yield Problem(
+                "network_module",
+                f"is only for model custom, got {shown(self.network_module)} with model "
+                f"{self.model}",
+                reads=("model",),
+            )
 
 
 # TrainingConfig's keys that are the program's (the job, its queue, its pool; eval_path

@@ -6,6 +6,8 @@ from dataclasses import fields
 from typing import Any
 
 import pulumi
+from elasticctr_common.contract import NETWORK_FILE
+from elasticctr_common.lines import DenseFeature
 from elasticctr_common.trainer_json import HyperParameters, Runner
 
 from components.bucket_access import BucketUser
@@ -45,9 +47,15 @@ def trainer_settings(config: StackConfig) -> tuple[HyperParameters, dict[str, An
         "end_date_hr": data.end if config.training.mode == "offline" else None,
         "data_wait_seconds": data.wait_minutes * 60,
         "online_poll_seconds": data.poll_seconds,
+        "data_format": data.format,
     }
     model = {key: value for key, value in training.items() if key not in runner_keys}
-    return HyperParameters(sparse_dim=data.sparse_dim, **model), runner
+    # A .py file of the project is mounted in the pods (the training ConfigMap); a module
+    # name is the trainer image's.
+    module = model["network_module"]
+    model["network_module"] = NETWORK_FILE if module.endswith(".py") else module or None
+    dense = [DenseFeature(f.name, f.dim) for f in data.dense_features]
+    return HyperParameters(sparse_dim=data.sparse_dim, dense_features=dense, **model), runner
 
 
 def _storage_args(
@@ -200,6 +208,7 @@ def main() -> None:
             image=images["trainer"],
             store=stores[TRAINING_ACCOUNT],
             slot_conf_map=namespace.slot_conf_map,
+            network_text=loaded.network_text,
             job_name=config.training.job_name,
             trainers=config.trainers,
             pservers=config.pservers,

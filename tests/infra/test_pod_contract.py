@@ -16,15 +16,18 @@ import functools
 import os
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticctr_common.contract import CubeEnv, TrainerEnv
+from elasticctr_common.contract import NETWORK_FILE, CubeEnv, TrainerEnv
 from elasticctr_common.slotconf import read_slot_conf
 
+from infra.program import main
 from tests.support import pulumi_harness as harness
 from tests.support.manifests import pod_templates
+from tests.support.stacks import config_with_secrets
 
 PLACEHOLDER = "from-a-secret"
 
@@ -154,7 +157,16 @@ def check_training(pod: Pod) -> dict[str, Any]:
     config = load_config(pod.file(pod.args[pod.args.index("--config") + 1]))
     assert read_slot_conf(str(pod.file(config.runner.slot_conf)))
     assert config.runner.model_uri and config.runner.checkpoint_uri
-    return {"pserver": role.is_server}
+    hyper = config.hyper_parameters
+    module = hyper.network_module
+    if module is not None and module.endswith(".py"):
+        # The user's network as the pod has it (the ConfigMap's file), loaded and run on
+        # a probe batch by the trainer's own check, the first thing every pod does.
+        from elasticctr_trainer.networks import checked_network
+
+        local = replace(hyper, network_module=str(pod.file(module)))
+        checked_network(local, len(read_slot_conf(str(pod.file(config.runner.slot_conf)))))
+    return {"pserver": role.is_server, "network": module}
 
 
 CHECKS: dict[str, Callable[[Pod], dict[str, Any]]] = {
@@ -208,3 +220,32 @@ def test_the_pods_reach_each_other_where_they_listen(
     ports = {(n.port, n.agent_port) for _, _, n in conf.servers()}
     assert ports == {(server[0], agent[0])}, f"{stack}: cube.conf {ports}, pods {server} {agent}"
     assert transfer_url.endswith(f":{transfer['port']}"), f"{stack}: {transfer_url}"
+
+
+USER_NETWORK = "tests/images/trainer/nets/two_tower.py"
+
+
+def custom_stack(network: str) -> harness.Graph:
+    """The dev stack on Criteo-shaped data with the user's own network `network`."""
+    config, secrets = config_with_secrets("dev")
+    config["elasticctr:training"] = {
+        **config.get("elasticctr:training", {}), "model": "custom", "network_module": network,
+    }  # fmt: skip
+    config["elasticctr:data"] = {
+        **config.get("elasticctr:data", {}),
+        "format": "paddlerec",
+        "dense_features": [{"name": "dense_feature", "dim": 13}],
+    }
+    return harness.run(main, config, secrets, stack="dev")
+
+
+def test_a_users_network_reaches_every_training_pod_and_builds_there(tmp_path: Path) -> None:
+    read = read_every_pod("dev + custom", custom_stack(USER_NETWORK), tmp_path)
+    assert {r["network"] for r in read["trainer"] + read["pserver"]} == {NETWORK_FILE}
+    assert {r["pserver"] for r in read["trainer"] + read["pserver"]} == {True, False}
+
+
+def test_a_network_that_builds_the_wrong_logit_fails_the_pods_check(tmp_path: Path) -> None:
+    graph = custom_stack("tests/images/trainer/nets/wrong_shape.py")
+    with pytest.raises(pytest.fail.Exception, match=r"the logit must have shape \[batch, 1\]"):
+        read_every_pod("dev + wrong_shape", graph, tmp_path)

@@ -47,8 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = p.add_subparsers(dest="command", required=True)
 
-    pr = commands.add_parser("predict", help="predict ElasticCTR lines; print the AUC")
-    pr.add_argument("files", nargs="+", help="files of ElasticCTR lines ('-': stdin)")
+    pr = commands.add_parser("predict", help="predict example lines; print the AUC")
+    pr.add_argument("files", nargs="+", help="files of example lines ('-': stdin)")
+    pr.add_argument(
+        "--format",
+        choices=("elasticctr", "paddlerec"),
+        help="the lines' format: ElasticCTR lines or PaddleRec's slot format (default: the "
+        "served model's)",
+    )
     pr.add_argument("--serving-url")
     pr.add_argument("--batch-size", type=int, default=64)
     pr.add_argument("--output", help="write line, label, prob1, version rows (TSV) here")
@@ -139,6 +145,7 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
             out,
             progress=not args.no_progress,
             token=token,
+            data_format=args.format,
         )
     except (PredictError, BadFile) as err:
         print(f"error: {err}", file=sys.stderr)

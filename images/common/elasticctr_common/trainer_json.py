@@ -17,9 +17,13 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .contract import DATA_DIR, HOUR_FORMAT
+from .lines import FORMATS, DenseFeature, LineFormat, dense_feature_problems
 
 Mode = Literal["offline", "online"]
-Model = Literal["wide_deep", "dnn"]
+# The built-in networks (elasticctr_trainer/networks.py), or "custom": the module that
+# `network_module` names.
+Model = Literal["wide_deep", "dnn", "deepfm", "dcn", "custom"]
+DataFormat = Literal["elasticctr", "paddlerec"]
 MODES: tuple[str, ...] = get_args(Mode)
 MODELS: tuple[str, ...] = get_args(Model)
 
@@ -53,6 +57,9 @@ class Runner:
     # serving version's by more than this is kept (uploaded, no donefile line), not published.
     publish_margin: float = 0.002
     publish_every_version: bool = False  # true: no gate, every version that passes its check
+    # The data's line format (elasticctr_common.lines): ElasticCTR's line, or PaddleRec's
+    # slot format (which can carry hyper_parameters.dense_features).
+    data_format: DataFormat = "elasticctr"
 
 
 @dataclass(frozen=True)
@@ -64,7 +71,13 @@ class HyperParameters:
     batch_size: int = 32
     sparse_learning_rate: float = 0.05  # AdaGrad of the sparse table (CTR accessor)
     sparse_initial_range: float = 0.0001
-    model: Model = "wide_deep"  # or "dnn" (model.py)
+    model: Model = "wide_deep"  # a built-in network (networks.py) or "custom"
+    # model "custom": the user's network, a Python file (path ending .py) or an importable
+    # module name, with `build(inputs) -> logit` (networks.py, docs/trainer.md).
+    network_module: str | None = None
+    # Dense features of PaddleRec's slot format, [{"name": ..., "dim": ...}], in the order
+    # the network gets them; each line must carry every one in full.
+    dense_features: list[DenseFeature] = field(default_factory=list)
     # The CTR accessor (model.py): an id's score is (shows - clicks) * nonclk_coeff + clicks *
     # click_coeff; with both 1 it counts shows. Below embedx_threshold an id has only its
     # per-id weight (embed_w), no embedding vector. After every pass the scores decay by
@@ -161,11 +174,34 @@ def parse_config(data: Any) -> TrainerConfig:
     if unknown:
         raise ConfigError(f"trainer.json: unknown key(s) {', '.join(unknown)}")
     runner, problems = _build(Runner, "runner", data.get("runner"))
-    hyper, more = _build(HyperParameters, "hyper_parameters", data.get("hyper_parameters", {}))
+    hyper_data = data.get("hyper_parameters", {})
+    if isinstance(hyper_data, dict) and "dense_features" in hyper_data:
+        hyper_data = {**hyper_data, "dense_features": _dense_features(hyper_data["dense_features"])}
+    hyper, more = _build(HyperParameters, "hyper_parameters", hyper_data)
     if problems or more:
         raise ConfigError("\n".join(problems + more))
     _check(runner, hyper)
     return TrainerConfig(runner, hyper)
+
+
+def _dense_features(data: Any) -> list[DenseFeature]:
+    key = "hyper_parameters.dense_features"
+    if not isinstance(data, list):
+        raise ConfigError(f'{key}: expected a list of {{"name": ..., "dim": ...}}')
+    features = []
+    for item in data:
+        if isinstance(item, DenseFeature):
+            features.append(item)
+            continue
+        if not isinstance(item, dict) or set(item) != {"name", "dim"}:
+            raise ConfigError(f'{key}: expected {{"name": ..., "dim": ...}}, got {item!r}')
+        if not isinstance(item["name"], str) or type(item["dim"]) is not int:
+            raise ConfigError(f"{key}: name must be a string and dim an integer, got {item!r}")
+        features.append(DenseFeature(item["name"], item["dim"]))
+    problems = dense_feature_problems(features)
+    if problems:
+        raise ConfigError(f"{key}: {'; '.join(problems)}")
+    return features
 
 
 def _check(runner: Runner, hyper: HyperParameters) -> None:
@@ -220,6 +256,25 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         raise ConfigError("hyper_parameters.batch_size: must be >= 1")
     if hyper.model not in MODELS:
         raise ConfigError(f"hyper_parameters.model: expected one of {MODELS}, got {hyper.model!r}")
+    if hyper.model == "custom" and not hyper.network_module:
+        raise ConfigError(
+            "hyper_parameters.network_module: required with model custom (a .py file or a "
+            "module name whose build(inputs) returns the click logit)"
+        )
+    if hyper.model != "custom" and hyper.network_module is not None:
+        raise ConfigError(
+            f"hyper_parameters.network_module: only with model custom, got "
+            f"{hyper.network_module!r} with model {hyper.model}"
+        )
+    if runner.data_format not in FORMATS:
+        raise ConfigError(
+            f"runner.data_format: expected one of {FORMATS}, got {runner.data_format!r}"
+        )
+    if hyper.dense_features and runner.data_format != "paddlerec":
+        raise ConfigError(
+            "hyper_parameters.dense_features: need runner.data_format paddlerec (ElasticCTR "
+            "lines have no place for dense features)"
+        )
     for key in ("embedx_threshold", "nonclk_coeff", "click_coeff", "delete_threshold", "dense_l2"):
         if getattr(hyper, key) < 0:
             raise ConfigError(f"hyper_parameters.{key}: must be >= 0, got {getattr(hyper, key)}")
@@ -230,6 +285,11 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         )
     if runner.publish_margin < 0:
         raise ConfigError(f"runner.publish_margin: must be >= 0, got {runner.publish_margin}")
+
+
+def line_format(config: TrainerConfig) -> LineFormat:
+    """How the job's data lines are written."""
+    return LineFormat(config.runner.data_format, tuple(config.hyper_parameters.dense_features))
 
 
 def load_config(path: str | Path) -> TrainerConfig:

@@ -27,8 +27,10 @@ def main(argv: list[str] | None = None) -> int:
     gen = commands.add_parser("generate", help="write synthetic ElasticCTR data")
     gen.add_argument("--out", required=True, help="storage URI (file://, s3://, hdfs://)")
     gen.add_argument(
-        "--profile", choices=("simple", "realistic"), default="simple",
+        "--profile", choices=("simple", "realistic", "criteo"), default="simple",
         help="realistic: 20 Zipf slots, multi-hot, an interaction, 4%% clicks (realistic.py); "
+        "criteo: 13 dense features, 26 slots of Criteo's cardinalities scaled down, in "
+        "PaddleRec's slot format (synth.py); "
         "its defaults: --start 20191221/20 --hours 8 --heldout 60000",
     )  # fmt: skip
     gen.add_argument(
@@ -74,6 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 0
         from . import BAD_DATA_EXIT_CODE
         from .checkpoint import CheckpointMismatch
+        from .networks import NetworkError
 
         try:
             if role.is_server:
@@ -87,7 +90,9 @@ def main(argv: list[str] | None = None) -> int:
                     run_trainer(config, role)
                 except PassFailed:  # logged by the trainer already; Volcano's code of its own
                     code = BAD_DATA_EXIT_CODE
-        except CheckpointMismatch as err:  # every attempt would meet it: no restart
+        # A checkpoint the model does not fit, a network module that cannot be used: every
+        # attempt would meet it, so no restart.
+        except (CheckpointMismatch, NetworkError) as err:
             logging.getLogger("elasticctr_trainer").error("%s", err)
             code = BAD_DATA_EXIT_CODE
         # Done, and everything is written: leave without the interpreter's teardown, where
