@@ -51,6 +51,11 @@ class Parsed:
     slots: NDArray[np.int32]  # slot index (model input order) of each key
     rows: NDArray[np.int32]  # instance index of each key
     largest_feasign: int = 0  # before the mapping (feasign_check.py)
+    # Every feasign as sent (padding included) with its slot index and instance, in
+    # instance order: what an impression record holds (feedback.py).
+    raw: NDArray[np.uint64] | None = None
+    raw_slots: NDArray[np.int32] | None = None
+    raw_rows: NDArray[np.int32] | None = None
 
 
 class SlotSpace:
@@ -61,6 +66,7 @@ class SlotSpace:
         self.sparse_dim = sparse_dim
         self.index = {str(s): i for i, s in enumerate(self.slots)}
         self.names = "\n".join(str(s) for s in self.slots).encode()  # for the native parser
+        self.suffixes = [f":{s}" for s in self.slots]  # "<feasign>:<slot>" (feedback.py)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SlotSpace):
@@ -220,9 +226,11 @@ def _keys(
 ) -> Parsed:
     keys = raw % np.uint64(space.sparse_dim)
     real = keys != 0
+    kept_slots, kept_rows = slots, rows
     if not real.all():
-        keys, slots, rows = keys[real], slots[real], rows[real]
-    return Parsed(count, keys, slots, rows, int(raw.max()) if raw.size else 0)
+        keys, kept_slots, kept_rows = keys[real], slots[real], rows[real]
+    largest = int(raw.max()) if raw.size else 0
+    return Parsed(count, keys, kept_slots, kept_rows, largest, raw, slots, rows)
 
 
 def _as_uint64(feasigns: list[Any]) -> NDArray[np.uint64] | None:
