@@ -469,7 +469,7 @@ class KafkaBroker(ServerProcess):
         script = str(KAFKA_SCRIPT)
         # Formatting is skipped when the log dirs already are (a restart).
         return [
-            "sh", "-c", f'"$0" format "$1" "$2" && exec "$0" run "$1"',
+            "sh", "-c", '"$0" format "$1" "$2" && exec "$0" run "$1"',
             script, str(props), self.cluster_id,
         ]  # fmt: skip
 
@@ -505,7 +505,9 @@ class KafkaBroker(ServerProcess):
 def _fetch(script: Path, timeout: float) -> Path:
     """Run `script fetch` (instant once cached); the classpath file it prints."""
     try:
-        done = subprocess.run([str(script), "fetch"], capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            [str(script), "fetch"], capture_output=True, text=True, timeout=timeout
+        )
     except subprocess.TimeoutExpired as err:
         raise ServerStartError(f"{script} fetch took over {timeout:.0f}s") from err
     if done.returncode != 0:

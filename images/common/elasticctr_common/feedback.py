@@ -147,8 +147,7 @@ def impression_bytes(
     """One impression record (serving's hot path: string formatting, no JSON encoder)."""
     s = "null" if score is None or not math.isfinite(score) else repr(float(score))
     return (
-        f'{{"rid":"{request_id}","i":{index},"t":{time!r},"v":{version},"s":{s},'
-        f'"f":"{features}"}}'
+        f'{{"rid":"{request_id}","i":{index},"t":{time!r},"v":{version},"s":{s},"f":"{features}"}}'
     ).encode()
 
 

@@ -136,7 +136,9 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
     minutes = runner.partition_minutes
     if type(minutes) is not int or minutes not in PARTITION_MINUTES:
         allowed = ", ".join(map(str, PARTITION_MINUTES))
-        raise ConfigError(f"runner.partition_minutes: must divide an hour ({allowed}), got {minutes!r}")
+        raise ConfigError(
+            f"runner.partition_minutes: must divide an hour ({allowed}), got {minutes!r}"
+        )
     for key in ("start_date_hr", "end_date_hr"):
         value = getattr(runner, key)
         if value is not None:

@@ -27,14 +27,13 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_runner import GracefulExit
-
 from elasticctr_common.feedback import CLICK_PATH, REQUEST_ID_HEADER, valid_request_id
 
 from . import native
 from .batcher import Batcher, Prediction, Unavailable
 from .feasign_check import ReducedFeasignCheck
-from .instances import BadRequest, load_json, parse_request
 from .feedback import FeedbackLog, RequestIds
+from .instances import BadRequest, load_json, parse_request
 from .metrics import ServingMetrics
 from .rollout import ModelManager
 

@@ -91,7 +91,9 @@ def features_of(
     if rows.size > 1 and not bool((rows[1:] >= rows[:-1]).all()):
         order = np.argsort(rows, kind="stable")
         raw, slots, rows = raw[order], slots[order], rows[order]
-    tokens = list(map(str.__add__, map(str, raw.tolist()), map(suffixes.__getitem__, slots.tolist())))
+    tokens = list(
+        map(str.__add__, map(str, raw.tolist()), map(suffixes.__getitem__, slots.tolist()))
+    )
     bounds = np.searchsorted(rows, np.arange(count + 1)).tolist()
     return [" ".join(tokens[bounds[i] : bounds[i + 1]]) for i in range(count)]
 
@@ -182,9 +184,16 @@ class FeedbackLog:
         assert parsed.raw_slots is not None and parsed.raw_rows is not None
         self._pending.put(
             _Logged(
-                request_id, time.time(), version, parsed.raw, parsed.raw_slots,
-                parsed.raw_rows, n, scores, suffixes,
-            )  # fmt: skip
+                request_id,
+                time.time(),
+                version,
+                parsed.raw,
+                parsed.raw_slots,
+                parsed.raw_rows,
+                n,
+                scores,
+                suffixes,
+            )
         )
 
     def click(self, request_id: str, index: int, at: float | None = None) -> bool:

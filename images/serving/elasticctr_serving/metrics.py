@@ -135,7 +135,9 @@ class ServingMetrics:
             ("outcome",),
         )
         self.clicks = Counter(
-            r, p + "clicks_total", "clicks received by outcome (as impressions, and rejected)",
+            r,
+            p + "clicks_total",
+            "clicks received by outcome (as impressions, and rejected)",
             ("outcome",),
         )
         for cause in FAILURE_CAUSES:  # every series exists from the start, at 0

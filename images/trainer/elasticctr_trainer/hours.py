@@ -16,13 +16,13 @@ from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta
 
 from elasticctr_common.contract import DONEFILE, HOUR_FORMAT
-from elasticctr_common.storage import Store
 from elasticctr_common.feedback import (
     format_partition,
     is_partition_name,
     next_partition,
     parse_partition,
 )
+from elasticctr_common.storage import Store
 from elasticctr_common.trainer_json import parse_hour
 
 log = logging.getLogger(__name__)
@@ -102,9 +102,7 @@ def later_ready(data: Store, after: str, minutes: int) -> str | None:
     day = first.strftime("%Y%m%d")
     days = sorted(d for d in data.list() if d.isdigit() and len(d) == 8 and d >= day)
     for d in days:
-        names = sorted(
-            f"{d}/{n}" for n in data.list(d) if is_partition_name(f"{d}/{n}", minutes)
-        )
+        names = sorted(f"{d}/{n}" for n in data.list(d) if is_partition_name(f"{d}/{n}", minutes))
         for name in names:
             if parse_partition(name, minutes) > first and is_ready(data, name):
                 return name

@@ -17,9 +17,9 @@ from elasticctr_common.feedback import (
     parse_impression,
 )
 
-from tests.support.kafka import create_topics, read_topic
 from tests.images.serving.conftest import Stack, start_stack
 from tests.images.serving.servingtest import Processes, http, metric_sample, probe_instances
+from tests.support.kafka import create_topics, read_topic
 from tests.support.services import KafkaBroker
 
 pytestmark = pytest.mark.slow
