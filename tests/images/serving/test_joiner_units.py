@@ -191,7 +191,7 @@ def examples(parts: dict[str, list[str]]) -> list[tuple[str, str]]:
 
 
 def test_without_a_crash_every_impression_once_with_its_label(tmp_path):
-    events, labels = scenario()
+    _, labels = scenario()
     parts = drive(tmp_path, None)
     assert sorted(parts) == ["20260101/1000", "20260101/1005", "20260101/1010"]
     lines = [line for p in parts.values() for line in p]
