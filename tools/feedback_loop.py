@@ -224,7 +224,7 @@ class FeedbackLoop(Demo):
                 partitions[f"{day}/{name}"] = manifest
                 for file in manifest["files"]:
                     for line in dataset.read_text(f"{day}/{name}/{file}").splitlines():
-                        show, click, features = line.split(" ", 2)
+                        _, click, features = line.split(" ", 2)
                         joined[features] += 1
                         clicked += int(click)
         on_stream = collections.Counter(m.features for m in stream)

@@ -13,9 +13,9 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, TypeVar
 
 import prometheus_client
 from elasticctr_common.storage import Store
@@ -24,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 from .joiner import Committed, Joiner, Positions, find_committed
 
 log = logging.getLogger("elasticctr_joiner")
+T = TypeVar("T")
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
@@ -167,12 +168,19 @@ class Runner:
     def start(self) -> Joiner:
         from confluent_kafka import TopicPartition
 
-        counts = ensure_topics(self.admin, {t: self.topic_partitions for t in self.topics})
+        counts = self.retry(
+            "the topics",
+            lambda: ensure_topics(self.admin, {t: self.topic_partitions for t in self.topics}),
+        )
         committed: Committed | None = find_committed(self.dataset, self.minutes)
         first: Positions = {}
         for topic, n in counts.items():
             for kp in range(n):
-                low, _ = self.consumer.get_watermark_offsets(TopicPartition(topic, kp), timeout=60)
+                tp = TopicPartition(topic, kp)
+                low, _ = self.retry(
+                    f"{topic}/{kp}'s offsets",
+                    lambda tp=tp: self.consumer.get_watermark_offsets(tp, timeout=10),
+                )
                 first[(topic, kp)] = low
         joiner = Joiner(
             self.dataset, *self.topics, minutes=self.minutes, window=self.window,
@@ -188,6 +196,22 @@ class Runner:
         with self.lock:
             self.joiner = joiner
         return joiner
+
+    def retry(self, what: str, call: Callable[[], T]) -> T:
+        """`call` until it works: the broker may be starting, or a new topic's partitions
+        have no leader yet. Stops only when asked to."""
+        from confluent_kafka import KafkaException
+
+        delay = 0.5
+        while True:
+            try:
+                return call()
+            except KafkaException as err:
+                if self.stopping.is_set():
+                    raise
+                log.info("%s: %s; trying again in %.1fs", what, err, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 10.0)
 
     def caught_up(self, joiner: Joiner) -> bool:
         """Every topic partition read up to the high watermark the broker reports now."""
