@@ -28,6 +28,10 @@ T = TypeVar("T")
 prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
+class NotReady(RuntimeError):
+    """The broker does not serve a topic yet (just created, a leader being elected)."""
+
+
 class TopicError(RuntimeError):
     """A topic is missing and cannot be created; the message names it."""
 
@@ -55,6 +59,12 @@ def ensure_topics(admin: Any, names: Mapping[str, int], timeout: float = 60.0) -
                         f"it, or allow this client to)"
                     ) from None
         meta = admin.list_topics(timeout=timeout)
+    for name in names:
+        topic = meta.topics.get(name)
+        if topic is None or topic.error is not None or not topic.partitions:
+            raise NotReady(f"topic {name} is not in the broker's metadata yet")
+        if any(p.leader < 0 for p in topic.partitions.values()):
+            raise NotReady(f"topic {name} has partitions without a leader")
     return {n: len(meta.topics[n].partitions) for n in names}
 
 
@@ -206,7 +216,7 @@ class Runner:
         while True:
             try:
                 return call()
-            except KafkaException as err:
+            except (KafkaException, NotReady) as err:
                 if self.stopping.is_set():
                     raise
                 log.info("%s: %s; trying again in %.1fs", what, err, delay)
