@@ -55,6 +55,7 @@ class FeedbackLoop(Demo):
         self.dataset = work / "feedback"
         self.events: list[str] = []
         self.broker: Any = None
+        self.joiners = 0
 
     def event(self, text: str) -> None:
         self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
@@ -77,8 +78,9 @@ class FeedbackLoop(Demo):
         return super().serve(conf)
 
     def start_joiner(self) -> None:
+        self.joiners += 1
         self.start(
-            f"joiner-{len([n for n in self.procs if n.startswith('joiner')])}",
+            f"joiner-{self.joiners}",
             self.python(
                 "-m", "elasticctr_joiner",
                 "--dataset-uri", f"file://{self.dataset}",
@@ -162,8 +164,9 @@ class FeedbackLoop(Demo):
                 time.sleep(0.5)
             if what == "joiner":
                 name = self.current_joiner()
-                os.killpg(self.procs[name].pid, signal.SIGKILL)
-                self.procs[name].wait()
+                killed = self.procs.pop(name)  # its exit is expected
+                os.killpg(killed.pid, signal.SIGKILL)
+                killed.wait()
                 self.event(f"joiner killed (SIGKILL) at {at:.0f}s; restarting it")
                 self.start_joiner()
             else:
