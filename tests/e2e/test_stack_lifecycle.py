@@ -514,14 +514,22 @@ def test_more_trainers_replace_the_job_and_nothing_else(
 
 
 # ---- 5. cube_shards 2 -> 3 -----------------------------------------------------------
+# Updated in place: the shard list, and the pods that read it (their templates carry its
+# hash, so they roll).
 CUBE_PARTS = {
     ("kubernetes:core/v1:ConfigMap", "cube-conf"),
-    # Shards 0 and 1 learn the new shard count; shard 2 is new (below).
-    ("kubernetes:apps/v1:StatefulSet", "cube-shard-0"),
-    ("kubernetes:apps/v1:StatefulSet", "cube-shard-1"),
-    # Their pod templates carry cube.conf's hash: they roll.
     ("kubernetes:apps/v1:Deployment", "cube-transfer"),
     ("kubernetes:apps/v1:Deployment", "serving-deployment"),
+}
+# Replaced: shards 0 and 1 of a new layout are new objects beside the old (components/cube.py).
+OLD_SHARDS = {
+    (kind, f"cube-shard-{s}{suffix}")
+    for s in (0, 1)
+    for kind, suffix in (
+        ("kubernetes:apps/v1:StatefulSet", ""),
+        ("kubernetes:core/v1:Service", "-service"),
+        ("kubernetes:policy/v1:PodDisruptionBudget", "-budget"),
+    )
 }
 NEW_SHARD = {
     ("kubernetes:apps/v1:StatefulSet", "cube-shard-2"),
@@ -530,20 +538,22 @@ NEW_SHARD = {
 }
 
 
-def test_more_cube_shards_follow_in_the_stateful_set_and_cube_conf(
+def test_more_cube_shards_make_a_new_layout_beside_the_old(
     lifecycle: Lifecycle, declared: list[dict[str, Any]]
 ) -> None:
     lifecycle.require("trainers")
     project = lifecycle.project
     ns = f"/namespaces/{NAMESPACE}"
+    old_layout = project.run("stack", "output", "cube_layout").stdout.strip()
     others = [
         m
         for m in declared
         if (m["kind"], m["metadata"]["name"])
         not in {
             ("ConfigMap", "cube-conf"),
-            ("StatefulSet", "cube-0"),
-            ("StatefulSet", "cube-1"),
+            *(("StatefulSet", f"cube-{old_layout}-{s}") for s in (0, 1)),
+            *(("Service", f"cube-{old_layout}-{s}") for s in (0, 1)),
+            *(("PodDisruptionBudget", f"cube-{old_layout}-{s}") for s in (0, 1)),
             ("Deployment", "cube-transfer"),
             ("Deployment", "serving"),
         }
@@ -553,25 +563,35 @@ def test_more_cube_shards_follow_in_the_stateful_set_and_cube_conf(
     project.config_set("cube_shards", "3")
     _, preview = project.preview_json()
     lifecycle.artifacts["cube-shards-2-to-3.preview.json"] = json.dumps(preview, indent=2)
-    changes = {type_and_name(urn): op for urn, (op, _) in changed_steps(preview).items()}
-    created = {k for k, op in changes.items() if op == "create"}
-    assert created == NEW_SHARD, changes
-    assert set(changes) - {(STACK_TYPE, f"elasticctr-{STACK}")} - created == CUBE_PARTS, changes
-    for k in list(changes):
-        if k in created:
-            del changes[k]
+    ops: dict[tuple[str, str], set[str]] = {}
+    for step in preview.get("steps") or []:
+        if step["op"] != "same":
+            ops.setdefault(type_and_name(step["urn"]), set()).add(step["op"])
+    ops.pop((STACK_TYPE, f"elasticctr-{STACK}"), None)
+    assert {k for k, o in ops.items() if o == {"create"}} == NEW_SHARD, ops
+    assert {k for k, o in ops.items() if o == {"update"}} == CUBE_PARTS, ops
+    replaced = {k for k, o in ops.items() if "create-replacement" in o or "replace" in o}
+    assert replaced == OLD_SHARDS, ops
+    # Created before the old ones are deleted (at the end of `up`, after serving moved).
+    assert all("delete-before-replace" not in o for o in ops.values()), ops
     project.up()
 
+    layout = project.run("stack", "output", "cube_layout").stdout.strip()
+    assert layout != old_layout
     for shard in range(3):
-        cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", f"cube-{shard}")
+        cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", f"cube-{layout}-{shard}")
         for container in cube["spec"]["template"]["spec"]["containers"]:
             assert env_of(container)["CUBE_SHARD_NUM"] == "3"
             assert env_of(container)["CUBE_SHARD_INDEX"] == str(shard)
+    for shard in (0, 1):  # the old layout is gone
+        path = f"/apis/apps/v1{ns}/statefulsets/cube-{old_layout}-{shard}"
+        assert lifecycle.get(path) is None, path
     conf_map = lifecycle.custom(f"/api/v1{ns}/configmaps", "cube-conf")
     (conf,) = json.loads(conf_map["data"]["cube.conf"])
     assert conf["shard"] == 3
     assert [n["ipport_list"] for n in conf["nodes"]] == [
-        f"list://cube-{i}-0.cube-headless.{NAMESPACE}.svc.cluster.local:8027" for i in range(3)
+        f"list://cube-{layout}-{i}-0.cube-headless.{NAMESPACE}.svc.cluster.local:8027"
+        for i in range(3)
     ]
     digest = kube.digest(conf_map["data"])
     for name, key in (("serving", "cube-conf-sha256"), ("cube-transfer", "config-sha256")):
@@ -582,17 +602,9 @@ def test_more_cube_shards_follow_in_the_stateful_set_and_cube_conf(
         )
     assert lifecycle.snapshot(others) == before
     lifecycle.artifacts["cube-shards-2-to-3.ops.json"] = json.dumps(
-        {f"{t} {n}": op for (t, n), op in sorted(changes.items())}, indent=2
+        {f"{t} {n}": sorted(o) for (t, n), o in sorted(ops.items())}, indent=2
     )
     lifecycle.passed.add("cube")
-
-
-def test_a_shard_change_updates_serving_in_place(lifecycle: Lifecycle) -> None:
-    lifecycle.require("cube")
-    ops = json.loads(lifecycle.artifacts["cube-shards-2-to-3.ops.json"])
-    assert {k: v for k, v in ops.items() if not k.startswith(STACK_TYPE)} == {
-        f"{t} {n}": "update" for t, n in sorted(CUBE_PARTS)
-    }
 
 
 # ---- 6. a bad value ---------------------------------------------------------------
@@ -618,6 +630,31 @@ def test_a_bad_value_fails_and_changes_nothing(
         assert message in result.output, result.describe()
     assert state_changes(state_before, resources_of(project.export(show_secrets=True))) == []
     assert lifecycle.snapshot(declared) == api_before
+
+
+def test_an_unsafe_change_is_refused_and_changes_nothing(
+    lifecycle: Lifecycle, declared: list[dict[str, Any]]
+) -> None:
+    """A change the running stack cannot take (infra/guard.py), through the real engine: the
+    stack's last outputs are read back, and preview and up stop before any change."""
+    lifecycle.require("up")
+    project = lifecycle.project
+    state_before = resources_of(project.export(show_secrets=True))
+    api_before = lifecycle.snapshot(declared)
+    project.config_set("training.embedding_dim", "16", path=True)
+    try:
+        preview = project.run("preview", check=False)
+        up = project.up(check=False)
+    finally:
+        project.run("config", "rm", "--path", "training.embedding_dim")
+    for result in (preview, up):
+        assert result.returncode != 0, result.describe()
+        assert "cannot be applied to the running stack safely" in result.output, result.describe()
+        assert "elasticctr:training.embedding_dim: 9 -> 16: " in result.output, result.describe()
+    assert state_changes(state_before, resources_of(project.export(show_secrets=True))) == []
+    assert lifecycle.snapshot(declared) == api_before
+    # Back as it was, nothing to do.
+    assert project.run("preview", "--expect-no-changes", check=False).returncode == 0
 
 
 # ---- 7. destroy --------------------------------------------------------------------
