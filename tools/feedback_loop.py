@@ -149,7 +149,7 @@ class FeedbackLoop(Demo):
                 "--truth", str(self.work / "data" / "truth.json"),
                 "--seconds", str(a.seconds), "--qps", str(a.qps), "--batch", str(a.batch),
                 "--click-delay", str(a.click_delay), "--late-share", str(a.late_share),
-                "--late-after", str(a.window + 15), "--drift-at", str(a.drift_at),
+                "--late-after", str(a.minutes * 60 + a.window + 15), "--drift-at", str(a.drift_at),
                 "--record", str(record),
             ),
         )  # fmt: skip

@@ -164,7 +164,8 @@ class Runner:
         self.topic_partitions = topic_partitions
         self.metrics = JoinerMetrics()
         self.stopping = threading.Event()
-        self.caught_up_at: float | None = None
+        self.marks: tuple[float, Positions] | None = None  # (taken at, high watermarks)
+        self.unreachable = False
         self.port = port
         self.joiner: Joiner | None = None
         self.lock = threading.Lock()
@@ -223,21 +224,40 @@ class Runner:
                 time.sleep(delay)
                 delay = min(delay * 2, 10.0)
 
-    def caught_up(self, joiner: Joiner) -> bool:
-        """Every topic partition read up to the high watermark the broker reports now."""
+    def high_marks(self, joiner: Joiner) -> Positions | None:
+        """Each topic partition's high watermark as the broker reports it now; None when
+        the broker does not answer."""
         from confluent_kafka import KafkaException, TopicPartition
 
+        marks: Positions = {}
         try:
-            for (topic, kp), position in joiner.positions.items():
+            for topic, kp in joiner.positions:
                 _, high = self.consumer.get_watermark_offsets(
                     TopicPartition(topic, kp), timeout=5, cached=False
                 )
-                if position < high:
-                    return False
+                marks[(topic, kp)] = high
         except KafkaException as err:
-            log.info("cannot tell whether the stream is read up: %s", err)
-            return False
-        return True
+            if not self.unreachable:
+                log.warning("the broker does not answer (%s): no partition closes meanwhile", err)
+            self.unreachable = True
+            return None
+        if self.unreachable:
+            log.info("the broker answers again")
+        self.unreachable = False
+        return marks
+
+    def read_up(self, joiner: Joiner, due_at: float) -> bool:
+        """Every record the broker held at some moment after `due_at` has been read: the
+        high watermarks are taken once after it (records keep arriving, so "at the
+        watermark now" may never hold), then the positions must reach them."""
+        if self.marks is None or self.marks[0] < due_at:
+            taken = time.time()
+            marks = self.high_marks(joiner)
+            if marks is None:
+                return False
+            self.marks = (taken, marks)
+        _, marks = self.marks
+        return all(joiner.positions.get(key, 0) >= high for key, high in marks.items())
 
     def run(self) -> None:
         server = serve_status(self.port, self.status, self.metrics)
@@ -260,7 +280,7 @@ class Runner:
 
     def close_due(self, joiner: Joiner) -> None:
         while (name := joiner.due()) is not None:
-            if not self.caught_up(joiner):
+            if not self.read_up(joiner, _bounds(name, self.minutes)[1] + self.window):
                 return
             with self.lock:
                 joiner.close(name)
