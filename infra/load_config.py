@@ -145,9 +145,18 @@ def _plaintext_secrets(raw: dict[str, Any], secret_keys: set[str]) -> list[str]:
             f"{NAMESPACE}:{key}.{field} must be set as a secret: "
             f"pulumi config set --secret --path {key}.{field} <value>"
             for field in fields
-            if value.get(field) is not None
+            if _at(value, field) is not None
         ]
     return problems
+
+
+def _at(value: dict[str, Any], path: str) -> Any:
+    """The value at a dotted path inside `value` (None where any step is missing)."""
+    for step in path.split("."):
+        if not isinstance(value, dict):
+            return None
+        value = value.get(step)
+    return value
 
 
 def _read_slots(slot_conf: Any, project_dir: Path, problems: list[str]) -> tuple[list[int], str]:

@@ -33,6 +33,7 @@ IMPRESSIONS_TOPIC: Final = "elasticctr-impressions"
 CLICKS_TOPIC: Final = "elasticctr-clicks"
 KAFKA_PORT: Final = 9092  # clients (PLAINTEXT in cluster)
 KAFKA_CONTROLLER_PORT: Final = 9093  # KRaft controller, the broker's own pod only
+JOINER_PORT: Final = 8012  # the joiner's /status, /metrics, /healthz
 REQUEST_ID_HEADER: Final = "X-Request-Id"
 CLICK_PATH: Final = "/click"
 MINUTE_FORMAT: Final = "%Y%m%d/%H%M"

@@ -14,6 +14,7 @@ import os
 import sys
 
 from elasticctr_common.feedback import (
+    JOINER_PORT,
     PARTITION_MINUTES,
     FeedbackConfigError,
     FeedbackEnv,
@@ -21,8 +22,6 @@ from elasticctr_common.feedback import (
     topics,
 )
 from elasticctr_common.logs import log_info_to_stderr
-
-JOINER_PORT = 8012
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
