@@ -684,6 +684,12 @@ class KafkaConfig(Section):
                 )
         if self.mode == "in-cluster" and self.bootstrap_servers:
             raise Problem("bootstrap_servers", "is for mode external")
+        if self.mode == "in-cluster" and self.security_protocol != "PLAINTEXT":
+            raise Problem(
+                "security_protocol",
+                "must be PLAINTEXT in mode in-cluster (its NetworkPolicies admit only the "
+                "stack's serving and joiner)",
+            )
         sasl = self.security_protocol.startswith("SASL")
         if sasl and (self.username is None or self.password is None):
             raise Problem(
@@ -692,12 +698,6 @@ class KafkaConfig(Section):
             )
         if not sasl and (self.username is not None or self.password is not None):
             raise Problem("username", f"and password are for SASL_*, got {self.security_protocol}")
-        if self.mode == "in-cluster" and self.security_protocol != "PLAINTEXT":
-            raise Problem(
-                "security_protocol",
-                "must be PLAINTEXT in mode in-cluster (its NetworkPolicies admit only the "
-                "stack's serving and joiner)",
-            )
         return self
 
 
