@@ -245,7 +245,7 @@ def test_the_feedback_loop_opens_exactly_its_connections() -> None:
     ingress, _ = network_paths.allowed(manifests, "Ingress")
     pods = network_paths.components(manifests)
     assert {str(p) for p in ingress if p.client not in pods} == {"* -> serving:8010"}
-    for owner, template in all_pods(feedback_graph("dev")):
+    for _, template in all_pods(feedback_graph("dev")):
         for container in template["spec"]["containers"]:
             if container["name"] in ("kafka", "joiner"):
                 assert container["resources"]["limits"] and container["resources"]["requests"]
