@@ -45,7 +45,8 @@ class JoinerArgs:
     cpu: float
     mem: float
     store: ObjectStore | None = None  # data.source storage: the joiner's bucket identity
-    data_routes: tuple[Route, ...] = ()  # HDFS (namenode, datanodes), or the bucket
+    # HDFS (namenode, datanodes), or the bucket
+    data_routes: tuple[Route | pulumi.Output[Route], ...] = ()
     hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
 
 

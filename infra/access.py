@@ -16,7 +16,7 @@ from infra.load_config import as_secret
 def bucket_users(config: StackConfig) -> tuple[BucketUser, ...]:
     paths = (config.data.dataset_path, config.training.eval_path)
     datasets = [p.strip("/") for p in paths if p] if config.data.source == "storage" else []
-    users = (
+    users: tuple[BucketUser, ...] = (
         training.bucket_user(*datasets),
         cube.SHARD_BUCKET_USER,
         cube.TRANSFER_BUCKET_USER,

@@ -150,7 +150,7 @@ def _plaintext_secrets(raw: dict[str, Any], secret_keys: set[str]) -> list[str]:
     return problems
 
 
-def _at(value: dict[str, Any], path: str) -> Any:
+def _at(value: Any, path: str) -> Any:
     """The value at a dotted path inside `value` (None where any step is missing)."""
     for step in path.split("."):
         if not isinstance(value, dict):

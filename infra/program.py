@@ -249,6 +249,8 @@ def main() -> None:
             ),
         )
         into_bucket = joins_into_bucket(config)
+        hdfs_mode = config.hdfs.mode
+        assert into_bucket or hdfs_mode != "none"  # data.source hdfs needs an HDFS (config)
         Joiner(
             "joiner",
             JoinerArgs(
@@ -266,7 +268,9 @@ def main() -> None:
                     stores[JOINER_ACCOUNT].routes
                     if into_bucket
                     else client_routes(
-                        config.hdfs.mode, config.hdfs.address, config.hdfs.datanode_port
+                        "external" if hdfs_mode == "external" else "in-cluster",
+                        config.hdfs.address,
+                        config.hdfs.datanode_port,
                     )
                 ),
                 hdfs_ugi=None if into_bucket else as_secret(config.data.ugi),

@@ -268,6 +268,6 @@ def test_the_feedback_loop_external_stream_and_its_secrets() -> None:
     assert "kafka-password-1" not in text and "joiner-user" not in text
     (secret,) = [m for m in manifests if m["kind"] == "Secret"
                  and m["metadata"]["name"] == "kafka-client"]  # fmt: skip
-    assert set(secret.get("stringData") or secret.get("data")) == {
+    assert set(secret.get("stringData") or secret.get("data") or {}) == {
         "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD",
     }  # fmt: skip

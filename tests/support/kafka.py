@@ -10,7 +10,7 @@ from typing import Any
 def create_topics(bootstrap: str, partitions: dict[str, int]) -> None:
     """Create each topic with its partition count (replication 1); existing ones stay."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import AdminClient, NewTopic
+    from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
     admin = AdminClient({"bootstrap.servers": bootstrap})
     new = [NewTopic(name, count, 1) for name, count in partitions.items()]

@@ -186,9 +186,11 @@ def _common(record: dict[str, Any]) -> tuple[str, int, float]:
         raise BadRecord("bad_request_id", repr(rid)[:80])
     if type(index) is not int or index < 0:
         raise BadRecord("bad_instance", repr(index)[:40])
-    if type(time) not in (int, float) or not math.isfinite(time) or time <= 0:
+    if not isinstance(time, int | float) or isinstance(time, bool):
         raise BadRecord("bad_time", repr(time)[:40])
-    assert isinstance(rid, str)
+    if not math.isfinite(time) or time <= 0:
+        raise BadRecord("bad_time", repr(time)[:40])
+    assert isinstance(rid, str) and isinstance(index, int)
     return rid, index, float(time)
 
 

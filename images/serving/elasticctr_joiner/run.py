@@ -40,7 +40,7 @@ def ensure_topics(admin: Any, names: Mapping[str, int], timeout: float = 60.0) -
     """Each topic's partition count, creating the missing ones (replication: the broker's
     default)."""
     from confluent_kafka import KafkaError, KafkaException
-    from confluent_kafka.admin import NewTopic
+    from confluent_kafka.admin import NewTopic  # type: ignore[attr-defined]
 
     meta = admin.list_topics(timeout=timeout)
     missing = [n for n in names if n not in meta.topics]
@@ -150,7 +150,7 @@ class Runner:
         self.dataset = dataset
         self.topics = (impressions_topic, clicks_topic)
         self.minutes, self.window = minutes, window
-        self.kafka = {
+        self.kafka: dict[str, Any] = {
             **kafka,
             "group.id": "elasticctr-joiner",  # required by librdkafka; offsets never committed
             "enable.auto.commit": False,
@@ -158,8 +158,7 @@ class Runner:
             "enable.partition.eof": False,
             "logger": logging.getLogger("elasticctr_joiner.kafka"),
         }
-        self.admin = AdminClient({k: v for k, v in self.kafka.items()
-                                  if not k.startswith(("group.", "enable."))})  # fmt: skip
+        self.admin = AdminClient({**kafka, "logger": self.kafka["logger"]})
         self.consumer = Consumer(self.kafka)
         self.topic_partitions = topic_partitions
         self.metrics = JoinerMetrics()
@@ -187,11 +186,7 @@ class Runner:
         first: Positions = {}
         for topic, n in counts.items():
             for kp in range(n):
-                tp = TopicPartition(topic, kp)
-                low, _ = self.retry(
-                    f"{topic}/{kp}'s offsets",
-                    lambda tp=tp: self.consumer.get_watermark_offsets(tp, timeout=10),
-                )
+                low, _ = self.retry(f"{topic}/{kp}'s offsets", self._marks(topic, kp))
                 first[(topic, kp)] = low
         joiner = Joiner(
             self.dataset, *self.topics, minutes=self.minutes, window=self.window,
@@ -207,6 +202,15 @@ class Runner:
         with self.lock:
             self.joiner = joiner
         return joiner
+
+    def _marks(self, topic: str, kp: int) -> Callable[[], tuple[int, int]]:
+        from confluent_kafka import TopicPartition
+
+        def marks() -> tuple[int, int]:
+            low, high = self.consumer.get_watermark_offsets(TopicPartition(topic, kp), timeout=10)
+            return int(low), int(high)
+
+        return marks
 
     def retry(self, what: str, call: Callable[[], T]) -> T:
         """`call` until it works: the broker may be starting, or a new topic's partitions
@@ -270,7 +274,7 @@ class Runner:
                         if message.error():
                             log.warning("kafka: %s", message.error())
                             continue
-                        joiner.add(message)
+                        joiner.add(message)  # type: ignore[arg-type]  # stub: None offsets
                     joiner.expire_clicks()
                 self.close_due(joiner)
                 self.metrics.update(joiner)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from elasticctr_common.feedback import (
@@ -104,14 +105,15 @@ def test_clicks_go_to_their_topic_and_bad_ones_are_refused_and_counted(
         assert (code, body) == (202, {"accepted": 1})
         many = {"clicks": [{"request_id": "abc-2", "instance": i} for i in range(3)]}
         assert http("POST", url + "/click", many)[:2] == (202, {"accepted": 3})
-        for bad, message in [
+        cases: list[tuple[bytes | dict[str, Any], str]] = [
             (b"{", "malformed JSON"),
             ({"request_id": "a b", "instance": 0}, "request_id must be"),
             ({"request_id": "x", "instance": -1}, "instance must be an integer >= 0"),
             ({"request_id": "x", "instance": True}, "instance must be an integer >= 0"),
             ({"clicks": []}, '"clicks" must be a non-empty list'),
             ({"clicks": [{"request_id": "x", "instance": 0}, 5]}, "click 1: expected an object"),
-        ]:
+        ]
+        for bad, message in cases:
             code, body, _ = http("POST", url + "/click", bad)
             assert code == 400 and message in body["error"], (bad, body)
         clicks = [parse_click(r) for r in read_topic(broker.bootstrap, CLICKS_TOPIC, 4)]
