@@ -6,6 +6,9 @@ records that found the buffer full are counted, the rest arrive whole and once."
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -19,7 +22,13 @@ from elasticctr_common.feedback import (
 )
 
 from tests.images.serving.conftest import Stack, start_stack
-from tests.images.serving.servingtest import Processes, http, metric_sample, probe_instances
+from tests.images.serving.servingtest import (
+    PYTHONPATH,
+    Processes,
+    http,
+    metric_sample,
+    probe_instances,
+)
 from tests.support.kafka import create_topics, read_topic
 from tests.support.services import KafkaBroker
 
@@ -116,9 +125,18 @@ def test_clicks_go_to_their_topic_and_bad_ones_are_refused_and_counted(
         for bad, message in cases:
             code, body, _ = http("POST", url + "/click", bad)
             assert code == 400 and message in body["error"], (bad, body)
-        clicks = [parse_click(r) for r in read_topic(broker.bootstrap, CLICKS_TOPIC, 4)]
+        # the client's `click`: REQUEST_ID:INSTANCE (ids may hold a colon)
+        client = [sys.executable, "-m", "elasticctr_client", "click", "--serving-url", url]
+        env = {**os.environ, "PYTHONPATH": PYTHONPATH}
+        done = subprocess.run([*client, "cli:7:0", "cli-8:3"], env=env, capture_output=True,
+                              text=True, timeout=120)  # fmt: skip
+        assert done.returncode == 0 and "2 clicks accepted" in done.stdout, done.stderr
+        bad = subprocess.run([*client, "no-index"], env=env, capture_output=True, text=True,
+                             timeout=120)  # fmt: skip
+        assert bad.returncode == 2 and "is not REQUEST_ID:INSTANCE" in bad.stderr
+        clicks = [parse_click(r) for r in read_topic(broker.bootstrap, CLICKS_TOPIC, 6)]
         assert sorted((c.request_id, c.index) for c in clicks) == [
-            ("abc-1", 2), ("abc-2", 0), ("abc-2", 1), ("abc-2", 2),
+            ("abc-1", 2), ("abc-2", 0), ("abc-2", 1), ("abc-2", 2), ("cli-8", 3), ("cli:7", 0),
         ]  # fmt: skip
         assert stack.serving.status()["feedback"]["clicks"]["rejected"] == 6
         text = http("GET", url + "/metrics")[1]
