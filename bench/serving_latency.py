@@ -3,6 +3,7 @@
     .venv/bin/python bench/serving_latency.py [--batches 1,64] [--concurrency 1,8,32]
         [--seconds 5] [--warmup 1] [--repeat 3] [--slots 26] [--fc 400,400,400]
         [--workers 1] [--max-wait-ms 2] [--variant 'LABEL[@TREE]:SERVING ARGS']...
+        [--feedback]
 
 Starts 3 cube-servers + agents + transfer and serving, publishes a synthetic model version
 with the production architecture (26 slots, embedding_dim 9, FC 400-400-400, 100,000
@@ -20,6 +21,9 @@ starts one serving process (from TREE, another checkout, when given: `git worktr
 or `git archive` of the old commit), and every repetition runs every variant's cells in
 turn, so that all see the same machine. Without `--variant`, one variant runs this tree
 with `--workers` and `--max-wait-ms`. Medians over the repetitions are reported.
+`--feedback` runs each variant twice, impression logging off and on (a real Kafka broker
+on loopback, tools/kafka-broker.sh; every answered instance one record): the cost of the
+feedback loop to serving, measured in one run.
 
 References measured in each repetition, so that the figures read as ratios on a busy
 machine: the bare predictor (Paddle Inference in this process, the same model and
@@ -350,6 +354,9 @@ def main() -> int:
         default=[],
         help="'LABEL[@TREE]:SERVING ARGS', e.g. 'before@/tmp/old:--workers 2'; repeatable",
     )
+    p.add_argument(
+        "--feedback", action="store_true", help="each variant with impression logging off and on"
+    )
     p.add_argument("--json", help="also write the results here")
     # the load generator's own arguments
     p.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
@@ -370,10 +377,26 @@ def main() -> int:
     build_server()
     build_parser()
     own = ["--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)]
-    variants = [parse_variant(v) for v in args.variant] or [("this tree", REPO, own)]
+    plain = [parse_variant(v) for v in args.variant] or [("this tree", REPO, own)]
+    variants: list[tuple[str, Path, list[str], dict[str, str]]] = [
+        (label, tree, extra, {}) for label, tree, extra in plain
+    ]
+    broker = None
+    if args.feedback:
+        from tests.support.kafka import create_topics
+        from tests.support.services import KafkaBroker
+
+        broker = KafkaBroker().start()
+        create_topics(broker.bootstrap, {"elasticctr-impressions": 3, "elasticctr-clicks": 3})
+        on = {"KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap}
+        variants = [
+            (f"{label}, logging {state}", tree, extra, env)
+            for label, tree, extra, _ in variants
+            for state, env in (("off", {}), ("on", on))
+        ]
     load_before = os.getloadavg()
     started = time.time()
-    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in variants}
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _, _ in variants}
     references: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
         root = Path(tmp)
@@ -385,12 +408,12 @@ def main() -> int:
             publish(cluster, [1], slots=slots, fc_sizes=fc, keys=args.keys)
             cluster.wait_result(1, timeout=120)
             servers: dict[str, tuple[Serving, int]] = {}
-            for i, (label, tree, extra) in enumerate(variants):
+            for i, (label, tree, extra, env) in enumerate(variants):
                 pythonpath = os.pathsep.join(
                     str(tree / "images" / d) for d in ("serving", "client", "cube", "common")
                 )
                 serving = Serving(procs, f"serving{i}", cluster, *extra,
-                                  env={"PYTHONPATH": pythonpath})  # fmt: skip
+                                  env={"PYTHONPATH": pythonpath, **env})  # fmt: skip
                 serving.wait_version(1)
                 servers[label] = serving, procs.procs[f"serving{i}"].pid
             cube_pids = [procs.procs[f"server{s}"].pid for s in range(3)]
@@ -421,6 +444,8 @@ def main() -> int:
                             print(json.dumps(runs[label][-1]), file=sys.stderr, flush=True)
         finally:
             procs.stop_all()
+            if broker is not None:
+                broker.close()
     print(
         f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(started))}; load average before "
         f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; {os.cpu_count()} CPUs; model: "
@@ -428,13 +453,14 @@ def main() -> int:
         f"cell (medians; p99 of each run in brackets)"
     )
     summary: dict[str, list[dict[str, Any]]] = {}
-    for label, tree, extra in variants:
+    for label, tree, extra, env in variants:
         cells: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for r in runs[label]:
             cells.setdefault((r["batch"], r["concurrency"]), []).append(r)
         summary[label] = [median_of(cell) for cell in cells.values()]
         where = "" if tree == REPO else f" (code from {tree})"
-        print(f"\n{label}: serving {' '.join(extra)}{where}\n")
+        given = "".join(f" {k}={v}" for k, v in env.items())
+        print(f"\n{label}: serving {' '.join(extra)}{given}{where}\n")
         print(table(summary[label]))
     loads = [r["load"] for label in runs for r in runs[label]]
     predictor = {b: statistics.median(r["predictor_us"][b] for r in references) for b in (1, 8, 64)}

@@ -327,7 +327,10 @@ def main() -> int:
         "20191221/00",
         None,
     )
-    args.set, args.keep_running = ["runner.publish_every_version=true"], False
+    # Online passes are small: no show-count deletion of the sparse table after each one
+    # (delete_threshold counts shows a pass, docs/trainer.md), and every version published.
+    args.set = ["runner.publish_every_version=true", "hyper_parameters.delete_threshold=0"]
+    args.keep_running = False
     sys.path[:0] = PYTHONPATH.split(os.pathsep)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.work_dir:
