@@ -714,7 +714,11 @@ class FeedbackConfig(Section):
         60, description="partition length: 60 (hour directories) or N dividing an hour"
     )
     buffer_records: int = Field(
-        100000, ge=100, le=10_000_000, description="serving: records held while the stream is away"
+        100000,
+        ge=100,
+        le=10_000_000,
+        description="serving: records (a request's impressions, a click) held while the "
+        "stream is away; past it they are dropped and counted",
     )
     joiner_cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores of the joiner")
     joiner_mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB of the joiner")

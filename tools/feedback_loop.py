@@ -197,7 +197,7 @@ class FeedbackLoop(Demo):
                 raise SystemExit(f"{name} exited with {code} (logs: {self.logs})")
 
     def finish(self, url: str, record: Path, summary: dict[str, Any]) -> dict[str, Any]:
-        from elasticctr_common.feedback import next_partition, parse_impression, partition_of
+        from elasticctr_common.feedback import impressions, next_partition, partition_of
         from elasticctr_common.storage import open_store
 
         from tests.support.kafka import read_topic
@@ -213,7 +213,8 @@ class FeedbackLoop(Demo):
         status = self.wait_http(f"{self.joiner_url}/status", f"the joiner to close {want}", 900,
                                 lambda s: (s.get("closed") or "") >= want)  # fmt: skip
         serving = get(f"{url}/status")
-        stream = [parse_impression(v) for v in read_topic(self.bootstrap, "elasticctr-impressions")]
+        records = read_topic(self.bootstrap, "elasticctr-impressions")
+        stream = [m for record in records for m in impressions(record)]
         dataset = open_store(f"file://{self.dataset}")
         partitions = {}
         joined: collections.Counter[str] = collections.Counter()

@@ -6,10 +6,17 @@ use these names and these parsers; tests/infra/test_pod_contract.py checks both 
 Records are JSON objects, one per Kafka message, keyed by the request id (so a request's
 impressions and its clicks land in the same partition of each topic):
 
-- impression: {"rid": str, "i": int, "t": float, "v": int, "s": float|null, "f": str}
-  request id, instance index, serving's time (Unix seconds), model version, score (the
-  click probability; null when the instance failed), and the instance's features as the
-  trainer reads them: the `<feasign>:<slot> ...` part of a training line.
+- the impressions of one request, one per instance, written whole or not at all:
+  {"rid": str, "t": float, "v": int, "slots": [int], "s": [float|null], "f": str,
+  "k": str, "c": str}: request id, serving's time (Unix seconds), model version, the
+  model's slot ids (input order), each instance's score (the click probability; null
+  when it failed), and the features as the trainer reads them, packed: "f" every feasign
+  as sent (uint64 little-endian, base64), "k" the index in "slots" of each one's slot
+  (uint16 LE, base64), "c" how many each instance has (uint32 LE, base64), instances in
+  order. Packed because serving builds it on its request path: a few array copies and a
+  base64, where `<feasign>:<slot>` text per instance cost more CPU than the prediction at
+  batch 64 (docs/feedback.md). `impressions()` unpacks it into `Impression`s, whose
+  `features` are the `<feasign>:<slot> ...` part of a training line.
 - click: {"rid": str, "i": int, "t": float}: request id, instance index, click time.
 
 Partitions: `<dataset>/YYYYMMDD/HH` with 60-minute partitions (the hour directories the
@@ -19,6 +26,8 @@ named by their start; ready once their `donefile` exists.
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import math
 import re
@@ -41,7 +50,6 @@ MINUTE_FORMAT: Final = "%Y%m%d/%H%M"
 PARTITION_MINUTES: Final = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60)
 MAX_REQUEST_ID = 64  # characters
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
-_FEATURE = re.compile(r"(\d{1,20}):(\d{1,10})")
 
 
 class FeedbackEnv:
@@ -125,6 +133,8 @@ def valid_request_id(text: object) -> bool:
 
 @dataclass(frozen=True)
 class Impression:
+    """One instance answered (an example once the joiner labels it)."""
+
     request_id: str
     index: int
     time: float
@@ -136,20 +146,51 @@ class Impression:
     def key(self) -> tuple[str, int]:
         return (self.request_id, self.index)
 
-    def to_bytes(self) -> bytes:
-        return impression_bytes(
-            self.request_id, self.index, self.time, self.version, self.score, self.features
-        )
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
 
 
-def impression_bytes(
-    request_id: str, index: int, time: float, version: int, score: float | None, features: str
+def impressions_record(
+    request_id: str,
+    time: float,
+    version: int,
+    slots: list[int] | tuple[int, ...],
+    scores: list[float | None],
+    feasigns: bytes,
+    slot_indices: bytes,
+    counts: bytes,
+) -> dict[str, Any]:
+    """The impressions of one request as its record (JSON-ready); the arrays as bytes:
+    uint64 LE feasigns, uint16 LE slot indices, uint32 LE counts per instance."""
+    return {
+        "rid": request_id,
+        "t": time,
+        "v": version,
+        "slots": list(slots),
+        "s": [None if s is None or not math.isfinite(s) else s for s in scores],
+        "f": _b64(feasigns),
+        "k": _b64(slot_indices),
+        "c": _b64(counts),
+    }
+
+
+def pack_impressions(
+    request_id: str,
+    time: float,
+    version: int,
+    slots: list[int],
+    scores: list[float | None],
+    features: list[list[tuple[int, int]]],
 ) -> bytes:
-    """One impression record (serving's hot path: string formatting, no JSON encoder)."""
-    s = "null" if score is None or not math.isfinite(score) else repr(float(score))
-    return (
-        f'{{"rid":"{request_id}","i":{index},"t":{time!r},"v":{version},"s":{s},"f":"{features}"}}'
-    ).encode()
+    """A request's record from (feasign, slot id) pairs per instance: for producers and
+    tests (serving packs its arrays directly)."""
+    feasigns = b"".join(f.to_bytes(8, "little") for inst in features for f, _ in inst)
+    index = {s: i for i, s in enumerate(slots)}
+    kinds = b"".join(index[s].to_bytes(2, "little") for inst in features for _, s in inst)
+    counts = b"".join(len(inst).to_bytes(4, "little") for inst in features)
+    record = impressions_record(request_id, time, version, slots, scores, feasigns, kinds, counts)
+    return json.dumps(record, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -194,21 +235,52 @@ def _common(record: dict[str, Any]) -> tuple[str, int, float]:
     return rid, index, float(time)
 
 
-def parse_impression(data: bytes | None) -> Impression:
+def _unb64(record: dict[str, Any], key: str, width: int) -> list[int]:
+    text = record.get(key)
+    if not isinstance(text, str):
+        raise BadRecord("bad_features", f"{key!r} is not a base64 string")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRecord("bad_features", f"{key!r} is not base64") from None
+    if len(data) % width:
+        raise BadRecord("bad_features", f"{key!r}: {len(data)} bytes, not {width}-byte values")
+    return [int.from_bytes(data[i : i + width], "little") for i in range(0, len(data), width)]
+
+
+def impressions(data: bytes | None) -> list[Impression]:
+    """The impressions of one request's record, in instance order; BadRecord (with a
+    countable reason) if any part of it is wrong: none of it is taken then."""
     record = _object(data)
-    rid, index, time = _common(record)
-    version, score, features = record.get("v"), record.get("s"), record.get("f")
+    rid, _, time = _common({"rid": record.get("rid"), "i": 0, "t": record.get("t")})
+    version, slots, scores = record.get("v"), record.get("slots"), record.get("s")
     if type(version) is not int or version < 0:
         raise BadRecord("bad_version", repr(version)[:40])
-    if score is not None and (type(score) not in (int, float) or not 0 <= score <= 1):
-        raise BadRecord("bad_score", repr(score)[:40])
-    if not isinstance(features, str) or not features:
-        raise BadRecord("bad_features", "missing or empty")
-    for token in features.split(" "):
-        match = _FEATURE.fullmatch(token)
-        if match is None or int(match.group(1)) >= 2**64:
-            raise BadRecord("bad_features", repr(token)[:60])
-    return Impression(rid, index, time, version, None if score is None else float(score), features)
+    if not isinstance(slots, list) or not slots or any(type(s) is not int or s < 0 for s in slots):
+        raise BadRecord("bad_slots", repr(slots)[:60])
+    if not isinstance(scores, list) or not scores:
+        raise BadRecord("bad_score", repr(scores)[:60])
+    for score in scores:
+        if score is not None and (type(score) not in (int, float) or not 0 <= score <= 1):
+            raise BadRecord("bad_score", repr(score)[:40])
+    feasigns, kinds, counts = _unb64(record, "f", 8), _unb64(record, "k", 2), _unb64(record, "c", 4)
+    if len(counts) != len(scores) or sum(counts) != len(feasigns) or len(kinds) != len(feasigns):
+        raise BadRecord(
+            "bad_features",
+            f"{len(scores)} scores, {len(counts)} counts, {len(feasigns)} feasigns, "
+            f"{len(kinds)} slot indices",
+        )
+    if any(k >= len(slots) for k in kinds) or 0 in counts:
+        raise BadRecord("bad_features", "a slot index past the slots, or an empty instance")
+    names = [f":{s}" for s in slots]
+    out = []
+    at = 0
+    for i, (n, score) in enumerate(zip(counts, scores, strict=True)):
+        features = " ".join(f"{feasigns[j]}{names[kinds[j]]}" for j in range(at, at + n))
+        at += n
+        value = None if score is None else float(score)
+        out.append(Impression(rid, i, time, version, value, features))
+    return out
 
 
 def parse_click(data: bytes | None) -> Click:

@@ -39,10 +39,10 @@ from elasticctr_common.contract import DONEFILE
 from elasticctr_common.feedback import (
     BadRecord,
     Impression,
+    impressions,
     is_partition_name,
     next_partition,
     parse_click,
-    parse_impression,
     parse_partition,
     partition_bounds,
     partition_of,
@@ -196,35 +196,38 @@ class Joiner:
             self._click(message.value(), partition, offset)
 
     def _impression(self, value: bytes | None, kp: int, offset: int) -> None:
+        """One request's impressions (one record, so one partition for all of them)."""
         try:
-            impression = parse_impression(value)
+            request = impressions(value)
         except BadRecord as err:
             if not self._replayed(self.impressions_topic, kp, offset):
                 self._bad("impression", err)
             return
-        own = partition_of(impression.time, self.minutes)
+        at = request[0].time
+        own = partition_of(at, self.minutes)
         closed = self.closed
         if closed is not None and parse_partition(own, self.minutes) <= parse_partition(
             closed, self.minutes
         ):
             if self._replayed(self.impressions_topic, kp, offset):
                 return  # written before the restart
-            self.counts.late_impressions += 1
+            self.counts.late_impressions += len(request)
             own = next_partition(closed, self.minutes)
-        elif impression.time > self.clock() + FUTURE_SECONDS:
-            self.counts.future_impressions += 1
+        elif at > self.clock() + FUTURE_SECONDS:
+            self.counts.future_impressions += len(request)
             return
-        key = impression.key
-        if key in self.where or any(key in keys for keys in self.recent.values()):
-            self.counts.duplicate_impressions += 1
-            return
-        self.counts.impressions += 1
-        pending = _Pending(impression, kp, offset)
-        click = self.waiting_clicks.pop(key, None)
-        if click is not None:
-            pending.click = (click.partition, click.offset)
-        self.open.setdefault(own, {})[key] = pending
-        self.where[key] = own
+        for impression in request:
+            key = impression.key
+            if key in self.where or any(key in keys for keys in self.recent.values()):
+                self.counts.duplicate_impressions += 1
+                continue
+            self.counts.impressions += 1
+            pending = _Pending(impression, kp, offset)
+            click = self.waiting_clicks.pop(key, None)
+            if click is not None:
+                pending.click = (click.partition, click.offset)
+            self.open.setdefault(own, {})[key] = pending
+            self.where[key] = own
 
     def _click(self, value: bytes | None, kp: int, offset: int) -> None:
         replayed = self._replayed(self.clicks_topic, kp, offset)

@@ -258,7 +258,7 @@ class ServingApp:
                 for i in prediction.failures:
                     scores[i] = None
                 self.feedback.log_request(
-                    request_id, parsed, model.space.suffixes, prediction.version, scores
+                    request_id, parsed, model.space.slots, prediction.version, scores
                 )
             return answer(prediction, request_id)
         except BadRequest as err:

@@ -1,42 +1,43 @@
-"""Serving's half of the feedback loop (docs/feedback.md): one impression record per
-predicted instance, and the clicks applications send to `POST /click`, to Kafka.
+"""Serving's half of the feedback loop (docs/feedback.md): the impressions of each answered
+request, and the clicks applications send to `POST /click`, to Kafka.
 
-Nothing here may slow or fail a prediction. The event loop only decides sampling and
-queues the request's arrays (one append); a writer thread formats the records and hands
-them to librdkafka (confluent-kafka), whose own threads batch and send them. Both
-buffers are bounded: the writer's queue (MAX_PENDING_REQUESTS) and librdkafka's
-(`buffer_records`); a record that finds either full is dropped and counted, never waited
-for. A record is delivered whole or not at all (Kafka appends a message atomically; the
-producer is idempotent, so its retries after a broker restart add no duplicates).
+Nothing here may slow or fail a prediction. On the event loop, after the answer is
+computed: the sampling decision, then the request's impressions packed as one record
+(elasticctr_common.feedback: the request's feasign, slot and count arrays copied out and
+base64-encoded, some tens of µs at batch 64) and handed to librdkafka (confluent-kafka),
+whose own threads batch and send them; a thread only serves the delivery reports.
+librdkafka's buffer is bounded (`buffer_records` messages): a record that finds it full is
+dropped and counted, never waited for. A record is delivered whole or not at all (Kafka
+appends a message atomically; the producer is idempotent, so its retries after a broker
+restart add no duplicates).
 
-Counted (metrics `elasticctr_serving_impressions_total{outcome}` and
-`elasticctr_serving_clicks_total{outcome}`, and `/status`): queued, sampled_out,
-dropped_queue_full, dropped_buffer_full, delivered, failed (librdkafka gave up: the
-broker was unreachable for longer than `message.timeout.ms`).
+Counted per impression (metrics `elasticctr_serving_impressions_total{outcome}` and
+`/status`): queued, sampled_out, dropped_buffer_full, delivered, failed (librdkafka gave
+up: the broker unreachable for longer than `message.timeout.ms`); clicks likewise
+(`elasticctr_serving_clicks_total{outcome}`, with rejected: malformed).
 """
 
 from __future__ import annotations
 
 import logging
-import os
-import queue
 import random
 import threading
 import time
 import uuid
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from functools import partial
 from itertools import count
 from typing import Any
 
 import numpy as np
+import orjson
 from elasticctr_common.feedback import (
+    Click,
     FeedbackEnv,
-    impression_bytes,
+    impressions_record,
     kafka_client_config,
     topics,
 )
-from numpy.typing import NDArray
 
 from .instances import Parsed
 from .metrics import ServingMetrics
@@ -44,15 +45,7 @@ from .metrics import ServingMetrics
 log = logging.getLogger("elasticctr_serving.feedback")
 
 DEFAULT_BUFFER_RECORDS = 100_000
-MAX_PENDING_REQUESTS = 10_000  # requests queued for the writer thread
-OUTCOMES = (
-    "queued",
-    "sampled_out",
-    "dropped_queue_full",
-    "dropped_buffer_full",
-    "delivered",
-    "failed",
-)
+OUTCOMES = ("queued", "sampled_out", "dropped_buffer_full", "delivered", "failed")
 
 
 class RequestIds:
@@ -65,37 +58,6 @@ class RequestIds:
 
     def next(self) -> str:
         return f"{self.prefix}-{next(self.counter)}"
-
-
-@dataclass
-class _Logged:
-    request_id: str
-    time: float
-    version: int
-    raw: NDArray[np.uint64]
-    slots: NDArray[np.int32]
-    rows: NDArray[np.int32]
-    count: int
-    scores: list[float | None]
-    suffixes: list[str]
-
-
-def features_of(
-    raw: NDArray[np.uint64],
-    slots: NDArray[np.int32],
-    rows: NDArray[np.int32],
-    count: int,
-    suffixes: list[str],
-) -> list[str]:
-    """Each instance's `<feasign>:<slot> ...` in the order sent (instance order first)."""
-    if rows.size > 1 and not bool((rows[1:] >= rows[:-1]).all()):
-        order = np.argsort(rows, kind="stable")
-        raw, slots, rows = raw[order], slots[order], rows[order]
-    tokens = list(
-        map(str.__add__, map(str, raw.tolist()), map(suffixes.__getitem__, slots.tolist()))
-    )
-    bounds = np.searchsorted(rows, np.arange(count + 1)).tolist()
-    return [" ".join(tokens[bounds[i] : bounds[i + 1]]) for i in range(count)]
 
 
 class FeedbackLog:
@@ -119,10 +81,8 @@ class FeedbackLog:
         self.impressions_topic, self.clicks_topic = impressions_topic, clicks_topic
         self.sample_rate = sample_rate
         self.buffer_records = buffer_records
-        self.max_pending = MAX_PENDING_REQUESTS
         self.metrics = metrics
         self.ids = RequestIds()
-        self._pending: queue.SimpleQueue[_Logged | None] = queue.SimpleQueue()
         self.config: dict[str, Any] = {
             **producer_config,
             "enable.idempotence": True,  # acks=all, and retries add no duplicates
@@ -141,8 +101,8 @@ class FeedbackLog:
         self._fatal = False
         self.last_error = ""
         self._stopping = threading.Event()
-        self._writer = threading.Thread(target=self._write, name="feedback-writer", daemon=True)
-        self._writer.start()
+        self._poller = threading.Thread(target=self._poll, name="feedback-reports", daemon=True)
+        self._poller.start()
         for outcome in OUTCOMES:
             metrics.impressions.inc(0, outcome)
             metrics.clicks.inc(0, outcome)
@@ -169,42 +129,44 @@ class FeedbackLog:
         self,
         request_id: str,
         parsed: Parsed,
-        suffixes: list[str],
+        slots: tuple[int, ...],
         version: int,
         scores: list[float | None],
     ) -> None:
-        """Queue one request's impressions (sampled per request); never blocks or raises."""
+        """Hand one request's impressions to the producer (sampled per request); never
+        blocks or raises."""
         n = parsed.count
         if self.sample_rate < 1 and random.random() >= self.sample_rate:
             self.metrics.impressions.inc(n, "sampled_out")
             return
-        if self._pending.qsize() >= self.max_pending or parsed.raw is None:
-            self.metrics.impressions.inc(n, "dropped_queue_full")
+        raw, kinds, rows = parsed.raw, parsed.raw_slots, parsed.raw_rows
+        if raw is None or kinds is None or rows is None:
+            return  # a Parsed made without its raw arrays (tests): nothing to log
+        if rows.size > 1 and not bool((rows[1:] >= rows[:-1]).all()):
+            order = np.argsort(rows, kind="stable")  # instance order
+            raw, kinds, rows = raw[order], kinds[order], rows[order]
+        record = impressions_record(
+            request_id, time.time(), version, slots, scores,
+            raw.astype("<u8", copy=False).tobytes(), kinds.astype("<u2").tobytes(),
+            np.bincount(rows, minlength=n).astype("<u4").tobytes(),
+        )  # fmt: skip
+        try:
+            self.producer.produce(
+                self.impressions_topic, value=orjson.dumps(record), key=request_id,
+                on_delivery=partial(self._delivered, self.metrics.impressions, n),
+            )  # fmt: skip
+        except BufferError:
+            self.metrics.impressions.inc(n, "dropped_buffer_full")
             return
-        assert parsed.raw_slots is not None and parsed.raw_rows is not None
-        self._pending.put(
-            _Logged(
-                request_id,
-                time.time(),
-                version,
-                parsed.raw,
-                parsed.raw_slots,
-                parsed.raw_rows,
-                n,
-                scores,
-                suffixes,
-            )
-        )
+        self.metrics.impressions.inc(n, "queued")
 
     def click(self, request_id: str, index: int, at: float | None = None) -> bool:
         """Send one click; False (and counted) when librdkafka's buffer is full."""
-        from elasticctr_common.feedback import Click
-
         record = Click(request_id, index, time.time() if at is None else at)
         try:
             self.producer.produce(
                 self.clicks_topic, value=record.to_bytes(), key=request_id,
-                on_delivery=self._click_delivered,
+                on_delivery=partial(self._delivered, self.metrics.clicks, 1),
             )  # fmt: skip
         except BufferError:
             self.metrics.clicks.inc(1, "dropped_buffer_full")
@@ -212,56 +174,19 @@ class FeedbackLog:
         self.metrics.clicks.inc(1, "queued")
         return True
 
-    # the writer thread -------------------------------------------------------------------
+    # librdkafka's reports ------------------------------------------------------------------
 
-    def _write(self) -> None:
-        while True:
-            try:
-                item = self._pending.get(timeout=0.1)
-            except queue.Empty:
-                item = None
-                if self._stopping.is_set():
-                    return
+    def _poll(self) -> None:
+        while not self._stopping.is_set():
             if self._fatal:
                 self._renew()
-            if item is not None:
-                try:
-                    self._produce(item)
-                except Exception:  # a bug here must not stop the writer
-                    log.exception("impressions of request %s not written", item.request_id)
-                    self.metrics.impressions.inc(item.count, "failed")
-            self.producer.poll(0)  # delivery reports
+            self.producer.poll(0.2)  # runs the delivery reports
 
-    def _produce(self, item: _Logged) -> None:
-        features = features_of(item.raw, item.slots, item.rows, item.count, item.suffixes)
-        queued = 0
-        for i in range(item.count):
-            value = impression_bytes(
-                item.request_id, i, item.time, item.version, item.scores[i], features[i]
-            )
-            try:
-                self.producer.produce(
-                    self.impressions_topic, value=value, key=item.request_id,
-                    on_delivery=self._impression_delivered,
-                )  # fmt: skip
-            except BufferError:
-                self.metrics.impressions.inc(item.count - i, "dropped_buffer_full")
-                break
-            queued += 1
-        self.metrics.impressions.inc(queued, "queued")
-
-    def _impression_delivered(self, err: Any, msg: Any) -> None:
+    def _delivered(self, counter: Any, n: int, err: Any, msg: Any) -> None:
         if err is None:
-            self.metrics.impressions.inc(1, "delivered")
+            counter.inc(n, "delivered")
         else:
-            self.metrics.impressions.inc(1, "failed")
-            self.last_error = str(err)
-
-    def _click_delivered(self, err: Any, msg: Any) -> None:
-        if err is None:
-            self.metrics.clicks.inc(1, "delivered")
-        else:
-            self.metrics.clicks.inc(1, "failed")
+            counter.inc(n, "failed")
             self.last_error = str(err)
 
     def _on_error(self, err: Any) -> None:
@@ -294,13 +219,9 @@ class FeedbackLog:
         }
 
     def close(self, timeout: float = 10.0) -> None:
-        """Write what is queued and wait up to `timeout` for its delivery."""
+        """Wait up to `timeout` for what is queued to be delivered."""
         self._stopping.set()
-        self._writer.join(timeout)
+        self._poller.join(timeout)
         left = self.producer.flush(timeout)
         if left:
             log.warning("%d feedback records not delivered at shutdown", left)
-
-
-def from_environ(metrics: ServingMetrics) -> FeedbackLog | None:
-    return FeedbackLog.from_env(os.environ, metrics)

@@ -66,7 +66,6 @@ class SlotSpace:
         self.sparse_dim = sparse_dim
         self.index = {str(s): i for i, s in enumerate(self.slots)}
         self.names = "\n".join(str(s) for s in self.slots).encode()  # for the native parser
-        self.suffixes = [f":{s}" for s in self.slots]  # "<feasign>:<slot>" (feedback.py)
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SlotSpace):

@@ -10,7 +10,7 @@ import zlib
 from dataclasses import dataclass
 
 import pytest
-from elasticctr_common.feedback import Click, Impression, partition_bounds
+from elasticctr_common.feedback import Click, pack_impressions, partition_bounds
 from elasticctr_common.storage import Store, open_store
 from elasticctr_joiner.joiner import DATA_FILE, Joiner, find_committed
 
@@ -51,8 +51,10 @@ def features(rid: str, i: int) -> str:
     return f"{zlib.crc32(rid.encode())}:1 {i + 7}:2"  # one of a kind per impression
 
 
-def imp(rid: str, i: int, t: float) -> bytes:
-    return Impression(rid, i, t, 1, 0.5, features(rid, i)).to_bytes()
+def imp(rid: str, t: float, n: int = 1) -> bytes:
+    """The record of request `rid`: `n` instances answered at `t`."""
+    pairs = [[(zlib.crc32(rid.encode()), 1), (i + 7, 2)] for i in range(n)]
+    return pack_impressions(rid, t, 1, [1, 2], [0.5] * n, pairs)
 
 
 def click(rid: str, i: int, t: float) -> bytes:
@@ -73,16 +75,15 @@ def scenario() -> tuple[list[tuple[float, Msg]], dict[tuple[str, int], int]]:
     for r in range(12):  # requests every 40 s over 8 minutes: two partitions and a bit
         rid, t = f"r{r}", 40.0 * r
         kp = r % 2
-        for i in range(2):
-            put(t, IMP, kp, imp(rid, i, T0 + t))
-            labels[(rid, i)] = 0
+        put(t, IMP, kp, imp(rid, T0 + t, 2))
+        labels[(rid, 0)] = labels[(rid, 1)] = 0
         if r % 3 == 0:  # clicked 30 s later
             put(t + 30, CLK, kp, click(rid, 1, T0 + t + 30))
             labels[(rid, 1)] = 1
     put(5, CLK, 1, click("r0", 1, T0 + 5))  # a duplicate click
-    put(7, IMP, 0, imp("r0", 0, T0))  # a duplicate impression
+    put(7, IMP, 0, imp("r0", T0, 2))  # a duplicate request (both impressions)
     put(9, CLK, 0, click("early", 0, T0 + 9))  # its impression comes 20 s later
-    put(29, IMP, 0, imp("early", 0, T0 + 8))
+    put(29, IMP, 0, imp("early", T0 + 8))
     labels[("early", 0)] = 1
     put(11, IMP, 1, b"not json")
     put(12, CLK, 1, b'{"rid": "x y", "i": 0, "t": 1}')
@@ -90,12 +91,12 @@ def scenario() -> tuple[list[tuple[float, Msg]], dict[tuple[str, int], int]]:
     # Two serving replicas a little out of step: "ahead" (10:05:01) is written before
     # "behind" (10:04:58) in the same topic partition; 10:00 closes with "ahead" still
     # open below "behind", which a restart reads again and must not write twice.
-    put(301, IMP, 0, imp("ahead", 0, T0 + 301))
-    put(302, IMP, 0, imp("behind", 0, T0 + 298))
+    put(301, IMP, 0, imp("ahead", T0 + 301))
+    put(302, IMP, 0, imp("behind", T0 + 298))
     labels[("ahead", 0)] = labels[("behind", 0)] = 0
     # After the first partition (10:00-10:05) closed at 10:06: a late impression of it
     # (goes to the next open partition) and a late click on r1 (written unclicked).
-    put(6.5 * 60, IMP, 1, imp("late", 0, T0 + 100))
+    put(6.5 * 60, IMP, 1, imp("late", T0 + 100))
     labels[("late", 0)] = 0
     put(6.6 * 60, CLK, 1, click("r1", 0, T0 + 6.6 * 60))
     records.sort(key=lambda r: r[0])  # offsets in the order records arrive
@@ -214,7 +215,7 @@ def test_the_counts_of_what_was_skipped(tmp_path):
     harness.advance(T0 + 3600, None, False)
     harness.joiner.expire_clicks()
     c = harness.joiner.counts
-    assert (c.duplicate_impressions, c.duplicate_clicks) == (1, 1)
+    assert (c.duplicate_impressions, c.duplicate_clicks) == (2, 1)
     assert (c.late_impressions, c.late_clicks, c.unknown_clicks) == (1, 1, 1)
     assert c.bad == {"impression:not_json": 1, "click:bad_request_id": 1}
 
