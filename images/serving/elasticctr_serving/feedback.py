@@ -142,13 +142,16 @@ class FeedbackLog:
         raw, kinds, rows = parsed.raw, parsed.raw_slots, parsed.raw_rows
         if raw is None or kinds is None or rows is None:
             return  # a Parsed made without its raw arrays (tests): nothing to log
-        if rows.size > 1 and not bool((rows[1:] >= rows[:-1]).all()):
-            order = np.argsort(rows, kind="stable")  # instance order
-            raw, kinds, rows = raw[order], kinds[order], rows[order]
+        if n == 1:  # batch 1, the latency-bound case: no ordering, one count
+            counts = raw.size.to_bytes(4, "little")
+        else:
+            if not bool((rows[1:] >= rows[:-1]).all()):
+                order = np.argsort(rows, kind="stable")  # instance order
+                raw, kinds, rows = raw[order], kinds[order], rows[order]
+            counts = np.bincount(rows, minlength=n).astype("<u4").tobytes()
         record = impressions_record(
             request_id, time.time(), version, slots, scores,
-            raw.astype("<u8", copy=False).tobytes(), kinds.astype("<u2").tobytes(),
-            np.bincount(rows, minlength=n).astype("<u4").tobytes(),
+            raw.astype("<u8", copy=False).tobytes(), kinds.astype("<u2").tobytes(), counts,
         )  # fmt: skip
         try:
             self.producer.produce(
