@@ -60,9 +60,9 @@ fi
 echo "set-up: $(.venv/bin/python --version), $(.venv/bin/pip list 2>/dev/null | wc -l) packages"
 
 ./tools/hadoop-minicluster.sh fetch >/dev/null
+echo "set-up: Hadoop minicluster jars cached"
 ./tools/kafka-broker.sh fetch >/dev/null
 echo "set-up: Kafka broker jars cached (the feedback loop tests)"
-echo "set-up: Hadoop minicluster jars cached"
 
 if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
   ./tools/build-tools.sh >/dev/null
