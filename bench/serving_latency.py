@@ -232,7 +232,9 @@ def run_one(
     time.sleep(args.warmup)
     before = scrape(serving.url)
     cpu_before = cpu_seconds(serving_pid), sum(cpu_seconds(p) for p in cube_pids)
+    perf = start_perf(serving_pid) if args.instructions else None
     out, _ = proc.communicate(timeout=args.warmup + args.seconds + 120)
+    instructions = stop_perf(perf) if perf is not None else None
     after = scrape(serving.url)
     cpu_after = cpu_seconds(serving_pid), sum(cpu_seconds(p) for p in cube_pids)
     result = json.loads(out)
@@ -257,7 +259,31 @@ def run_one(
         "client_us_per_example": result["cpu"] / max(examples, 1) * 1e6,
         "stage_us_per_batch": per_batch,
         "stage_us_per_request": per_request,
+        **(
+            {"serving_kinstr_per_example": instructions / max(examples, 1) / 1e3}
+            if instructions is not None
+            else {}
+        ),
     }
+
+
+def start_perf(pid: int) -> subprocess.Popen[str]:
+    """`perf stat` counting the user-space instructions of serving (all its threads): a
+    figure of work that a busy machine does not inflate, unlike CPU time."""
+    return subprocess.Popen(
+        ["perf", "stat", "-x,", "-e", "instructions:u", "-p", str(pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def stop_perf(perf: subprocess.Popen[str]) -> float:
+    perf.send_signal(2)  # SIGINT: perf prints its counts and exits
+    _, err = perf.communicate(timeout=30)
+    for line in err.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2].startswith("instructions"):
+            return float(fields[0])
+    raise RuntimeError(f"perf stat printed no instruction count: {err[-500:]}")
 
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -281,6 +307,9 @@ def table(results: list[dict[str, Any]]) -> str:
         "predict | per request µs: parse / queue |\n"
         "|---:|---:|---:|---:|---:|---|---:|---|---|---|"
     )
+    counted = bool(results) and "serving_kinstr_per_example" in results[0]
+    if counted:  # --instructions: serving's user-space instructions per example
+        head = head.replace(" |\n", " | serving k-instructions/example |\n") + "---:|"
     rows = [head]
     for r in results:
         b, q = r["stage_us_per_batch"], r["stage_us_per_request"]
@@ -291,6 +320,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['serving_us_per_example']:.0f} + {r['cube_us_per_example']:.0f} + "
             f"{r['client_us_per_example']:.0f} | {b['cube']:.0f} / {b['pool']:.0f} / "
             f"{b['predict']:.0f} | {q['parse']:.0f} / {q['queue']:.0f} |"
+            + (f" {r['serving_kinstr_per_example']:,.0f} |" if counted else "")
         )
     return "\n".join(rows)
 
@@ -357,6 +387,10 @@ def main() -> int:
     p.add_argument(
         "--feedback", action="store_true", help="each variant with impression logging off and on"
     )
+    p.add_argument(
+        "--instructions", action="store_true",
+        help="also count serving's user-space instructions per example (perf stat)",
+    )  # fmt: skip
     p.add_argument("--json", help="also write the results here")
     # the load generator's own arguments
     p.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
