@@ -3,7 +3,8 @@
 second (issue 13, items 2 and 4), measured under load on loopback.
 
     .venv/bin/python bench/serving_faults.py [--replicas 2] [--down-seconds 10]
-        [--rollbacks 60] [--scenarios replica-down,fast-switches,rollbacks] [--no-drain]
+        [--rollbacks 60] [--deltas 60] [--no-drain]
+        [--scenarios replica-down,fast-switches,rollbacks,deltas]
 
 Real processes, from the tests' helpers: 3 cube shards of `--replicas` servers (plus their
 agents) and a transfer, one serving process, synthetic model versions 1-4. A bounded load
@@ -15,7 +16,11 @@ against what its version computes with numpy) runs through each scenario:
 - fast-switches: three versions announced within 1.3 s; counted until serving has the
   last one and 2 s more;
 - rollbacks: `--rollbacks` rollbacks asked at one per second (kept versions in turn; a
-  409 while one is under way counts as not accepted), counted until serving follows.
+  409 while one is under way counts as not accepted), counted until serving follows;
+- deltas: `--deltas` delta versions (each on the one before: 2% of the keys changed, 0.5%
+  deleted) announced at one per second, then a rollback to the newest kept version older
+  than the committed version's base (across a compaction: cube.base_every is 10), counted
+  until serving follows it.
 
 Prints, per scenario, requests answered, failed, and the failure share. Every process is
 stopped by PID at the end.
@@ -29,7 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from tests.images.serving.servingtest import Load
@@ -48,12 +53,55 @@ def window(load: Load, before: tuple[int, int]) -> dict[str, float]:
     return {"answered": answered, "failed": failed, "share": failed / total if total else 0.0}
 
 
+def deltas(cluster: Any, stack: Any, load: Load, last: int) -> dict[str, Any]:
+    """Delta versions 5..last at one per second, then a rollback across a compaction."""
+    import json
+
+    from elasticctr_common.storage import open_store
+    from elasticctr_common.versions import Version, append_version, read_versions
+
+    models = open_store(f"file://{cluster.model_dir}")
+    for version in range(2, 5):  # the bases, unless fast-switches announced them
+        if version not in {v.id for v in read_versions(models)}:
+            append_version(models, Version(version, version, models.uri(f"{version}/sparse")))
+    stack.serving.wait_version(4, 120)
+    before = counts(load)
+    started = len(cluster.history())
+    for version in range(5, last + 1):
+        line = Version(version, version, models.uri(f"{version}/sparse"), parent=version - 1)
+        append_version(models, line)
+        time.sleep(1.0)
+    stack.serving.wait_version(last, 300)
+    committed = [h for h in cluster.history()[started:] if h["result"] == "committed"]
+
+    def manifest(version: int) -> dict[str, Any]:
+        path = cluster.versions_dir / str(version) / "manifest.json"
+        loaded: dict[str, Any] = json.loads(path.read_text())
+        return loaded
+
+    kept = [h["version"] for h in committed if (cluster.versions_dir / str(h["version"])).exists()]
+    bases = [v for v in kept if manifest(v)["parent"] is None]
+    base = manifest(last)["base"] or last
+    target = max(v for v in cluster.transfer_status()["kept_versions"] if v < base)
+    code, answer = cluster.rollback(target)
+    assert code == 202, answer
+    stack.serving.wait_version(target, 300)
+    time.sleep(2)
+    return {
+        **window(load, before),
+        "committed": len(committed),
+        "bases": bases,
+        "rollback": f"{last} (base {base}) -> {target} (base {manifest(target)['base']})",
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--replicas", type=int, default=2)
     p.add_argument("--down-seconds", type=float, default=10.0)
     p.add_argument("--rollbacks", type=int, default=60)
-    p.add_argument("--scenarios", default="replica-down,fast-switches,rollbacks")
+    p.add_argument("--deltas", type=int, default=60)
+    p.add_argument("--scenarios", default="replica-down,fast-switches,rollbacks,deltas")
     p.add_argument(
         "--no-drain",
         action="store_true",
@@ -75,14 +123,19 @@ def main() -> int:
     results = {}
     try:
         no_drain = ("--reader-quiet", "0") if args.no_drain else ()
+        # Deltas: kept versions reach back past a compaction (rollback target).
+        keep = ("--keep", "25") if "deltas" in args.scenarios.split(",") else ()
         stack = start_stack(
-            procs, root, replicas=args.replicas, unload_after="60", transfer_args=no_drain
-        )
+            procs, root, replicas=args.replicas, unload_after="60",
+            transfer_args=(*no_drain, *keep),
+        )  # fmt: skip
         cluster = stack.cluster
-        spec = default_spec(cluster.model_dir, [2, 3, 4], publish=False)
-        make_versions(spec)
+        last = 4 + (args.deltas if "deltas" in args.scenarios.split(",") else 0)
+        spec = default_spec(cluster.model_dir, list(range(2, last + 1)), publish=False,
+                            delta_after=4)  # fmt: skip
+        make_versions(spec, timeout=1200)
         instances = probe_instances(spec, 200, seed=21)
-        want = {v: expected(spec, v, instances) for v in range(1, 5)}
+        want = {v: expected(spec, v, instances) for v in range(1, last + 1)}
         load = Load(stack.serving.url, instances, want)
         try:
             load.wait_answers(100)
@@ -118,6 +171,8 @@ def main() -> int:
                 stack.serving.wait_version(cluster.transfer_status()["committed"], 120)
                 time.sleep(2)
                 results["rollbacks"] = {**window(load, before), "accepted": accepted}
+            if "deltas" in scenarios:
+                results["deltas"] = deltas(cluster, stack, load, last)
         finally:
             load.finish()
     finally:
@@ -125,6 +180,9 @@ def main() -> int:
     print(f"replicas per shard: {args.replicas}{', no drain' if args.no_drain else ''}")
     for name, r in results.items():
         extra = f", rollbacks accepted {r['accepted']}/{args.rollbacks}" if "accepted" in r else ""
+        if "committed" in r:
+            extra = (f", {r['committed']} of {args.deltas} versions committed (bases among "
+                     f"those kept: {r['bases']}), rollback {r['rollback']}")  # fmt: skip
         print(f"{name}: {r['answered']} answered, {r['failed']} failed ({r['share']:.1%}){extra}")
     if load.errors:
         print(f"first errors: {load.errors[:2]}")

@@ -16,6 +16,15 @@ Stages, each the project's own code in its own process:
 - switch: every agent's `/agent/switch`, then a seek on every shard answering at V.
 
 Peak resident memory per process (VmHWM, or the child's rusage) and keys/s per stage.
+
+With `--delta F` (e.g. 0.01), each size then pushes a delta of that fraction of the keys on
+top of the full version, stage by stage the same way: the export is trainer 0's delta
+export (the table pulled whole and compared with its snapshot; the pserver's second pass
+pushes every 1/F-th key), or above `--export-max` delta SequenceFiles written here (every
+1/F-th key changed, every (10/F)-th key + 1 deleted); the build is `builder --parent`; the
+agents apply the delta on the version their servers hold. *push* is what follows the
+export (build, fetch, verify, load, switch): the time from the delta's publication to every
+shard serving it. The servers' resident memory is read after each switch.
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -53,6 +63,13 @@ def peak_rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def run_child(command: list[str], code: Path) -> tuple[float, float, str]:
     """(seconds, peak RSS MiB from its own rusage, stdout) of a child process."""
     started = time.perf_counter()
@@ -66,6 +83,24 @@ def run_child(command: list[str], code: Path) -> tuple[float, float, str]:
         if proc.returncode != 0:
             raise RuntimeError(f"{command[1:4]} failed ({proc.returncode}):\n{err.read()[-3000:]}")
         return seconds, usage.ru_maxrss / 1024, out.read()
+
+
+def write_delta_files(directory: Path, keys: int, fraction: float) -> tuple[int, int]:
+    """A delta export of keys 1..`keys`: every (1/fraction)-th key with new values, every
+    (10/fraction)-th key + 1 deleted; (changed, deleted)."""
+    import numpy as np
+    from elasticctr_common.seqfile import SequenceFileWriter
+    from elasticctr_common.versions import DELETED, deleted_keys_bytes
+
+    directory.mkdir(parents=True)
+    step = max(1, round(1 / fraction))
+    changed = np.arange(1, keys + 1, step, dtype=np.uint64)
+    deleted = np.arange(2, keys + 1, 10 * step, dtype=np.uint64)
+    values = np.random.default_rng(2).standard_normal((len(changed), DIM), dtype=np.float32)
+    with open(directory / "part-00000", "wb") as out:
+        SequenceFileWriter(out).write_arrays(changed, values)
+    (directory / DELETED).write_bytes(deleted_keys_bytes(deleted))
+    return len(changed), len(deleted)
 
 
 def write_sequence_files(directory: Path, keys: int) -> None:
@@ -168,6 +203,10 @@ class Cube:
     def peak_rss_mib(self) -> dict[str, float]:
         return {name: peak_rss_mib(p.pid) for name, p in self.procs.items()}
 
+    def servers_rss_mib(self) -> float:
+        """The largest resident set of the cube-servers now."""
+        return max(rss_mib(p.pid) for name, p in self.procs.items() if name.startswith("server"))
+
     def stop(self) -> None:
         for proc in self.procs.values():
             if proc.poll() is None:
@@ -177,34 +216,62 @@ class Cube:
 
 
 def measure(work: Path, cube: Cube, keys: int, version: int, export_max: int,
-            shards: int, code: Path) -> dict[str, Any]:  # fmt: skip
-    row: dict[str, Any] = {"keys": keys}
+            shards: int, code: Path, delta: float | None) -> list[dict[str, Any]]:  # fmt: skip
+    """The full push of `version`, and with `delta` the delta push of `version + 1` on it."""
+    row: dict[str, Any] = {"keys": keys, "kind": "full"}
+    rows = [row]
     root = work / f"size-{keys}"
+    delta_row: dict[str, Any] = {"keys": keys, "kind": f"delta {delta:.0%}" if delta else ""}
     if keys <= export_max:
-        seconds, rss, out = run_child(
+        extra = ["--delta", str(delta)] if delta else []
+        _, _, out = run_child(
             [sys.executable, str(BENCH / "turnaround_export.py"), "--keys", str(keys),
-             "--work", str(root)], code,
+             "--work", str(root), *extra], code,
         )  # fmt: skip
-        result = json.loads(out.strip().splitlines()[-1])
-        sparse = Path(result["input"].removeprefix("file://"))
-        row.update(export_s=result["dump_s"] + result["write_s"], dump_s=result["dump_s"],
-                   write_s=result["write_s"], export_rss_mib=result["peak_rss_kib"] / 1024,
-                   pserver_rss_mib=result["pserver_rss_kib"] / 1024)  # fmt: skip
+        exports = 2 if delta else 1  # the full export's line, then the delta's
+        results = [json.loads(line) for line in out.strip().splitlines()[-exports:]]
+        for r, result in zip([row, delta_row], results, strict=False):
+            r.update(export_s=result["dump_s"] + result["write_s"], dump_s=result["dump_s"],
+                     write_s=result["write_s"], export_rss_mib=result["peak_rss_kib"] / 1024,
+                     pserver_rss_mib=result["pserver_rss_kib"] / 1024,
+                     input=Path(result["input"].removeprefix("file://")),
+                     changed=result["written_keys"])  # fmt: skip
+        if delta:
+            delta_row["deleted"] = len(
+                (delta_row["input"] / "_deleted").read_bytes()) // 8  # fmt: skip
     else:
-        sparse = root / "sparse"
-        write_sequence_files(sparse, keys)
-    seconds, rss, _ = run_child(
-        [sys.executable, "-m", "elasticctr_cube", "builder", "--input", f"file://{sparse}",
-         "--output", f"file://{work}/cube", "--version", str(version),
-         "--shards", str(shards), "--dim", str(DIM)], code,
+        row["input"] = root / "sparse"
+        write_sequence_files(row["input"], keys)
+        if delta:
+            delta_row["input"] = root / "delta"
+            delta_row["changed"], delta_row["deleted"] = write_delta_files(
+                delta_row["input"], keys, delta)  # fmt: skip
+    push(work, cube, row, version, shards, code, None)
+    if delta:
+        push(work, cube, delta_row, version + 1, shards, code, version)
+        rows.append(delta_row)
+    shutil.rmtree(root, ignore_errors=True)
+    return rows
+
+
+def push(work: Path, cube: Cube, row: dict[str, Any], version: int, shards: int, code: Path,
+         parent: int | None) -> None:  # fmt: skip
+    """Build `row["input"]` as `version` (a delta on `parent`), roll it out, time it."""
+    extra = [] if parent is None else ["--parent", str(parent)]
+    seconds, rss, out = run_child(
+        [sys.executable, "-m", "elasticctr_cube", "builder", "--input", f"file://{row.pop('input')}",
+         "--output", f"file://{work}/cube/shards-{shards}", "--version", str(version),
+         "--shards", str(shards), "--dim", str(DIM), *extra], code,
     )  # fmt: skip
-    row.update(build_s=seconds, build_rss_mib=rss)
-    shutil.rmtree(root, ignore_errors=True)  # the input is built: its disk for the agents' copies
+    # The build and publish as the transfer runs them (in its own process): the builder's
+    # own figure, without the interpreter's start and imports (build_process_s).
+    built = float(re.search(r" in ([0-9.]+)s$", out.strip()).group(1))  # type: ignore[union-attr]
+    row.update(build_s=built, build_process_s=seconds, build_rss_mib=rss)
     row.update(cube.roll_out(version, version - 1 if version > 1 else None))
-    stages = ["export_s", "build_s", "prepare_s", "switch_s"]
-    row["total_s"] = sum(row[s] for s in stages if s in row)
-    row["keys_per_s"] = keys / row["total_s"]
-    return row
+    row["server_rss_mib"] = cube.servers_rss_mib()
+    row["push_s"] = sum(row[s] for s in ("build_s", "prepare_s", "switch_s"))
+    row["total_s"] = row["push_s"] + row.get("export_s", 0.0)
+    row["keys_per_s"] = row["keys"] / row["total_s"]
 
 
 def main() -> None:
@@ -216,6 +283,8 @@ def main() -> None:
                       help="checkout whose images' code runs the stages")  # fmt: skip
     args.add_argument("--export-max", type=int, default=10_000_000,
                       help="largest table exported from a real pserver")  # fmt: skip
+    args.add_argument("--delta", type=float,
+                      help="then push a delta changing this fraction of the keys")  # fmt: skip
     opts = args.parse_args()
     sizes = [100_000, 1_000_000] if opts.quick else [int(k) for k in opts.keys.split(",")]
     work = Path(tempfile.mkdtemp(prefix="elasticctr-turnaround-"))
@@ -223,9 +292,14 @@ def main() -> None:
     cube = Cube(work, opts.shards, opts.code)  # stopped below, also when a stage fails
     rows = []
     try:
-        for version, keys in enumerate(sizes, start=1):
-            rows.append(measure(work, cube, keys, version, opts.export_max, opts.shards, opts.code))
-            print(json.dumps(rows[-1]), flush=True)
+        version = 1
+        for keys in sizes:
+            measured = measure(work, cube, keys, version, opts.export_max, opts.shards,
+                               opts.code, opts.delta)  # fmt: skip
+            version += len(measured)
+            for row in measured:
+                rows.append(row)
+                print(json.dumps(row), flush=True)
         servers = cube.peak_rss_mib()
     finally:
         cube.stop()
@@ -239,18 +313,25 @@ def report(rows: list[dict[str, Any]], servers: dict[str, float], shards: int) -
 
     print(f"\n{shards} shards, embedding dim {DIM}; seconds (keys/s of the stage)\n")
     stages = ["dump_s", "write_s", "build_s", "fetch_s", "verify_s", "load_s", "switch_s"]
-    print("| keys | " + " | ".join(s.removesuffix("_s") for s in stages) + " | total | keys/s "
-          "end to end | peak RSS MiB: export / pserver / builder |")  # fmt: skip
-    print("|---:|" + "---:|" * (len(stages) + 3))
+    print("| keys | push | changed / deleted | " + " | ".join(s.removesuffix("_s") for s in stages)
+          + " | push (build..switch) | total | peak RSS MiB: export / pserver / builder "
+          "| cube-server RSS MiB after |")  # fmt: skip
+    print("|---:|---|---:|" + "---:|" * (len(stages) + 2) + "---|---:|")
     for row in rows:
         peaks = ("export_rss_mib", "pserver_rss_mib", "build_rss_mib")
         rss = " / ".join(f"{row[k]:,.0f}" if k in row else "-" for k in peaks)
-        print(f"| {row['keys']:,} | " + " | ".join(cell(row, s) for s in stages)
-              + f" | {row['total_s']:.2f} | {row['keys_per_s']:,.0f} | {rss} |")  # fmt: skip
+        changes = f"{row['changed']:,} / {row['deleted']:,}" if "deleted" in row else "all"
+        print(f"| {row['keys']:,} | {row['kind']} | {changes} | "
+              + " | ".join(cell(row, s) for s in stages)
+              + f" | **{row['push_s']:.2f}** | {row['total_s']:.2f} | {rss} "
+              f"| {row['server_rss_mib']:,.0f} |")  # fmt: skip
     print("peak RSS MiB of the cube processes (all sizes): "
           + ", ".join(f"{k} {v:,.0f}" for k, v in servers.items()))  # fmt: skip
-    last = rows[-1]
+    last = [r for r in rows if r["kind"] == "full"][-1]
     print(f"turnaround/keys-per-second@{last['keys']:.0e}: {last['keys_per_s']:,.0f}")
+    for row in rows:
+        if row["kind"] != "full":
+            print(f"turnaround/delta-push-seconds@{row['keys']:.0e}: {row['push_s']:.2f}")
 
 
 if __name__ == "__main__":

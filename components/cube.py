@@ -93,6 +93,8 @@ class CubeArgs:
     mem: float  # GiB per shard pod
     storage: str
     keep_versions: int
+    base_every: int  # a delta version becomes a base every this many versions
+    max_chain_fraction: float  # ... or once its chain outgrows this fraction of the base
     transfer_cpu: float
     transfer_mem: float  # GiB
     node_pool: str  # shards and transfer on this pool's nodes; "": any node
@@ -406,6 +408,8 @@ class Cube(pulumi.ComponentResource):
                         CubeEnv.MODEL_URI: args.transfer_bucket.uri(MODELS),
                         CubeEnv.CUBE_URI: args.transfer_bucket.uri(CUBE),
                         CubeEnv.KEEP_VERSIONS: str(args.keep_versions),
+                        CubeEnv.BASE_EVERY: str(args.base_every),
+                        CubeEnv.MAX_CHAIN_FRACTION: str(args.max_chain_fraction),
                         CubeEnv.WORK_DIR: "/tmp/cube-transfer",
                         "HOME": "/tmp",
                     }

@@ -72,11 +72,25 @@ def labels(component: str) -> dict[str, str]:
 
 
 def quantity_cpu(cores: float) -> str:
-    return f"{round(cores * 1000)}m"
+    """Cores in millicores, written as Kubernetes writes them back ("2", "1500m")."""
+    return _canonical(round(cores * 1000), 1000, ("m", "", "k", "M", "G", "T", "P", "E"))
 
 
 def quantity_mem(gib: float) -> str:
-    return f"{round(gib * 1024)}Mi"
+    """GiB in MiB, written as Kubernetes writes them back ("2Gi", "1536Mi")."""
+    return _canonical(round(gib * 1024), 1024, ("Mi", "Gi", "Ti", "Pi", "Ei"))
+
+
+def _canonical(amount: int, base: int, suffixes: tuple[str, ...]) -> str:
+    """`amount` of the unit `suffixes[0]` in the canonical form of apimachinery's Quantity:
+    the largest suffix that leaves a whole number. A custom resource (the Volcano Job) is
+    stored as sent, and a quantity re-encoded by Volcano's webhook or read back from a core
+    object comes back canonical: any other spelling would show as a change on every diff."""
+    step = 0
+    while amount and amount % base == 0 and step < len(suffixes) - 1:
+        amount //= base
+        step += 1
+    return f"{amount}{suffixes[step]}" if amount else "0"
 
 
 def resources(cpu: float, mem_gib: float) -> k8s.core.v1.ResourceRequirementsArgsDict:

@@ -6,6 +6,15 @@ task replicas, and a new trainer or pserver count also changes the pods' environ
 (PADDLE_TRAINERS_NUM, PADDLE_PSERVERS_IP_PORT_LIST). So any spec change replaces the Job:
 Pulumi deletes the old one, then creates the new one under the same name (its pods' host
 names derive from it), and the new trainers resume from the last checkpoint.
+
+So the Job must be stored exactly as the program sends it, or every `pulumi up` would see a
+change and replace it. Volcano's mutating webhook (v1.15.0, pkg/webhooks/admission/jobs/
+mutate/mutate_job.go) replaces the whole task list, re-encoded by its Go types, as soon as
+one task lacks `minAvailable` or `maxRetry`: quantities come back canonical ("2048Mi" ->
+"2Gi") and empty lists vanish. The program therefore writes what the webhook would default
+(each task's minAvailable = its replicas, maxRetry 3; the job's queue, scheduler, maxRetry and
+minAvailable), canonical quantities (components/kube.py) and no empty list, and the webhook
+changes nothing (tests/support/volcano_webhook.py).
 """
 
 from __future__ import annotations
@@ -41,6 +50,8 @@ SERVICE_ACCOUNT = "training"
 BAD_DATA_EXIT_CODE = 3
 TERMINATE_ON_BAD_DATA = {"exitCode": BAD_DATA_EXIT_CODE, "action": "TerminateJob"}
 WORK_SIZE = "20Gi"  # per-pod scratch (emptyDir) for staged data and checkpoints
+# Restarts of the whole job (and of a task) before Volcano gives up: its default, written out.
+MAX_RETRY = 3
 
 
 @dataclass(frozen=True)
@@ -188,12 +199,18 @@ class Training(pulumi.ComponentResource):
                 restart_policy="Never",
                 node_pool=args.node_pool,
             )
-            return {
+            spec: dict[str, Any] = {
                 "name": role,
                 "replicas": replicas,
-                "policies": policies,
+                # What Volcano's webhook would default (module docstring): set here, the
+                # webhook leaves the tasks as sent.
+                "minAvailable": replicas,
+                "maxRetry": MAX_RETRY,
                 "template": kube.api_fields(template),
             }
+            if policies:  # Volcano's type drops an empty list (omitempty)
+                spec["policies"] = policies
+            return spec
 
         job = k8s.apiextensions.CustomResource(
             f"{name}-job",
@@ -204,7 +221,7 @@ class Training(pulumi.ComponentResource):
                 "minAvailable": args.trainers + args.pservers,
                 "schedulerName": "volcano",
                 "queue": args.queue,
-                "maxRetry": 3,
+                "maxRetry": MAX_RETRY,
                 "policies": [
                     {"event": "PodEvicted", "action": "RestartJob"},
                     {"event": "PodFailed", "action": "RestartJob"},

@@ -9,11 +9,13 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+from collections.abc import Callable, Iterator
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
+from urllib.parse import urlsplit
 
-from elasticctr_common.contract import CUBE_KEEP_VERSIONS
+from elasticctr_common.contract import CUBE_BASE_EVERY, CUBE_KEEP_VERSIONS, CUBE_MAX_CHAIN_FRACTION
 from elasticctr_common.cube.conf import CubeConf, LoadBalancer
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, PARTITION_MINUTES
 from elasticctr_common.trainer_json import HyperParameters, Mode, Model, Runner
@@ -23,16 +25,22 @@ from pydantic import (
     ConfigDict,
     Field,
     SecretStr,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
 # Kubernetes quantities as the API accepts them ("10Gi", "500Mi", "1T").
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
 # Image references with a tag or a digest; "latest" is refused by _pinned (no look-ahead here).
 IMAGE = r"^[a-z0-9][a-z0-9./_-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$"
 TAG = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
+# A registry host[:port] and path components: no empty component ("docker.io//x").
+REGISTRY = r"^[a-z0-9]([a-z0-9.:_-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+# A Service's name starts with a letter (DNS-1035): Volcano names one after its job.
+DNS_1035_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 DATE_HOUR = r"^[0-9]{8}/[0-9]{2}$"
 # Resources Kubernetes would round to nothing, or a container could not start with: CPU is
 # sent in millicores (0.0004 cores would be "0m"), memory in MiB.
@@ -54,20 +62,72 @@ def _pinned(reference: str) -> str:
     return reference
 
 
+QUANTITY_UNITS = {
+    "": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}  # fmt: skip
+# Kubernetes reads a size as an int64 of bytes: more does not fit.
+MAX_QUANTITY = 2**63 - 1
+
+
 def _positive(quantity: str) -> str:
-    if float(re.sub(r"[A-Za-z]+$", "", quantity)) <= 0:
+    number = re.sub(r"[A-Za-z]+$", "", quantity)
+    size = float(number) * QUANTITY_UNITS[quantity[len(number) :]]
+    if size <= 0:
         raise ValueError("a quantity > 0, such as 10Gi")
+    if size > MAX_QUANTITY:
+        raise Problem(
+            "",
+            "must be a Kubernetes quantity up to 8Ei (it holds sizes as 64-bit byte counts), "
+            f"got {shown(quantity)}",
+        )
     return quantity
+
+
+def is_secret(annotation: Any) -> bool:
+    """A field holding a secret: SecretStr, constrained (Annotated) or optional."""
+    if annotation is SecretStr:
+        return True
+    if get_origin(annotation) is Annotated:
+        return is_secret(get_args(annotation)[0])
+    return any(is_secret(arg) for arg in get_args(annotation)) if get_args(annotation) else False
+
+
+def _non_empty_secret(value: SecretStr) -> SecretStr:
+    if not value.get_secret_value():
+        raise Problem("", "must be a non-empty secret, got <secret>")
+    return value
+
+
+Secret = Annotated[SecretStr, AfterValidator(_non_empty_secret)]
+
+
+def _ugi(value: SecretStr) -> SecretStr:
+    if not value.get_secret_value().split(",", 1)[0]:
+        raise Problem("", "must be 'user,password' with a user name before the comma, got <secret>")
+    return value
 
 
 Quantity = Annotated[
     str, _allowed(QUANTITY, "a Kubernetes quantity > 0 such as 10Gi"), AfterValidator(_positive)
 ]
 DnsLabel = Annotated[str, _allowed(DNS_LABEL, "a DNS label (a-z, 0-9, '-', at most 63)")]
+ServiceName = Annotated[
+    str,
+    _allowed(
+        DNS_1035_LABEL,
+        "a DNS-1035 label (a-z, 0-9, '-', at most 63, starting with a letter: Volcano names "
+        "a Service after the job)",
+    ),
+]
 PoolName = Annotated[
     str, _allowed(f"^$|{DNS_LABEL}", "a node pool name (a DNS label), or empty for any node")
 ]
 DateHour = Annotated[str, _allowed(DATE_HOUR, "a date-hour YYYYMMDD/HH")]
+# A path in HDFS or the bucket that becomes part of a URI: no spaces, no '..' segment.
+DATA_PATH = r"^(/([^/\s.]|\.[^/\s.]|\.\.[^/\s])[^/\s]*)+/?$|^/$"
+DATA_PATH_TEXT = "an absolute path without spaces, '..' or control characters"
+DataPath = Annotated[str, _allowed(DATA_PATH, DATA_PATH_TEXT)]
 PinnedImage = Annotated[
     str,
     _allowed(IMAGE, "an image with a pinned tag (not latest) or digest"),
@@ -78,19 +138,99 @@ PinnedTag = Annotated[
 ]
 
 
-class Problem(ValueError):
-    """A problem found by a validator, on `key` (a dotted path relative to the model)."""
+MAX_SHOWN = 100  # characters of a bad value that a problem quotes
 
-    def __init__(self, key: str, message: str) -> None:
+
+def shown(value: Any) -> str:
+    """A value as a problem quotes it: JSON, cut to a line's worth (a hostile value may be
+    megabytes)."""
+    text = json.dumps(value, default=str)
+    if len(text) <= MAX_SHOWN:
+        return text
+    return f"{text[: MAX_SHOWN - 20]}... ({len(text)} characters)"
+
+
+class Problem(ValueError):
+    """A problem found by a validator, on `key` (a dotted path relative to the model).
+
+    `reads` are the other keys (relative paths too) the check looked at: when one of them
+    had a problem of its own, this one is not reported (it may not hold for the value the
+    user meant)."""
+
+    def __init__(self, key: str, message: str, reads: tuple[str, ...] = ()) -> None:
         super().__init__(f"{key} {message}")
         self.key = key
         self.message = message
+        self.reads = reads
+
+
+class Problems(ValueError):
+    """Every problem a model's checks found (`checks`), reported together."""
+
+    def __init__(self, problems: list[Problem]) -> None:
+        super().__init__("; ".join(str(problem) for problem in problems))
+        self.problems = problems
+
+
+def checks(method: Callable[[_M], Iterator[Problem]]) -> Any:
+    """A model validator that runs every check of `method` (a generator of Problems) and
+    raises them all at once."""
+
+    def validate(self: _M) -> _M:
+        found = list(method(self))
+        if found:
+            raise Problems(found)
+        return self
+
+    return model_validator(mode="after")(validate)
+
+
+_M = TypeVar("_M", bound=BaseModel)
 
 
 class Section(BaseModel):
-    """Every config object: unknown keys are errors (a typo must not be silently ignored)."""
+    """Every config object: unknown keys are errors (a typo must not be silently ignored),
+    and scalars are read strictly (`_strict_scalar`)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _strict_scalars(cls, value: Any, info: ValidationInfo) -> Any:
+        if info.field_name is None:
+            return value
+        return _strict_scalar(cls.model_fields[info.field_name].annotation, value)
+
+
+# Pulumi hands every top-level value to the program as a string ("4", "0.5", "true").
+# Pydantic's lax parsing would also take "4.0", "1_0", " 4", "+4" and true as the integer
+# 4 (or 10, or 1), "yes" and "1" as true: a typo then becomes a value nobody wrote.
+INTEGER_TEXT = re.compile(r"-?[0-9]+")
+NUMBER_TEXT = re.compile(r"-?([0-9]+(\.[0-9]*)?|\.[0-9]+)([eE][-+]?[0-9]+)?")
+BOOLEAN_TEXT = {"true": True, "True": True, "false": False, "False": False}
+# Spaces around a value, or a control character in it, are a paste accident, never meant.
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _strict_scalar(annotation: Any, value: Any) -> Any:
+    """`value` for a field of type `annotation`, or a PydanticCustomError of the kind
+    load_config describes (int_parsing: "must be an integer ...")."""
+    if annotation is bool:
+        if isinstance(value, str) and value in BOOLEAN_TEXT:
+            return BOOLEAN_TEXT[value]
+        if not isinstance(value, bool):
+            raise PydanticCustomError("bool_parsing", "not a boolean")
+    elif annotation is int:
+        integral = isinstance(value, int) and not isinstance(value, bool)
+        if not (integral or (isinstance(value, str) and INTEGER_TEXT.fullmatch(value))):
+            raise PydanticCustomError("int_parsing", "not an integer")
+    elif annotation is float:
+        numeric = isinstance(value, int | float) and not isinstance(value, bool)
+        if not (numeric or (isinstance(value, str) and NUMBER_TEXT.fullmatch(value))):
+            raise PydanticCustomError("float_parsing", "not a number")
+    elif isinstance(value, str) and (value != value.strip() or CONTROL.search(value)):
+        raise PydanticCustomError("string_spaces", "spaces around it or a control character")
+    return value
 
 
 class Cloud(StrEnum):
@@ -116,19 +256,21 @@ class NodePool(Section):
     max_nodes: int = Field(4, ge=1, le=1000, description="most nodes")
     disk_gb: int = Field(100, ge=20, le=2000, description="data disk per node, GiB")
 
-    @model_validator(mode="after")
-    def _counts(self) -> NodePool:
+    @checks
+    def _counts(self) -> Iterator[Problem]:
         if self.min_nodes > self.max_nodes:
-            raise Problem(
-                "max_nodes", f"must be >= min_nodes ({self.min_nodes}), got {self.max_nodes}"
+            yield Problem(
+                "max_nodes",
+                f"must be >= min_nodes ({self.min_nodes}), got {self.max_nodes}",
+                reads=("min_nodes",),
             )
-        if not self.min_nodes <= self.desired_nodes <= self.max_nodes:
-            raise Problem(
+        elif not self.min_nodes <= self.desired_nodes <= self.max_nodes:
+            yield Problem(
                 "desired_nodes",
                 f"must be from min_nodes ({self.min_nodes}) to max_nodes ({self.max_nodes}), "
                 f"got {self.desired_nodes}",
+                reads=("min_nodes", "max_nodes"),
             )
-        return self
 
 
 class AwsNodePool(NodePool):
@@ -151,11 +293,17 @@ class BaiduNodePool(NodePool):
 
 def _unique_pools(pools: list[Any]) -> list[Any]:
     names = [pool.name for pool in pools]
-    for index, name in enumerate(names):
-        if name in names[:index]:
-            raise Problem(
-                f"{index}.name", f"must be unique among node pools, got {json.dumps(name)}"
-            )
+    repeated = [
+        Problem(
+            f"{index}.name",
+            f"must be unique among node pools, got {shown(name)}",
+            reads=(f"{names.index(name)}.name",),
+        )
+        for index, name in enumerate(names)
+        if name in names[:index]
+    ]
+    if repeated:
+        raise Problems(repeated)
     return pools
 
 
@@ -189,7 +337,9 @@ class HuaweiConfig(Section):
         str,
         _allowed(r"^cce\.s[12]\.(small|medium|large|xlarge)$", "a CCE flavor such as cce.s2.small"),
     ] = Field("cce.s2.small", description="control plane size (s1 single, s2 HA)")
-    key_pair: str = Field("", description="KPS key pair for node login (required for cloud huawei)")
+    key_pair: Annotated[
+        str, _allowed(r"^([A-Za-z0-9_-]{1,64})?$", "a key pair name (A-Z, a-z, 0-9, '_', '-')")
+    ] = Field("", description="KPS key pair for node login (required for cloud huawei)")
     node_pools: Annotated[list[HuaweiNodePool], AfterValidator(_unique_pools)] = Field(
         default_factory=lambda: [HuaweiNodePool()], min_length=1, description="CCE node pools"
     )
@@ -260,7 +410,7 @@ class VolcanoConfig(Section):
     )
     image_registry: Annotated[
         str,
-        _allowed(r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$", "a registry path such as docker.io"),
+        _allowed(REGISTRY, "a registry path such as docker.io"),
     ] = Field(
         "docker.io",
         description="registry of Volcano's images (volcanosh/vc-*:v1.15.0); the local stack's "
@@ -296,27 +446,29 @@ class HdfsConfig(Section):
         1, ge=MIN_MEM, le=256, description="memory in GiB per namenode or datanode pod"
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> HdfsConfig:
+    @checks
+    def _check(self) -> Iterator[Problem]:
         if self.mode == "external" and not _hdfs_address_ok(self.address):
-            raise Problem(
+            yield Problem(
                 "address",
                 "must be hdfs://host:port (a host name or IP, a port from 1 to 65535) when "
-                f"mode is external, got {json.dumps(self.address)}",
+                f"mode is external, got {shown(self.address)}",
+                reads=("mode",),
             )
         for key, unset in (("address", ""), ("datanode_port", 9866)):
             if self.mode != "external" and getattr(self, key) != unset:
-                raise Problem(
+                yield Problem(
                     key,
-                    f"is only for mode external, got {json.dumps(getattr(self, key))} with "
+                    f"is only for mode external, got {shown(getattr(self, key))} with "
                     f"mode {self.mode}",
+                    reads=("mode",),
                 )
         if self.mode == "in-cluster" and self.replication > self.datanodes:
-            raise Problem(
+            yield Problem(
                 "replication",
                 f"must be at most datanodes ({self.datanodes}), got {self.replication}",
+                reads=("mode", "datanodes"),
             )
-        return self
 
 
 class DataConfig(Section):
@@ -325,7 +477,7 @@ class DataConfig(Section):
     source: Literal["hdfs", "storage"] = Field(
         "hdfs", description="read hours from HDFS or object storage"
     )
-    dataset_path: Annotated[str, _allowed(r"^/.*", "an absolute path (starting with /)")] = Field(
+    dataset_path: DataPath = Field(
         "/train_data", description="absolute path of the hour directories"
     )
     start: DateHour = Field("20191221/00", description="first hour, YYYYMMDD/HH (START_DATE_HR)")
@@ -339,7 +491,7 @@ class DataConfig(Section):
         le=MAX_SPARSE_DIM,
         description="feasigns map to feasign % sparse_dim",
     )
-    ugi: SecretStr | None = Field(
+    ugi: Annotated[SecretStr, AfterValidator(_ugi)] | None = Field(
         None, description="HDFS UGI 'user,password' (secret: set with --secret)"
     )
     wait_minutes: int = Field(
@@ -362,9 +514,7 @@ class DataConfig(Section):
         try:
             datetime.strptime(value, "%Y%m%d/%H")
         except ValueError as err:
-            raise Problem(
-                "", f"must be a real date-hour YYYYMMDD/HH, got {json.dumps(value)}"
-            ) from err
+            raise Problem("", f"must be a real date-hour YYYYMMDD/HH, got {shown(value)}") from err
         return value
 
 
@@ -383,9 +533,7 @@ class ImageTags(Section):
 class ImagesConfig(Section):
     registry: Annotated[
         str,
-        _allowed(
-            r"^[a-z0-9][a-z0-9.:/_-]*[a-z0-9]$", "a registry path such as docker.io/elasticctr"
-        ),
+        _allowed(REGISTRY, "a registry path such as docker.io/elasticctr"),
     ] = Field(
         DEFAULT_REGISTRY,
         description="registry of this project's images (cloud existing; clouds create theirs)",
@@ -410,14 +558,17 @@ class ImagesConfig(Section):
 
 
 class KeyPair(Section):
-    access_key: SecretStr | None = Field(None, description="access key id (secret)")
-    secret_key: SecretStr | None = Field(None, description="secret access key (secret)")
+    access_key: Secret | None = Field(None, description="access key id (secret)")
+    secret_key: Secret | None = Field(None, description="secret access key (secret)")
 
-    @model_validator(mode="after")
-    def _both(self) -> KeyPair:
+    @checks
+    def _both(self) -> Iterator[Problem]:
         if (self.access_key is None) != (self.secret_key is None):
-            raise Problem("secret_key", "must be set together with access_key (both or neither)")
-        return self
+            yield Problem(
+                "secret_key",
+                "must be set together with access_key (both or neither)",
+                reads=("access_key",),
+            )
 
     @property
     def given(self) -> bool:
@@ -481,23 +632,19 @@ class StorageConfig(Section):
             else ""
         )  # fmt: skip
         if why:
-            raise Problem(
-                "", f"must be a bucket name S3 accepts (not {why}), got {json.dumps(value)}"
-            )
+            raise Problem("", f"must be a bucket name S3 accepts (not {why}), got {shown(value)}")
         return value
 
     endpoint: str = Field(
         "", description="S3 endpoint URL (mode external), e.g. https://s3.bj.bcebos.com"
     )
-    region: str = Field(
-        "us-east-1", min_length=1, description="S3 region (mode cloud: the cluster's region)"
-    )
-    access_key: SecretStr | None = Field(
+    region: Annotated[
+        str, _allowed(r"^[a-z0-9][a-z0-9-]{0,62}$", "a region name such as us-east-1")
+    ] = Field("us-east-1", description="S3 region (mode cloud: the cluster's region)")
+    access_key: Secret | None = Field(
         None, description="access key id the pods use (secret; external, or cloud on baidu/huawei)"
     )
-    secret_key: SecretStr | None = Field(
-        None, description="secret access key the pods use (secret)"
-    )
+    secret_key: Secret | None = Field(None, description="secret access key the pods use (secret)")
     workload_keys: WorkloadKeys = Field(
         default_factory=WorkloadKeys,
         description="each workload's own key pair, limited to what it does (mode external, or "
@@ -507,26 +654,75 @@ class StorageConfig(Section):
     cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores of the MinIO pod")
     mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB of the MinIO pod")
 
-    @model_validator(mode="after")
-    def _check(self) -> StorageConfig:
-        if self.mode == "external" and not re.match(r"^https?://[^/]+", self.endpoint):
-            raise Problem(
+    @checks
+    def _check(self) -> Iterator[Problem]:
+        if self.mode == "external":
+            why = _endpoint_problem(self.endpoint)
+            if why:
+                yield Problem(
+                    "endpoint",
+                    "must be an http(s) URL, scheme://host[:port], when mode is external"
+                    f"{f' ({why})' if self.endpoint else ''}, "
+                    f"got {shown(_without_userinfo(self.endpoint))}",
+                    reads=("mode",),
+                )
+        elif self.endpoint:
+            where = "comes from the cloud" if self.mode == "cloud" else "is MinIO's own"
+            yield Problem(
                 "endpoint",
-                f"must be an http(s) URL when mode is external, got {json.dumps(self.endpoint)}",
+                f"is only for mode external ({where} in mode {self.mode}), got "
+                f"{shown(self.endpoint)}",
+                reads=("mode",),
             )
         if (self.access_key is None) != (self.secret_key is None):
-            raise Problem("secret_key", "must be set together with access_key (both or neither)")
-        if self.mode == "cloud" and self.endpoint:
-            raise Problem(
-                "endpoint", f"comes from the cloud in mode cloud, got {json.dumps(self.endpoint)}"
+            yield Problem(
+                "secret_key",
+                "must be set together with access_key (both or neither)",
+                reads=("access_key",),
+            )
+        if self.mode == "minio" and self.access_key is not None:
+            yield Problem(
+                "access_key",
+                "must be unset in mode minio: the stack makes MinIO's keys",
+                reads=("mode",),
             )
         if self.mode == "minio" and self.workload_keys.given():
-            raise Problem(
+            yield Problem(
                 "workload_keys",
                 "must be unset in mode minio: the stack makes a MinIO user per workload, got "
                 f"keys for {', '.join(self.workload_keys.given())}",
+                reads=("mode",),
             )
-        return self
+
+
+def _without_userinfo(url: str) -> str:
+    """`url` with a user and password in it replaced: a problem never quotes a secret."""
+    return re.sub(r"^([a-zA-Z][a-zA-Z0-9+.-]*://)[^/?#]*@", r"\1<user:password>@", url)
+
+
+def _endpoint_problem(url: str) -> str:
+    """Why `url` is not an S3 endpoint the pods and their NetworkPolicy can use ("" if it is)."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        return "a port from 1 to 65535"
+    host = parts.hostname or ""
+    if parts.scheme not in ("http", "https") or not host:
+        return "no http:// or https:// and host"
+    if parts.username is not None or parts.password is not None:
+        # Keys in the URL would sit in plaintext in the stack file and the pods' env.
+        return "no user or password in it: set storage.access_key/secret_key with --secret"
+    if port == 0:
+        return "a port from 1 to 65535"
+    if parts.path not in ("", "/") or parts.query or parts.fragment or url.endswith(("?", "#")):
+        return "no path, query or fragment: the bucket is storage.bucket"
+    if not re.fullmatch(r"[a-z0-9]([a-z0-9.-]*[a-z0-9])?", host):
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            return "a host name of a-z, 0-9, '.', '-' or an IP address"
+    return ""
 
 
 class MlflowConfig(Section):
@@ -569,20 +765,22 @@ class ServingConfig(Section):
         "", description="pods on nodes labelled elasticctr.io/pool=<name>; empty: any node"
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> ServingConfig:
+    @checks
+    def _check(self) -> Iterator[Problem]:
         if self.max_replicas < self.replicas:
-            raise Problem(
-                "max_replicas", f"must be >= replicas ({self.replicas}), got {self.max_replicas}"
+            yield Problem(
+                "max_replicas",
+                f"must be >= replicas ({self.replicas}), got {self.max_replicas}",
+                reads=("replicas",),
             )
         if self.service_type == "LoadBalancer" and not self.source_ranges and self.auth == "none":
-            raise Problem(
+            yield Problem(
                 "service_type",
                 "LoadBalancer is reachable from the internet: set serving.source_ranges (the "
                 "address blocks clients connect from) or serving.auth token, or both, "
                 'got "LoadBalancer" with neither',
+                reads=("source_ranges", "auth"),
             )
-        return self
 
 
 class CubeConfig(Section):
@@ -618,6 +816,18 @@ class CubeConfig(Section):
     keep_versions: int = Field(
         CUBE_KEEP_VERSIONS, ge=2, le=100, description="versions kept for rollback"
     )
+    base_every: int = Field(
+        CUBE_BASE_EVERY,
+        ge=1,
+        le=1000,
+        description="a delta version becomes a new base every this many versions (1: no deltas)",
+    )
+    max_chain_fraction: float = Field(
+        CUBE_MAX_CHAIN_FRACTION,
+        ge=0,
+        le=10,
+        description="...or once its chain's deltas hold more than this fraction of its base's keys",
+    )
     transfer_cpu: float = Field(1, ge=MIN_CPU, le=64, description="CPU cores of cube-transfer")
     transfer_mem: float = Field(
         2,
@@ -629,14 +839,14 @@ class CubeConfig(Section):
         "", description="shards and transfer on nodes labelled elasticctr.io/pool=<name>"
     )
 
-    @model_validator(mode="after")
-    def _check(self) -> CubeConfig:
+    @checks
+    def _check(self) -> Iterator[Problem]:
         if self.backup_request_ms >= self.timeout_ms:
-            raise Problem(
+            yield Problem(
                 "backup_request_ms",
                 f"must be below timeout_ms ({self.timeout_ms}), got {self.backup_request_ms}",
+                reads=("timeout_ms",),
             )
-        return self
 
 
 class KafkaConfig(Section):
@@ -748,8 +958,10 @@ class TrainingConfig(Section):
     learning_rate: float = Field(
         HyperParameters.learning_rate, gt=0, le=10, description="Adam learning rate"
     )
+    # The row is embed_w (the id's weight) and embedding_dim - 1 embedx columns (model.py):
+    # at 1 the table has no embedding vectors at all.
     embedding_dim: int = Field(
-        HyperParameters.embedding_dim, ge=1, le=1024, description="sparse embedding width"
+        HyperParameters.embedding_dim, ge=2, le=1024, description="sparse embedding width"
     )
     max_bad_line_fraction: float = Field(
         Runner.max_bad_line_fraction,
@@ -791,7 +1003,7 @@ class TrainingConfig(Section):
     dense_l2: float = Field(
         HyperParameters.dense_l2, ge=0, le=10, description="L2 regularisation of dense weights"
     )
-    eval_path: Annotated[str, _allowed(r"^(/.*)?$", "empty or an absolute path")] = Field(
+    eval_path: Annotated[str, _allowed(f"^$|{DATA_PATH}", f"empty or {DATA_PATH_TEXT}")] = Field(
         "",
         description="held-out data (same source as data.dataset_path): every version is "
         "evaluated on it and gated; empty: no evaluation, no gate",
@@ -807,7 +1019,7 @@ class TrainingConfig(Section):
         Runner.publish_every_version,
         description="publish every version that passes its check, better or not",
     )
-    job_name: DnsLabel = Field(
+    job_name: ServiceName = Field(
         "elasticctr-train", description="Volcano Job name (pod host names derive from it)"
     )
     queue: DnsLabel = Field("default", description="Volcano queue")
@@ -843,7 +1055,8 @@ class StackConfig(Section):
     slot_conf: str = Field(
         "stacks/slot.txt",
         min_length=1,
-        description="slot.conf (-s): a .txt, one slot id per line; relative to the project",
+        description="slot.conf (-s): a .txt or .conf file, one slot id per line; relative to "
+        "the project",
     )
     hdfs: HdfsConfig = Field(
         default_factory=HdfsConfig, description="HDFS in-cluster, or an hdfs:// address (-hd)"
@@ -877,7 +1090,7 @@ class StackConfig(Section):
             raise Problem(
                 "",
                 f"must not be a system namespace ({', '.join(SYSTEM_NAMESPACES)}, kube-*): the "
-                f"stack labels, locks down and deletes its namespace, got {json.dumps(value)}",
+                f"stack labels, locks down and deletes its namespace, got {shown(value)}",
             )
         return value
 
@@ -893,83 +1106,114 @@ class StackConfig(Section):
             raise Problem(
                 "",
                 "must be an hdfs://host:port address, in-cluster, none, or an object "
-                f"(pulumi config set --path hdfs.mode ...), got {json.dumps(value)}",
+                f"(pulumi config set --path hdfs.mode ...), got {shown(value)}",
             )
         return value
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> StackConfig:
+    @checks
+    def _cross_checks(self) -> Iterator[Problem]:
         # data.end bounds an offline job only: a stack switched to online keeps its old end.
         if self.training.mode == "offline" and self.data.end < self.data.start:
-            raise Problem(
+            yield Problem(
                 "data.end",
-                f"must not be before start ({self.data.start}), got {json.dumps(self.data.end)}",
+                f"must not be before start ({self.data.start}), got {shown(self.data.end)}",
+                reads=("data.start", "training.mode"),
             )
         if self.training.mode == "online" and self.training.passes != 1:
-            raise Problem(
+            yield Problem(
                 "training.passes",
                 "must be 1 in training mode online (each new hour is trained once), "
                 f"got {self.training.passes}",
+                reads=("training.mode",),
             )
         job = self.training.job_name
         host = max(
             (f"{job}-pserver-{self.pservers - 1}", f"{job}-trainer-{self.trainers - 1}"), key=len
         )
         if len(host) > MAX_HOST_NAME:
-            raise Problem(
+            yield Problem(
                 "training.job_name",
                 f"must leave pod host names at most {MAX_HOST_NAME} characters (the longest "
-                f"is {host}, {len(host)}), got {json.dumps(job)} ({len(job)} characters)",
+                f"is {host}, {len(host)}), got {shown(job)} ({len(job)} characters)",
+                reads=("pservers", "trainers"),
             )
         if self.storage.workload_keys.mlflow.given and not self.mlflow.enabled:
-            raise Problem("storage.workload_keys.mlflow", "is for a stack with mlflow.enabled true")
+            yield Problem(
+                "storage.workload_keys.mlflow",
+                "is for a stack with mlflow.enabled true",
+                reads=("mlflow.enabled",),
+            )
         if self.data.source == "hdfs" and self.hdfs.mode == "none":
-            raise Problem("data.source", 'must be "storage" when hdfs.mode is none, got "hdfs"')
+            yield Problem(
+                "data.source",
+                'must be "storage" when hdfs.mode is none, got "hdfs"',
+                reads=("hdfs.mode",),
+            )
         if self.data.source == "hdfs" and self.hdfs.mode == "external" and self.data.ugi is None:
-            raise Problem("data.ugi", "must be set (with --secret) to read an external HDFS")
-        self._check_cloud()
-        return self
+            yield Problem(
+                "data.ugi",
+                "must be set (with --secret) to read an external HDFS",
+                reads=("data.source", "hdfs.mode"),
+            )
+        yield from self._check_cloud()
 
-    def _check_cloud(self) -> None:
+    def _check_cloud(self) -> Iterator[Problem]:
         """The cloud's own section is complete, and nothing meant for another cloud is set."""
         cloud = self.cloud.value
         for other in (Cloud.AWS, Cloud.HUAWEI, Cloud.BAIDU):
             section = getattr(self.cluster, other.value)
             if other != self.cloud and section != type(section)():
-                raise Problem(
-                    f"cluster.{other.value}", f"is for cloud {other.value}, got cloud {cloud}"
+                yield Problem(
+                    f"cluster.{other.value}",
+                    f"is for cloud {other.value}, got cloud {cloud}",
+                    reads=("cloud",),
                 )
         if self.cloud == Cloud.EXISTING:
             if self.storage.mode == "cloud":
-                raise Problem(
-                    "storage.mode", 'must be minio or external with cloud existing, got "cloud"'
+                yield Problem(
+                    "storage.mode",
+                    'must be minio or external with cloud existing, got "cloud"',
+                    reads=("cloud",),
                 )
             return
+        for key in ("kubeconfig", "context", "render_dir"):
+            if getattr(self.cluster, key):
+                yield Problem(
+                    f"cluster.{key}",
+                    f"is for cloud existing: a {cloud} stack reaches the cluster it creates, "
+                    f"got {shown(getattr(self.cluster, key))}",
+                    reads=("cloud",),
+                )
         section = getattr(self.cluster, cloud)
         pools = [pool.name for pool in section.node_pools]
         for workload in ("training", "cube", "serving"):
             wanted = getattr(self, workload).node_pool
             if wanted and wanted not in pools:
-                raise Problem(
+                yield Problem(
                     f"{workload}.node_pool",
                     f"must be empty or one of cluster.{cloud}.node_pools ({', '.join(pools)}), "
-                    f"got {json.dumps(wanted)}",
+                    f"got {shown(wanted)}",
+                    reads=("cloud", f"cluster.{cloud}.node_pools"),
                 )
         for key in REQUIRED_PER_CLOUD[self.cloud]:
             if not getattr(section, key):
-                raise Problem(
-                    f"cluster.{cloud}.{key}", f'must be set when cloud is {cloud}, got ""'
+                yield Problem(
+                    f"cluster.{cloud}.{key}",
+                    f'must be set when cloud is {cloud}, got ""',
+                    reads=("cloud",),
                 )
         if self.images.registry != DEFAULT_REGISTRY:
-            raise Problem(
+            yield Problem(
                 "images.registry",
                 f"is for cloud existing: a {cloud} stack pushes to and pulls from the registry "
-                f"it creates, got {json.dumps(self.images.registry)}",
+                f"it creates, got {shown(self.images.registry)}",
+                reads=("cloud",),
             )
         if self.volcano.managed and self.cloud != Cloud.HUAWEI:
-            raise Problem(
+            yield Problem(
                 "volcano.managed",
                 f"must be false on cloud {cloud}: the cluster it creates has no Volcano add-on",
+                reads=("cloud",),
             )
         serving = self.serving
         if (
@@ -977,21 +1221,23 @@ class StackConfig(Section):
             and serving.service_type == "LoadBalancer"
             and (self.cloud in (Cloud.BAIDU, Cloud.HUAWEI))
         ):
-            raise Problem(
+            yield Problem(
                 "serving.source_ranges",
                 f"cannot be kept by a LoadBalancer on cloud {cloud}: its default load balancer "
                 "does not pass client addresses on, so the pods' NetworkPolicy would refuse "
                 "every client; use serving.auth token (and the load balancer's own access "
-                "control, docs/architecture.md), got " + json.dumps(serving.source_ranges),
+                "control, docs/architecture.md), got " + shown(serving.source_ranges),
+                reads=("cloud", "serving.service_type"),
             )
         storage = self.storage
         keys = storage.access_key is not None
         own = storage.workload_keys.given()
         if storage.mode == "cloud" and self.cloud == Cloud.AWS and (keys or own):
-            raise Problem(
+            yield Problem(
                 "storage.access_key" if keys else "storage.workload_keys",
                 "must not be set in mode cloud on aws: each workload reaches S3 as its own role "
                 "(EKS Pod Identity)",
+                reads=("cloud", "storage.mode"),
             )
         workloads = {"training", "serving", "cube", "cube-transfer"}
         workloads |= {"mlflow"} if self.mlflow.enabled else set()
@@ -1003,11 +1249,12 @@ class StackConfig(Section):
             and not keys
             and not workloads <= own.keys()
         ):
-            raise Problem(
+            yield Problem(
                 "storage.access_key",
                 f"must be set (with --secret) in mode cloud on {cloud}: the workloads without "
                 f"keys of their own ({', '.join(sorted(workloads - own.keys()))}) reach the "
                 "bucket with these keys",
+                reads=("cloud", "storage.mode", "storage.workload_keys", "mlflow.enabled"),
             )
 
 

@@ -26,7 +26,7 @@ from components.serving import Serving, ServingArgs
 from components.training import SERVICE_ACCOUNT as TRAINING_ACCOUNT
 from components.training import Training, TrainingArgs
 from components.volcano import Volcano, VolcanoArgs
-from infra import guard, load_config, outputs
+from infra import guard, load_config, outputs, preflight
 from infra.access import bucket_users, joins_into_bucket, workload_keys
 from infra.clusters import build_cluster
 from infra.config import PROGRAM_SETTINGS, StackConfig
@@ -100,6 +100,10 @@ def main() -> None:
     # Every config problem is reported here, before any resource is registered.
     loaded = load_config.load()
     config: StackConfig = loaded.stack
+    # ...and what it names in a cluster that exists already (a Volcano queue, node pools).
+    missing = preflight.check_cluster(config)
+    if missing:
+        raise load_config.ConfigError(missing)
     # Changes a running stack cannot take safely are refused here too (infra/guard.py).
     stack_shape = guard.check(loaded)
     volcano_chart = go_module_chart() if config.volcano.chart == "go-module" else None

@@ -8,6 +8,7 @@ pydantic model in infra/config.py, the single source of keys and defaults.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from pathlib import Path
 
@@ -47,7 +48,14 @@ def readme_with_reference(readme: str) -> str:
 
 
 def main() -> int:
-    check = "--check" in sys.argv[1:]
+    parser = argparse.ArgumentParser(
+        description="Write Pulumi.yaml's config section and the README's config reference "
+        "from infra/config.py (the single source of keys, types and defaults).",
+    )
+    parser.add_argument(
+        "--check", action="store_true", help="write nothing; exit 1 if either file is stale"
+    )
+    check = parser.parse_args().check
     stale = []
     targets = {
         ROOT / "Pulumi.yaml": lambda _old: pulumi_yaml(),

@@ -137,6 +137,11 @@ def test_transfer_follows_the_models_and_reads_the_shard_list() -> None:
         env["MODEL_URI"] == "s3://test-bucket/models" and env["CUBE_URI"] == "s3://test-bucket/cube"
     )
     assert env["CUBE_CONF"] == "/etc/elasticctr/cube.conf" and env["CUBE_KEEP_VERSIONS"] == "3"
+    assert (env["CUBE_BASE_EVERY"], env["CUBE_MAX_CHAIN_FRACTION"]) == ("10", "0.5")
+    changed = cube_graph(2, base_every=4, max_chain_fraction=0.25)
+    env = env_of(changed.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"]
+                 ["containers"][0])  # fmt: skip
+    assert (env["CUBE_BASE_EVERY"], env["CUBE_MAX_CHAIN_FRACTION"]) == ("4", "0.25")
     assert transfer["spec"]["replicas"] == 1 and transfer["spec"]["strategy"] == {
         "type": "Recreate"
     }
@@ -172,7 +177,10 @@ def test_the_layout_is_new_whenever_the_shard_pods_would_change() -> None:
     }
     assert base not in changed.values() and len(set(changed.values())) == len(changed), changed
     # What only serving and the transfer read leaves the shard pods, and their layout, alone.
-    for more in ({"timeout_ms": 300}, {"transfer_cpu": 2.0}, {"keep_versions": 5}):
+    for more in (
+        {"timeout_ms": 300}, {"transfer_cpu": 2.0}, {"keep_versions": 5}, {"base_every": 3},
+        {"max_chain_fraction": 0.1},
+    ):  # fmt: skip
         assert layout_of(cube_graph(2, 1, **more)) == base, more
 
 

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
+
 from components import kube
+from tests.support.manifests import canonical_quantity
 
 
 def test_api_fields_translates_field_names_but_not_data_keys() -> None:
@@ -44,3 +47,22 @@ def test_a_node_pool_becomes_a_node_selector_on_the_pool_label() -> None:
     assert pinned["spec"]["nodeSelector"] == {"elasticctr.io/pool": "serving"}
     anywhere = kube.api_fields(kube.pod_template("serving", [container]))
     assert "nodeSelector" not in anywhere["spec"]
+
+
+@pytest.mark.parametrize(
+    ("cores", "gib", "cpu", "memory"),
+    [
+        (1, 2, "1", "2Gi"),
+        (0.5, 1.5, "500m", "1536Mi"),
+        (2.5, 0.0625, "2500m", "64Mi"),
+        (16, 1024, "16", "1Ti"),
+        (1000, 0.5, "1k", "512Mi"),
+    ],
+)
+def test_quantities_are_written_as_kubernetes_writes_them_back(
+    cores: float, gib: float, cpu: str, memory: str
+) -> None:
+    assert (kube.quantity_cpu(cores), kube.quantity_mem(gib)) == (cpu, memory)
+    # The same as the API server's canonical form of the plain millicores and MiB.
+    assert cpu == canonical_quantity(f"{round(cores * 1000)}m")
+    assert memory == canonical_quantity(f"{round(gib * 1024)}Mi")

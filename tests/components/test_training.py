@@ -59,6 +59,9 @@ def test_job_tasks_policies_and_gang_size() -> None:
     ]
     # a checkpoint of another model layout: every attempt would fail alike
     assert tasks["pserver"]["policies"] == [{"exitCode": 3, "action": "TerminateJob"}]
+    # Volcano's webhook defaults, written out: it then stores the tasks as sent.
+    assert [(t["minAvailable"], t["maxRetry"]) for t in spec["tasks"]] == [(2, 3), (3, 3)]
+    assert spec["maxRetry"] == 3 and spec["queue"] == "default"
     for task in tasks.values():
         assert task["template"]["spec"]["restartPolicy"] == "Never"
 

@@ -6,22 +6,22 @@ unless ELASTICCTR_E2E_REQUIRED=1 (CI, once tools/setup.sh has built the tools): 
 missing tool is an error, so the suite cannot pass by skipping. `control_plane` is one
 throwaway etcd + kube-apiserver + controller-manager + scheduler per test module, with
 Volcano's CRDs registered; it is stopped by PID and its directory removed, also when a test
-fails. Projects (tests/support/pulumi_cli.py) are made per module by the tests themselves.
+fails. `volcano_webhook` puts Volcano's Job-mutating webhook in front of it, as on a real
+cluster. Projects (tests/support/pulumi_cli.py) are made per module by the tests themselves.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
 from tests.support import pulumi_cli
+from tests.support.controlplane import load_controlplane
+from tests.support.volcano_admission import BINARY, VolcanoJobWebhook, find_binary
 from tests.support.volcano_crds import CrdsUnavailable, crd_dir
 
 REQUIRED = os.environ.get("ELASTICCTR_E2E_REQUIRED") == "1"
@@ -32,19 +32,6 @@ def unavailable(reason: str) -> None:
     if REQUIRED:
         pytest.fail(f"ELASTICCTR_E2E_REQUIRED=1 and {reason}", pytrace=False)
     pytest.skip(reason)
-
-
-def load_controlplane() -> ModuleType:
-    """tools/controlplane.py (a script, not a package) as the module `controlplane`."""
-    if "controlplane" in sys.modules:
-        return sys.modules["controlplane"]
-    path = pulumi_cli.ROOT / "tools" / "controlplane.py"
-    spec = importlib.util.spec_from_file_location("controlplane", path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["controlplane"] = module
-    spec.loader.exec_module(module)
-    return module
 
 
 @pytest.fixture(scope="session")
@@ -91,3 +78,15 @@ def control_plane(cluster_path: str, volcano_crd_dir: Path) -> Iterator[Any]:
         yield cp
     finally:
         cp.stop()
+
+
+@pytest.fixture(scope="module")
+def volcano_webhook(control_plane: Any, cluster_path: str) -> Iterator[VolcanoJobWebhook]:
+    """Volcano's Job-mutating webhook in front of the module's control plane: Jobs are then
+    stored as on a real cluster (tests/support/volcano_admission.py)."""
+    binary = find_binary(cluster_path)
+    if binary is None:
+        unavailable(f"{BINARY} not found: build it with `bash tools/build-tools.sh volcano`")
+        raise AssertionError("unreachable: unavailable() raises")
+    with VolcanoJobWebhook(control_plane, binary) as webhook:
+        yield webhook

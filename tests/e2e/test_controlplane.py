@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -11,21 +10,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.controlplane import load_controlplane
+
 REPO = Path(__file__).resolve().parents[2]
 
 
-def _load_controlplane():
-    spec = importlib.util.spec_from_file_location(
-        "controlplane", REPO / "tools" / "controlplane.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("controlplane", module)
-    spec.loader.exec_module(module)
-    return module
-
-
-controlplane = _load_controlplane()
+controlplane = load_controlplane()
 kubernetes = pytest.importorskip(
     "kubernetes", reason="the kubernetes Python client is not installed"
 )

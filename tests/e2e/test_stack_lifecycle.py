@@ -27,6 +27,7 @@ import base64
 import functools
 import json
 import os
+import re
 import shutil
 import time
 from collections.abc import Iterator
@@ -39,10 +40,16 @@ import pytest
 from components import kube
 from infra.program import main as program
 from tests.support import pulumi_harness as harness
-from tests.support.manifests import describe, same_scalar
+from tests.support.manifests import describe, mismatches
+from tests.support.pulumi_cli import CI_JOB as JOB
+from tests.support.pulumi_cli import CI_NAMESPACE as NAMESPACE
+from tests.support.pulumi_cli import CI_STACK as STACK
+from tests.support.pulumi_cli import CI_UGI as UGI
+from tests.support.pulumi_cli import VOLCANO_JOB_TYPE as JOB_TYPE
 from tests.support.pulumi_cli import (
     Project,
     changed_steps,
+    ci_project,
     resources_of,
     temp_dir,
     type_and_name,
@@ -54,13 +61,6 @@ kubernetes = pytest.importorskip("kubernetes", reason="the kubernetes Python cli
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
-STACK = "ci"
-NAMESPACE = "elasticctr-ci"
-JOB = "elasticctr-train"
-# Set with `pulumi config set --secret`: encrypted with the passphrase in the stack file and
-# the state, plaintext only in the Kubernetes Secret.
-UGI = "ci-user,ci-ugi-password-0f3a"
-JOB_TYPE = "kubernetes:batch.volcano.sh/v1alpha1:Job"
 STACK_TYPE = "pulumi:pulumi:Stack"
 # Controllers write these on objects the program declared; they are not the program's change.
 CONTROLLER_ANNOTATIONS = ("deployment.kubernetes.io/",)
@@ -144,33 +144,6 @@ def fingerprint(obj: dict[str, Any] | None) -> Any:
     return (meta["uid"], meta.get("labels"), annotations, json.dumps(body, sort_keys=True))
 
 
-def mismatches(expected: Any, actual: Any, path: str = "") -> list[str]:
-    """Where `actual` (read back) lacks what `expected` (declared) says. The API server adds
-    defaults, so dicts only need to contain the declared keys; quantities compare by value
-    (1024Mi reads back as 1Gi); Secrets' stringData is read back as data (checked apart)."""
-    if isinstance(expected, dict):
-        if not isinstance(actual, dict):
-            return [f"{path}: {actual!r} is not an object"]
-        found = []
-        for key, value in expected.items():
-            if key == "stringData":
-                continue
-            if key not in actual:
-                found.append(f"{path}.{key}: missing (declared {value!r})")
-            else:
-                found += mismatches(value, actual[key], f"{path}.{key}")
-        return found
-    if isinstance(expected, list):
-        if not isinstance(actual, list) or len(actual) != len(expected):
-            return [f"{path}: {actual!r} is not the declared list {expected!r}"]
-        return [
-            m
-            for i, (e, a) in enumerate(zip(expected, actual, strict=True))
-            for m in mismatches(e, a, f"{path}[{i}]")
-        ]
-    return [] if same_scalar(expected, actual) else [f"{path}: {actual!r}, declared {expected!r}"]
-
-
 def state_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> list[str]:
     """What differs between two lists of state resources, by URN and field."""
     old = {r["urn"]: r for r in before}
@@ -212,9 +185,7 @@ def lifecycle(control_plane: Any, cluster_path: str) -> Iterator[Lifecycle]:
     work = temp_dir("elasticctr-e2e-")
     api = None
     try:
-        project = Project.create(work, STACK, cluster_path, kubeconfig=control_plane.kubeconfig)
-        project.config_set("cluster.kubeconfig", str(control_plane.kubeconfig), path=True)
-        project.config_set("data.ugi", UGI, path=True, secret=True)
+        project = ci_project(work, cluster_path, control_plane.kubeconfig)
         api = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
         state = Lifecycle(project=project, api=api, kubeconfig=control_plane.kubeconfig)
         yield state
@@ -270,8 +241,12 @@ def test_up_creates_every_resource(lifecycle: Lifecycle, declared: list[dict[str
     assert f"+ {len(lifecycle.planned)} created" in result.stdout, result.stdout
     state = lifecycle.project.export()
     in_state = {type_and_name(r["urn"]) for r in resources_of(state)}
-    # The state also holds the default provider the engine made for the dynamic resources.
-    assert in_state - lifecycle.planned == {("pulumi:providers:pulumi-python", "default")}
+    # The state also holds the default providers the engine made for the dynamic resources
+    # and for the guard's read of the stack's last outputs (infra/guard.py).
+    assert in_state - lifecycle.planned == {
+        ("pulumi:providers:pulumi-python", "default"),
+        ("pulumi:providers:pulumi", "default"),
+    }
     assert lifecycle.planned <= in_state
 
     problems = []
@@ -321,7 +296,8 @@ def test_the_training_job_is_a_gang_of_pservers_and_trainers(lifecycle: Lifecycl
 def test_cube_serving_and_their_config_maps(lifecycle: Lifecycle) -> None:
     lifecycle.require("up")
     ns = f"/namespaces/{NAMESPACE}"
-    cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", "cube-1")  # shard 1 of 2
+    layout = lifecycle.project.run("stack", "output", "cube_layout").stdout.strip()
+    cube = lifecycle.custom(f"/apis/apps/v1{ns}/statefulsets", f"cube-{layout}-1")  # 1 of 2
     assert cube["spec"]["replicas"] == 1  # the ci stack's cube.replicas
     assert cube["spec"]["serviceName"] == "cube-headless"
     assert cube["spec"]["podManagementPolicy"] == "Parallel"
@@ -335,7 +311,8 @@ def test_cube_serving_and_their_config_maps(lifecycle: Lifecycle) -> None:
     (conf,) = json.loads(conf_map["data"]["cube.conf"])  # Paddle Serving's list form
     assert (conf["shard"], conf["dup"]) == (2, 1)
     assert [n["ipport_list"] for n in conf["nodes"]] == [
-        f"list://cube-{i}-0.cube-headless.{NAMESPACE}.svc.cluster.local:8027" for i in range(2)
+        f"list://cube-{layout}-{i}-0.cube-headless.{NAMESPACE}.svc.cluster.local:8027"
+        for i in range(2)
     ]
     serving = lifecycle.custom(f"/apis/apps/v1{ns}/deployments", "serving")
     template = serving["spec"]["template"]
@@ -486,13 +463,16 @@ def test_more_trainers_replace_the_job_and_nothing_else(
     assert set(step["detailedDiff"]) == {
         "spec.minAvailable",
         "spec.tasks[1].replicas",
+        "spec.tasks[1].minAvailable",  # the trainers' gang (Volcano's default, written out)
         # PADDLE_TRAINERS_NUM of both tasks.
         "spec.tasks[0].template.spec.containers[0].env[1].value",
         "spec.tasks[1].template.spec.containers[0].env[1].value",
     }
     assert {d["kind"] for d in step["detailedDiff"].values()} == {"update-replace"}
     assert "minAvailable: 3 => 5" in text.stdout
-    assert "replicas: 2 => 4" in text.stdout
+    # The diff aligns the colons of a task's changed fields.
+    assert re.search(r"~ replicas *: 2 => 4", text.stdout), text.stdout
+    assert re.search(r"~ minAvailable *: 2 => 4", text.stdout), text.stdout
     assert "+-1 to replace" in text.stdout
 
     result = project.up()
@@ -506,6 +486,7 @@ def test_more_trainers_replace_the_job_and_nothing_else(
         ("trainer", 4),
     ]
     assert job["spec"]["minAvailable"] == 4 + 1
+    assert task(job, "trainer")["minAvailable"] == 4
     for name in ("pserver", "trainer"):
         (container,) = task(job, name)["template"]["spec"]["containers"]
         assert env_of(container)["PADDLE_TRAINERS_NUM"] == "4"

@@ -37,7 +37,7 @@ def test_plain_top_level_strings_as_pulumi_config_set_stores_them() -> None:
     trainer = next(t for t in job["tasks"] if t["name"] == "trainer")
     assert trainer["replicas"] == 4
     limits = trainer["template"]["spec"]["containers"][0]["resources"]["limits"]
-    assert limits == {"cpu": "500m", "memory": "3072Mi"}
+    assert limits == {"cpu": "500m", "memory": "3Gi"}
 
 
 def test_structured_values_set_with_path() -> None:
@@ -75,7 +75,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"slot_conf": "Pulumi.yaml"},
-            'elasticctr:slot_conf must be a path to a .txt file, got "Pulumi.yaml"',
+            'elasticctr:slot_conf must be a path to a .txt or .conf file, got "Pulumi.yaml"',
         ),
         (
             {"hdfs": {"mode": "external"}},
@@ -108,11 +108,12 @@ def test_structured_values_set_with_path() -> None:
         ({"data": {"sparse_dim": 1}}, "elasticctr:data.sparse_dim must be an integer >= 2, got 1"),
         (
             {"data": {"dataset_path": "relative/path"}},
-            'elasticctr:data.dataset_path must be an absolute path (starting with /), got "relative/path"',
+            "elasticctr:data.dataset_path must be an absolute path without spaces, '..' or control "
+            'characters, got "relative/path"',
         ),
         (
             {"data": {"strat": "20191221/00"}},
-            "elasticctr:data.strat is not a known key; allowed: source, dataset_path, start, end, sparse_dim, ugi, wait_minutes, poll_seconds",
+            "elasticctr:data.strat is not a known key (did you mean start?); allowed: source, dataset_path, start, end, sparse_dim, ugi, wait_minutes, poll_seconds",
         ),
         (
             {"images": {"tags": {"trainer": "latest"}}},
@@ -124,7 +125,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"storage": {"mode": "external"}},
-            'elasticctr:storage.endpoint must be an http(s) URL when mode is external, got ""',
+            'elasticctr:storage.endpoint must be an http(s) URL, scheme://host[:port], when mode is external, got ""',
         ),
         (
             {"storage": {"bucket": "UPPER"}},
@@ -156,7 +157,8 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"training": {"eval_path": "heldout"}},
-            'elasticctr:training.eval_path must be empty or an absolute path, got "heldout"',
+            "elasticctr:training.eval_path must be empty or an absolute path without spaces, '..' or "
+            'control characters, got "heldout"',
         ),
         (
             {"mlflow": {"enabled": "maybe"}},
@@ -168,7 +170,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"trainerz": "3"},
-            "elasticctr:trainerz is not a config key of this project; allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback",
+            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback",
         ),
     ],
 )
@@ -212,7 +214,8 @@ def test_bad_secret_values_are_never_echoed() -> None:
 def test_slot_conf_content_is_checked() -> None:
     problems = problems_of({"elasticctr:slot_conf": "tests/infra/data/bad-slots.txt"})
     assert problems == [
-        "elasticctr:slot_conf tests/infra/data/bad-slots.txt:2: slot id must be an integer, got 'x7'",
+        "elasticctr:slot_conf tests/infra/data/bad-slots.txt:2: slot id must be an integer from 0 "
+        "to 18446744073709551615, got 'x7'",
         "elasticctr:slot_conf tests/infra/data/bad-slots.txt:4: slot id 3 repeats line 1",
     ]
 
@@ -411,3 +414,289 @@ def test_kafka_credentials_are_secrets_and_required_with_sasl() -> None:
     assert problems_of({"elasticctr:feedback": {"kafka": sasl}}, ("elasticctr:feedback",)) == [
         "elasticctr:feedback.kafka.username and password must be set (with --secret) with SASL_SSL"
     ]
+
+
+# Values the config took and Kubernetes, the trainer or a user's eyes refused later, or that
+# it read as something nobody wrote: each is refused now, in one line.
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        # Pulumi stores what `config set` is given as a string: only plain digits are an
+        # integer; pydantic alone reads "4.0" as 4, "1_0" as 10, " 4", "+4" as 4, true as 1.
+        ({"trainers": "4.0"}, 'elasticctr:trainers must be an integer from 1 to 1000, got "4.0"'),
+        ({"trainers": "1_0"}, 'elasticctr:trainers must be an integer from 1 to 1000, got "1_0"'),
+        ({"trainers": " 4"}, 'elasticctr:trainers must be an integer from 1 to 1000, got " 4"'),
+        ({"trainers": "+4"}, 'elasticctr:trainers must be an integer from 1 to 1000, got "+4"'),
+        (
+            {"training": {"batch_size": 64.0}},
+            "elasticctr:training.batch_size must be an integer from 1 to 65536, got 64.0",
+        ),
+        (
+            {"serving": {"replicas": True}},
+            "elasticctr:serving.replicas must be an integer from 1 to 100, got true",
+        ),
+        ({"cpu": "1_0"}, 'elasticctr:cpu must be a number from 0.01 to 128, got "1_0"'),
+        ({"mem": "4 "}, 'elasticctr:mem must be a number from 0.0625 to 1024, got "4 "'),
+        ({"cpu": "nan"}, 'elasticctr:cpu must be a number from 0.01 to 128, got "nan"'),
+        (
+            {"create_namespace": "yes"},
+            'elasticctr:create_namespace must be true or false, got "yes"',
+        ),
+        ({"create_namespace": "1"}, 'elasticctr:create_namespace must be true or false, got "1"'),
+        (
+            {"cluster": {"kubeconfig": "/home/me/.kube/config\n"}},
+            "elasticctr:cluster.kubeconfig must be a value without spaces around it or control "
+            'characters, got "/home/me/.kube/config\\n"',
+        ),
+        # A Service's name starts with a letter: `pulumi up` failed midway.
+        (
+            {"training": {"job_name": "1-train"}},
+            "elasticctr:training.job_name must be a DNS-1035 label (a-z, 0-9, '-', at most 63, "
+            'starting with a letter: Volcano names a Service after the job), got "1-train"',
+        ),
+        (
+            {"storage": {"mode": "external", "endpoint": "https://s3 .example.com"}},
+            "elasticctr:storage.endpoint must be an http(s) URL, scheme://host[:port], when mode "
+            "is external (a host name of a-z, 0-9, '.', '-' or an IP address), got "
+            '"https://s3 .example.com"',
+        ),
+        # Keys in the URL would sit in plaintext in the stack file: never quoted back.
+        (
+            {"storage": {"mode": "external", "endpoint": "https://AKIA:hunter2@s3.example.com"}},
+            "elasticctr:storage.endpoint must be an http(s) URL, scheme://host[:port], when mode "
+            "is external (no user or password in it: set storage.access_key/secret_key with "
+            '--secret), got "https://<user:password>@s3.example.com"',
+        ),
+        (
+            {"storage": {"mode": "external", "endpoint": "https://s3.example.com:99999"}},
+            "elasticctr:storage.endpoint must be an http(s) URL, scheme://host[:port], when mode "
+            'is external (a port from 1 to 65535), got "https://s3.example.com:99999"',
+        ),
+        (
+            {"storage": {"mode": "external", "endpoint": "https://s3.example.com/my-bucket"}},
+            "elasticctr:storage.endpoint must be an http(s) URL, scheme://host[:port], when mode "
+            "is external (no path, query or fragment: the bucket is storage.bucket), got "
+            '"https://s3.example.com/my-bucket"',
+        ),
+        (
+            {"storage": {"endpoint": "https://s3.example.com"}},
+            "elasticctr:storage.endpoint is only for mode external (is MinIO's own in mode "
+            'minio), got "https://s3.example.com"',
+        ),
+        (
+            {"storage": {"region": "us east 1"}},
+            'elasticctr:storage.region must be a region name such as us-east-1, got "us east 1"',
+        ),
+        # The table row is embed_w and embedding_dim - 1 embedding columns: 1 leaves none.
+        (
+            {"training": {"embedding_dim": 1}},
+            "elasticctr:training.embedding_dim must be an integer >= 2, got 1",
+        ),
+        (
+            {"slot_conf": "tests/infra/data/odd-slots.txt"},
+            "elasticctr:slot_conf tests/infra/data/odd-slots.txt:1: slot id must be an integer "
+            "from 0 to 18446744073709551615, got '+1'",
+        ),
+        (
+            {"cloud": "aws", "cluster": {"kubeconfig": "/k", "aws": {"region": "us-west-2"}}},
+            "elasticctr:cluster.kubeconfig is for cloud existing: a aws stack reaches the "
+            'cluster it creates, got "/k"',
+        ),
+        (
+            {"data": {"dataset_path": "/" + "x" * 5000 + " y"}},
+            "elasticctr:data.dataset_path must be an absolute path without spaces, '..' or "
+            f'control characters, got "/{"x" * 78}... (5005 characters)',
+        ),
+        (
+            {"images": {"registry": "docker.io//elasticctr"}},
+            "elasticctr:images.registry must be a registry path such as docker.io/elasticctr, "
+            'got "docker.io//elasticctr"',
+        ),
+        (
+            {"trainers": "9" * 5000},
+            "elasticctr:trainers must be an integer from 1 to 1000, got "
+            f'"{"9" * 79}... (5002 characters)',
+        ),
+    ],
+)
+def test_values_taken_wrongly_before_are_refused(config: dict[str, Any], expected: str) -> None:
+    assert problems_of({f"elasticctr:{k}": v for k, v in config.items()}) == [expected]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [("trainers", "4"), ("cpu", "0.5"), ("cpu", "1e1"), ("create_namespace", "True")],
+)
+def test_plain_values_pulumi_stores_are_read(key: str, value: str) -> None:
+    harness.run(main, {f"elasticctr:{key}": value})
+
+
+def test_the_readme_example_is_what_the_program_prints() -> None:
+    """README's two-line example: a bad field and a check across fields, together."""
+    readme = (harness.ROOT / "README.md").read_text(encoding="utf-8")
+    block = readme.split("error: invalid stack config:\n", 1)[1].split("```", 1)[0]
+    shown = [line.strip() for line in block.splitlines() if line.strip()]
+    problems = problems_of(
+        {
+            "elasticctr:trainers": "0",
+            "elasticctr:data": {"start": "20191221/05", "end": "20191221/04"},
+        }
+    )
+    assert problems == shown and len(shown) == 2
+
+
+def test_every_key_a_cloud_needs_is_named_at_once() -> None:
+    problems = problems_of({"elasticctr:cloud": "baidu"})
+    assert problems == [
+        f'elasticctr:cluster.baidu.{key} must be set when cloud is baidu, got ""'
+        for key in ("region", "vpc_id", "subnet_id", "ssh_key_id", "ccr_instance_id")
+    ]
+
+
+def test_checks_across_fields_are_reported_beside_field_errors() -> None:
+    problems = problems_of(
+        {
+            "elasticctr:cloud": "huawei",
+            "elasticctr:cpu": "lots",
+            "elasticctr:training": {"mode": "online", "passes": 3, "batch_size": 0},
+            "elasticctr:serving": {"replicas": 3, "max_replicas": 2, "cpu": 0},
+            "elasticctr:storage": {"mode": "external"},
+        }
+    )
+    assert problems == [
+        'elasticctr:cpu must be a number from 0.01 to 128, got "lots"',
+        "elasticctr:storage.endpoint must be an http(s) URL, scheme://host[:port], when mode "
+        'is external, got ""',
+        "elasticctr:serving.cpu must be a number >= 0.01, got 0",
+        "elasticctr:training.batch_size must be an integer >= 1, got 0",
+        "elasticctr:serving.max_replicas must be >= replicas (3), got 2",
+        "elasticctr:training.passes must be 1 in training mode online (each new hour is "
+        "trained once), got 3",
+        'elasticctr:cluster.huawei.region must be set when cloud is huawei, got ""',
+        'elasticctr:cluster.huawei.key_pair must be set when cloud is huawei, got ""',
+    ]
+
+
+def test_a_check_that_read_a_bad_value_is_not_reported() -> None:
+    # The host-name check reads trainers: with trainers unreadable it cannot tell.
+    problems = problems_of(
+        {"elasticctr:trainers": "many", "elasticctr:training": {"job_name": "a" * 53}}
+    )
+    assert problems == ['elasticctr:trainers must be an integer from 1 to 1000, got "many"']
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            {"job_name": "x"},
+            "elasticctr:job_name is not a config key of this project (did you mean "
+            "training.job_name?); allowed: ",
+        ),
+        (
+            {"namesapce": "x"},
+            "elasticctr:namesapce is not a config key of this project (did you mean namespace?)",
+        ),
+        (
+            {"training": {"batchsize": 64}},
+            "elasticctr:training.batchsize is not a known key (did you mean batch_size?)",
+        ),
+        (
+            {"training": {"sparse_dim": 64}},
+            "elasticctr:training.sparse_dim is not a known key (did you mean data.sparse_dim?)",
+        ),
+    ],
+)
+def test_an_unknown_key_gets_a_did_you_mean(config: dict[str, Any], expected: str) -> None:
+    [problem] = problems_of({f"elasticctr:{k}": v for k, v in config.items()})
+    assert problem.startswith(expected)
+
+
+def test_the_slot_conf_upload_suggests_is_taken(tmp_path: Any) -> None:
+    """`elasticctr_client upload --slot-conf` prints a `config set slot_conf` line: what
+    it sets passes the config."""
+    import io
+    import shlex
+
+    from elasticctr_client.upload import upload
+
+    (tmp_path / "data" / "20191221" / "00").mkdir(parents=True)
+    (tmp_path / "data" / "20191221" / "00" / "part-0").write_text("1 0 5:1\n")
+    (tmp_path / "slot.conf").write_text("1\n2\n")
+    log = io.StringIO()
+    upload(tmp_path / "data", f"file://{tmp_path}/dest", tmp_path / "slot.conf", log=log)
+    [line] = [line for line in log.getvalue().splitlines() if "config set slot_conf" in line]
+    command = line.split("`")[1]
+    value = shlex.split(command)[-1]
+    graph = harness.run(main, {"elasticctr:slot_conf": value})
+    slot_conf = graph.one("kubernetes:core/v1:ConfigMap", "namespace-slot-conf").inputs["data"]
+    assert "1\n2\n" in slot_conf.values()
+
+
+@pytest.mark.parametrize(
+    ("config", "expected"),
+    [
+        (
+            {"storage": {"mode": "external", "endpoint": "https://s3.example.com",
+                         "access_key": "", "secret_key": "s3cr3t"}},
+            "elasticctr:storage.access_key must be a non-empty secret, got <secret>",
+        ),
+        (
+            {"hdfs": "hdfs://nn:8020", "data": {"ugi": ",hunter2"}},
+            "elasticctr:data.ugi must be 'user,password' with a user name before the comma, "
+            "got <secret>",
+        ),
+    ],
+)  # fmt: skip
+def test_bad_secrets_are_named_never_shown(config: dict[str, Any], expected: str) -> None:
+    secret = tuple(f"elasticctr:{k}" for k in config if k in ("storage", "data"))
+    problems = problems_of({f"elasticctr:{k}": v for k, v in config.items()}, secret)
+    assert problems == [expected]
+    assert "hunter2" not in "".join(problems) and "s3cr3t" not in "".join(problems)
+
+
+def test_a_size_beyond_what_kubernetes_holds_is_refused() -> None:
+    assert problems_of({"elasticctr:storage": {"size": "9Ei"}}) == [
+        "elasticctr:storage.size must be a Kubernetes quantity up to 8Ei (it holds sizes as "
+        '64-bit byte counts), got "9Ei"'
+    ]
+    harness.run(main, {"elasticctr:storage": {"size": "7Ei"}})
+
+
+def test_numbers_yaml_would_rewrite_are_refused_as_written(tmp_path: Any) -> None:
+    """Unquoted in a stack file, `4.0`, `1_0`, `+1` and `yes` reach the program as "4",
+    "10", "1" and "true" (the engine's YAML reading): the file is read as written."""
+    from infra.load_config import _stack_file_scalars
+
+    (tmp_path / "stacks").mkdir()
+    (tmp_path / "Pulumi.yaml").write_text((harness.ROOT / "Pulumi.yaml").read_text())
+    (tmp_path / "stacks" / "Pulumi.first.yaml").write_text(
+        "config:\n"
+        "  elasticctr:trainers: 4.0\n"
+        '  elasticctr:pservers: "1_0"\n'  # quoted: the string, refused by the model
+        "  elasticctr:create_namespace: yes\n"
+        "  elasticctr:training:\n"
+        "    batch_size: 1_0\n"
+        "  elasticctr:cluster:\n"
+        "    aws:\n"
+        "      node_pools:\n"
+        "        - min_nodes: +1\n"
+        "  elasticctr:storage:\n"
+        "    secret_key:\n"
+        "      secure: v1:abc\n"
+    )
+    source = "stacks/Pulumi.first.yaml (YAML would hand the program another value)"
+    assert _stack_file_scalars(str(tmp_path), "first") == [
+        f"elasticctr:trainers must be an integer from 1 to 1000, got 4.0 in {source}",
+        f"elasticctr:create_namespace must be true or false, got yes in {source}",
+        f"elasticctr:training.batch_size must be an integer from 1 to 65536, got 1_0 in {source}",
+        "elasticctr:cluster.aws.node_pools.0.min_nodes must be an integer from 0 to 1000, got "
+        f"+1 in {source}",
+    ]
+
+
+@pytest.mark.parametrize("stack", ["dev", "ci", "local", "baidu-prod", "huawei-prod", "aws-prod"])
+def test_the_stack_files_write_their_values_plainly(stack: str) -> None:
+    from infra.load_config import _stack_file_scalars
+
+    assert _stack_file_scalars(str(harness.ROOT), stack) == []

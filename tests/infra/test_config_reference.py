@@ -50,3 +50,16 @@ def test_generator_check_mode_agrees() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_generator_help_prints_help_and_writes_nothing() -> None:
+    before = {name: (ROOT / name).read_bytes() for name in ("Pulumi.yaml", "README.md")}
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "gen_config.py"), "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0 and "--check" in result.stdout, result.stderr
+    assert {name: (ROOT / name).read_bytes() for name in before} == before
+    assert "up to date" not in result.stdout and "rewrote" not in result.stdout

@@ -222,9 +222,18 @@ def test_workload_keys_must_be_set_as_secrets() -> None:
         }
     }
     assert problems_of(config) == [
-        "elasticctr:storage.workload_keys must be set as a secret: pulumi config set --secret "
-        "--path storage.workload_keys <value>"
+        f"elasticctr:storage.workload_keys.serving.{key} must be set as a secret: pulumi "
+        f"config set --secret --path storage.workload_keys.serving.{key} <value>"
+        for key in ("access_key", "secret_key")
     ]
+
+
+def test_workload_keys_holding_no_key_hold_no_secret() -> None:
+    # Pulumi.yaml's default as an older generator wrote it: objects, but no value in them.
+    empty: dict[str, dict[str, str]] = {
+        name: {} for name in ("training", "serving", "cube", "cube_transfer", "mlflow")
+    }
+    harness.run(main, {"elasticctr:storage": {"mode": "minio", "workload_keys": empty}})
 
 
 def test_an_external_endpoint_by_ip_is_one_address() -> None:

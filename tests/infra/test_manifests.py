@@ -10,13 +10,16 @@ from typing import Any
 import jsonschema
 import pytest
 
-from tests.support import network_paths
+from tests.support import network_paths, volcano_webhook
 from tests.support import pulumi_harness as harness
 from tests.support.manifests import (
     KUBERNETES_VERSIONS,
     VOLCANO_JOB,
+    canonical_quantity,
     core_errors,
+    describe,
     pod_templates,
+    quantity_fields,
     volcano_job_schema,
 )
 from tests.support.volcano_crds import CrdsUnavailable
@@ -73,6 +76,34 @@ def harness_graph_dev() -> harness.Graph:
     from tests.support.stacks import graph
 
     return graph("dev")
+
+
+def test_volcano_s_webhook_leaves_the_training_job_as_sent(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    """The Job is stored as the program sends it, so an unchanged program shows no change
+    (components/training.py): the webhook's defaults are all written out, and it never
+    re-encodes the tasks."""
+    _, graph = stack_graph
+    (job,) = [m for m in graph.manifests() if (m["apiVersion"], m["kind"]) == VOLCANO_JOB]
+    ops = volcano_webhook.patch(job)
+    assert [op["path"] for op in ops if op["path"] == "/spec/tasks"] == [], ops
+    assert volcano_webhook.apply(job, ops) == job
+
+
+def test_every_quantity_is_written_as_the_api_server_writes_it_back(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    """A Volcano Job is stored as sent, and a re-encoded one (by Volcano's webhook) or a core
+    object read back holds canonical quantities: anything else is a change on every diff."""
+    _, graph = stack_graph
+    found = [
+        (f"{describe(m)}{path}", text)
+        for m in graph.manifests()
+        for path, text in quantity_fields(m.get("spec"), ".spec")
+    ]
+    assert any(".tasks[" in where for where, _ in found)  # the Job's pods are checked
+    assert [(w, t, canonical_quantity(t)) for w, t in found if canonical_quantity(t) != t] == []
 
 
 def test_every_container_has_requests_and_limits(stack_graph: tuple[str, harness.Graph]) -> None:

@@ -109,6 +109,8 @@ def check_transfer(pod: Pod) -> dict[str, Any]:
     args = pod.parse(parse_args)
     conf = CubeConf.load(pod.file(args.cube_conf))
     assert conf.shard >= 1 and args.model_uri and args.cube_uri
+    # The stack's compaction policy reaches the transfer (its defaults: the contract's).
+    assert args.base_every >= 1 and args.max_chain_fraction >= 0
     return {"cube_conf": conf, "port": args.port}
 
 

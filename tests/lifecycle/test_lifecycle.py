@@ -313,14 +313,14 @@ def test_4b_cube_shards_up_and_down_under_load(life: Lifecycle) -> None:
             _up(life, cube_shards=str(shards))
             seconds[f"cube_shards -> {shards}"] = round(time.monotonic() - began, 1)
             layout = _outputs(life)["cube_layout"]
-            # `up` returned once serving had moved; the old layout is gone by then.
-            names = sorted(
-                s.metadata.name
-                for s in apps.list_namespaced_stateful_set(
-                    NS, label_selector="app.kubernetes.io/component=cube"
-                ).items
+            # `up` returned once serving had moved and the old layout's deletion was
+            # requested (not awaited: its pods go within their grace period).
+            expected = [f"cube-{layout}-{s}" for s in range(shards)]
+            wait_for(
+                lambda: _cube_statefulsets(apps) == expected,  # noqa: B023
+                120,
+                f"only layout {layout}'s StatefulSets {expected}",
             )
-            assert names == [f"cube-{layout}-{s}" for s in range(shards)], names
             transfer = get_json(f"{life.urls()['transfer']}/status")
             assert (transfer["shards"], transfer["committed"]) == (shards, 2), transfer
             assert transfer["layout"] == {"dir": f"shards-{shards}", "ready": True}, transfer
@@ -375,6 +375,15 @@ def _pod_log(life: Lifecycle, pod: str) -> str:
         return str(client.CoreV1Api(life.stack.api()).read_namespaced_pod_log(pod, NS) or "")
     except ApiException:  # gone with its Job, or never started
         return ""
+
+
+def _cube_statefulsets(apps: Any) -> list[str]:
+    return sorted(
+        s.metadata.name
+        for s in apps.list_namespaced_stateful_set(
+            NS, label_selector="app.kubernetes.io/component=cube"
+        ).items
+    )
 
 
 def _outputs(life: Lifecycle) -> dict[str, Any]:

@@ -9,8 +9,8 @@ rejected (`volcano_crds.closed`), since kubernetes-validate has no schema for cu
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
-from decimal import Decimal
+from collections.abc import Callable, Iterable, Iterator
+from decimal import ROUND_UP, Decimal
 from pathlib import Path
 from typing import Any
 
@@ -133,12 +133,97 @@ def quantity(value: Any) -> Decimal | None:
         return None
 
 
+# apimachinery's canonical suffixes: base 1024 by tens of powers of two, base 10 by thousands.
+_BINARY_SUFFIXES = ("", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+_DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T"}
+_DECIMAL_SUFFIXES |= {15: "P", 18: "E"}
+
+
+def canonical_quantity(text: str) -> str:
+    """How the API server writes the quantity `text` back: apimachinery's
+    `Quantity.CanonicalizeBytes` (k8s.io/apimachinery v0.36, pkg/api/resource/quantity.go).
+    The format is the one it was written in (binary "Mi", exponent "e3", else decimal SI);
+    the value is rounded up to nano units; binary keeps the largest power of 1024 that
+    leaves a whole number, unless the value is below 1024 or fractional (then decimal SI);
+    decimal keeps the largest multiple of 3 as exponent that leaves a whole mantissa."""
+    value = Decimal(parse_quantity(text)).quantize(Decimal("1e-9"), rounding=ROUND_UP)
+    if value == 0:
+        return "0"
+    number = text.lstrip("+-")
+    binary = number.endswith("i")
+    exponent_format = not binary and ("e" in number or "E" in number[:-1])
+    if binary and abs(value) >= 1024 and value == value.to_integral_value():
+        amount, power = int(value), 0
+        while amount % 1024 == 0 and power < len(_BINARY_SUFFIXES) - 1:
+            amount //= 1024
+            power += 1
+        return f"{amount}{_BINARY_SUFFIXES[power]}"
+    sign, digits, exponent = value.normalize().as_tuple()
+    assert isinstance(exponent, int)
+    mantissa = int("".join(map(str, digits))) * (-1 if sign else 1)
+    shift = exponent % 3  # down to a multiple of 3, the mantissa staying whole
+    mantissa, exponent = mantissa * 10**shift, exponent - shift
+    if exponent_format:
+        return f"{mantissa}e{exponent}" if exponent else str(mantissa)
+    return f"{mantissa}{_DECIMAL_SUFFIXES[exponent]}"
+
+
+def quantity_fields(value: Any, path: str = "") -> Iterator[tuple[str, str]]:
+    """(path, text) of every quantity of a pod spec or Volcano Job: resource requests and
+    limits (of containers and volume claims) and emptyDir size limits."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            where = f"{path}.{key}"
+            if key in ("requests", "limits") and isinstance(item, dict):
+                yield from ((f"{where}.{k}", v) for k, v in item.items() if isinstance(v, str))
+            elif key == "sizeLimit" and isinstance(item, str):
+                yield where, item
+            else:
+                yield from quantity_fields(item, where)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from quantity_fields(item, f"{path}[{i}]")
+
+
 def same_scalar(left: Any, right: Any) -> bool:
     """Equal, or the same quantity written two ways (the API server and the provider write
     quantities canonically: 1024Mi becomes 1Gi, 1000m becomes 1)."""
     if left == right:
         return True
     return quantity(left) is not None and quantity(left) == quantity(right)
+
+
+def mismatches(
+    expected: Any,
+    actual: Any,
+    path: str = "",
+    same: Callable[[Any, Any], bool] = same_scalar,
+) -> list[str]:
+    """Where `actual` (read back) lacks what `expected` (declared) says. The API server adds
+    defaults, so dicts only need to contain the declared keys; scalars compare with `same`
+    (by default quantities by value: 1024Mi reads back as 1Gi from a core object); Secrets'
+    stringData is read back as data (checked apart)."""
+    if isinstance(expected, dict):
+        if not isinstance(actual, dict):
+            return [f"{path}: {actual!r} is not an object"]
+        found = []
+        for key, value in expected.items():
+            if key == "stringData":
+                continue
+            if key not in actual:
+                found.append(f"{path}.{key}: missing (declared {value!r})")
+            else:
+                found += mismatches(value, actual[key], f"{path}.{key}", same)
+        return found
+    if isinstance(expected, list):
+        if not isinstance(actual, list) or len(actual) != len(expected):
+            return [f"{path}: {actual!r} is not the declared list {expected!r}"]
+        return [
+            m
+            for i, (e, a) in enumerate(zip(expected, actual, strict=True))
+            for m in mismatches(e, a, f"{path}[{i}]", same)
+        ]
+    return [] if same(expected, actual) else [f"{path}: {actual!r}, declared {expected!r}"]
 
 
 def differences(left: Any, right: Any, path: str = "") -> list[str]:

@@ -305,6 +305,24 @@ class Project:
         ]
 
 
+# The e2e suite's stack (stacks/Pulumi.ci.yaml), on a control plane of tools/controlplane.py.
+CI_STACK = "ci"
+CI_NAMESPACE = "elasticctr-ci"
+CI_JOB = "elasticctr-train"
+VOLCANO_JOB_TYPE = "kubernetes:batch.volcano.sh/v1alpha1:Job"
+# Set with `pulumi config set --secret`: encrypted with the passphrase in the stack file and
+# the state, plaintext only in the Kubernetes Secret.
+CI_UGI = "ci-user,ci-ugi-password-0f3a"
+
+
+def ci_project(work: Path, path: str, kubeconfig: Path) -> Project:
+    """The `ci` stack in `work`, on the control plane of `kubeconfig`, its UGI a secret."""
+    project = Project.create(work, CI_STACK, path, kubeconfig=kubeconfig)
+    project.config_set("cluster.kubeconfig", str(kubeconfig), path=True)
+    project.config_set("data.ugi", CI_UGI, path=True, secret=True)
+    return project
+
+
 def resources_of(state: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The resources of a `pulumi stack export` document."""
     return list(state.get("deployment", {}).get("resources") or [])

@@ -8,6 +8,7 @@ check both the Kubernetes objects and what Pulumi would store as secret.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -202,6 +203,22 @@ def stack_config(stack: str) -> dict[str, Any]:
     return dict(yaml.safe_load(text).get("config") or {})
 
 
+def project_defaults() -> dict[str, Any]:
+    """Pulumi.yaml's declared defaults, as `elasticctr:key` -> value."""
+    project = yaml.safe_load((ROOT / "Pulumi.yaml").read_text(encoding="utf-8"))
+    return {
+        f"{NAMESPACE}:{key}": entry["default"]
+        for key, entry in (project.get("config") or {}).items()
+        if "default" in entry
+    }
+
+
+def with_project_defaults(config: dict[str, Any]) -> dict[str, Any]:
+    """`config` as the engine hands it to the program: every key of Pulumi.yaml the stack
+    does not set gets its declared default (an object default as a whole object)."""
+    return {**project_defaults(), **config}
+
+
 def run(
     program: Callable[[], None],
     config: dict[str, Any],
@@ -219,6 +236,10 @@ def run(
     """
     graph = graph if graph is not None else Graph()
     raw = {k: v if isinstance(v, str) else json.dumps(v) for k, v in config.items()}
+    # The program looks up what it names in an existing cluster (infra/preflight.py): under
+    # mocks it must reach none, whatever the caller's KUBECONFIG points at.
+    kubeconfig = os.environ.get("KUBECONFIG")
+    os.environ["KUBECONFIG"] = str(ROOT / "no-cluster-under-mocks")
     pulumi.runtime.set_all_config(raw, list(secret_keys))
     mocks = Mocks(previous)
     pulumi.runtime.set_mocks(
@@ -232,4 +253,8 @@ def run(
     finally:
         pulumi_settings.reset_options()
         pulumi.runtime.set_all_config({}, [])
+        if kubeconfig is None:
+            os.environ.pop("KUBECONFIG", None)
+        else:
+            os.environ["KUBECONFIG"] = kubeconfig
     return graph

@@ -1,4 +1,5 @@
-"""The four stacks run under mocks, as their stack files configure them."""
+"""The four stacks run under mocks, as the engine configures them: their stack files, and
+Pulumi.yaml's defaults for every key they do not set."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ def config_with_secrets(
     stack: str, overrides: dict[str, Any] | None = None
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """The stack file's config plus its test secrets (as secret keys) and overrides."""
-    config = harness.stack_config(stack)
+    config = harness.with_project_defaults(harness.stack_config(stack))
     secret_keys = set()
     for path, value in TEST_SECRETS.get(stack, {}).items():
         key, field = path.split(".")

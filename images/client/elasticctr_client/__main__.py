@@ -252,7 +252,8 @@ def run_status(args: argparse.Namespace, outputs: StackOutputs) -> int:
         )
     result = status.collect(sources, args.timeout)
     print(json.dumps(result, indent=1) if args.json else status.render(result))
-    return 1 if any("error" in part for part in result.values()) else 0
+    failed = any("error" in part for part in result.values() if isinstance(part, dict))
+    return 1 if failed or result["unhealthy"] else 0
 
 
 def run_upload(args: argparse.Namespace, outputs: StackOutputs) -> int:

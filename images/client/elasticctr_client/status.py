@@ -3,9 +3,15 @@
 MLflow through its REST API (no mlflow package in the client): the experiment is the
 training job's name (components/training.py sets `mlflow_experiment` to it); each trainer
 is a run named `trainer-<i>` whose metrics are logged per pass (step = pass).
-Serving's `GET /status` gives the dense model version it serves and the cube version it
-has seen committed; the transfer's `GET /status` gives cube's committed version and phase.
-Each part is reported on its own: one that does not answer says so, the others still print.
+Serving's `GET /status` gives the dense model version it serves, the cube version it
+has seen committed, and its prediction requests of the last minute with their failures by
+cause; the transfer's `GET /status` gives cube's committed version and phase, its
+`GET /servers` what each cube-server serves. Each part is reported on its own: one that
+does not answer says so, the others still print.
+
+Then what users see (`unhealthy`): requests failing, or a cube-server that does not
+answer or does not serve the committed version, each an `UNHEALTHY` line (and the JSON's
+`unhealthy` list); the command then exits 1, as for a part that does not answer.
 """
 
 from __future__ import annotations
@@ -76,25 +82,76 @@ def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict[st
 def serving(serving_url: str, token: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
     url = serving_url.rstrip("/") + "/status"
     status = call("GET", url, timeout=timeout, headers=auth_header(token))
-    keep = ("version", "cube_committed", "cube_source", "slots", "rejected", "last_error")
+    keep = (
+        "version", "cube_committed", "cube_source", "slots", "rejected", "last_error", "requests",
+    )  # fmt: skip
     return {k: status.get(k) for k in keep}
 
 
 def transfer(transfer_url: str, timeout: float = 10.0) -> dict[str, Any]:
-    status = call("GET", transfer_url.rstrip("/") + "/status", timeout=timeout)
+    base = transfer_url.rstrip("/")
+    status = call("GET", base + "/status", timeout=timeout)
     keep = ("committed", "previous", "phase", "kept_versions", "last_error", "shards")
-    return {k: status.get(k) for k in keep}
+    report = {k: status.get(k) for k in keep}
+    try:
+        report["servers"] = call("GET", base + "/servers", timeout=timeout)["servers"]
+    except (RuntimeError, KeyError, TypeError) as err:
+        report["servers"] = {"error": str(err)}
+    return report
 
 
 def collect(sources: dict[str, tuple[Any, ...]], timeout: float) -> dict[str, Any]:
-    """{part: result or {"error": ...}} for sources {part: (function, *args)}."""
+    """{part: result or {"error": ...}} for sources {part: (function, *args)}, and the
+    `unhealthy` lines of what the parts say."""
     report: dict[str, Any] = {}
     for part, (function, *args) in sources.items():
         try:
             report[part] = function(*args, timeout=timeout)
         except (RuntimeError, KeyError, TypeError) as err:
             report[part] = {"error": str(err)}
+    report["unhealthy"] = unhealthy(report)
     return report
+
+
+def unhealthy(report: dict[str, Any]) -> list[str]:
+    """What users see going wrong: serving's failed requests of its recent window, and
+    cube-servers that do not answer or do not serve cube's committed version."""
+    found = []
+    serve = report.get("serving") or {}
+    recent = serve.get("requests") or {}
+    if recent.get("failed"):
+        causes = ", ".join(f"{c} {n}" for c, n in (recent.get("failure_causes") or {}).items())
+        line = (
+            f"serving: {recent['failed']} of {recent['requests']} requests failed in the last "
+            f"{recent['window_seconds']} s ({causes})"
+        )
+        last = recent.get("last_failure")
+        if last:
+            line += f"; last: HTTP {last['status']} {last['message']}"
+        found.append(line)
+    cube = report.get("cube") or {}
+    servers = cube.get("servers")
+    if isinstance(servers, dict) and "error" not in cube:
+        if "error" in servers:
+            found.append(f"cube: the servers could not be read ({servers['error']})")
+        else:
+            committed = cube.get("committed")
+            problems = (_server_problem(n, state, committed) for n, state in servers.items())
+            wrong = [p for p in problems if p]
+            if wrong:
+                during = f" (a rollout is {cube['phase']})" if cube.get("phase") != "idle" else ""
+                found.append(f"cube: {'; '.join(wrong)}{during}")
+    return found
+
+
+def _server_problem(name: str, state: dict[str, Any], committed: Any) -> str | None:
+    if "error" in state:
+        return f"{name} does not answer ({state['error']})"
+    if committed is not None and state.get("cur_version") != committed:
+        serves = state.get("cur_version")
+        serves_text = "no version" if serves is None else f"version {serves}"
+        return f"{name} serves {serves_text}, not the committed {committed}"
+    return None
 
 
 def render(report: dict[str, Any]) -> str:
@@ -125,6 +182,13 @@ def render(report: dict[str, Any]) -> str:
                 f"{serve['cube_committed']} (from {serve['cube_source'] or '?'})"
                 + (f"; rejected versions: {rejected}" if rejected else "")
             )
+            recent = serve.get("requests")  # None: a serving older than the window
+            if recent:
+                lines.append(
+                    f"  requests in the last {recent['window_seconds']} s: "
+                    f"{recent['requests']}, failed {recent['failed']}, "
+                    f"refused as bad input {recent['client_errors']}"
+                )
     cube = report.get("cube")
     if cube is not None:
         if "error" in cube:
@@ -135,4 +199,5 @@ def render(report: dict[str, Any]) -> str:
                 f"{cube['phase']}, kept {cube['kept_versions']}, {cube['shards']} shards"
                 + (f", last error: {cube['last_error']}" if cube["last_error"] else "")
             )
+    lines += [f"UNHEALTHY {line}" for line in report.get("unhealthy") or []]
     return "\n".join(lines)

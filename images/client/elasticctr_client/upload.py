@@ -10,6 +10,7 @@ uploaded without one (not ready) and reported. The destination is any storage UR
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -69,7 +70,7 @@ def upload(
         store.upload(slot_conf, "slot.conf")
         print(
             f"slot.conf -> {store.uri('slot.conf')} (training reads the stack's slot_conf: "
-            f"`pulumi config set slot_conf {slot_conf}`)",
+            f"`pulumi config set slot_conf {shlex.quote(str(slot_conf.resolve()))}`)",
             file=log,
         )
     return report

@@ -42,6 +42,11 @@ CUBE_TRANSFER_CONTROL_PORT: Final = 8098  # the pod's loopback: operators' port-
 # Committed cube versions cube-transfer keeps for rollback (CubeEnv.KEEP_VERSIONS; the
 # stack's cube.keep_versions).
 CUBE_KEEP_VERSIONS: Final = 3
+# Deltas (docs/cube.md, "Deltas"): a version becomes a base again once its chain would hold
+# this many deltas (CubeEnv.BASE_EVERY; the stack's cube.base_every), or once the chain's
+# deltas hold more keys than this fraction of its base's (CubeEnv.MAX_CHAIN_FRACTION).
+CUBE_BASE_EVERY: Final = 10
+CUBE_MAX_CHAIN_FRACTION: Final = 0.5
 
 
 class CubeEnv:
@@ -54,6 +59,8 @@ class CubeEnv:
     MODEL_URI: Final = "MODEL_URI"
     CUBE_CONF: Final = "CUBE_CONF"
     KEEP_VERSIONS: Final = "CUBE_KEEP_VERSIONS"
+    BASE_EVERY: Final = "CUBE_BASE_EVERY"
+    MAX_CHAIN_FRACTION: Final = "CUBE_MAX_CHAIN_FRACTION"
     WORK_DIR: Final = "CUBE_WORK_DIR"
 
 

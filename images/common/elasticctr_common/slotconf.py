@@ -4,13 +4,22 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from .lines import parse_int
+
 
 class SlotConfError(ValueError):
     """slot.conf is not a list of unique integer slot ids; the message names file and line."""
 
 
+# Slot ids are uint64, as the data lines' `<feasign>:<slot>` (lines.py) and the native pipe
+# read them.
+MAX_SLOT = 2**64 - 1
+
+
 def parse_slot_conf(text: str, source: str = "slot.conf") -> list[int]:
-    """Parse slot.conf text. Blank lines and `#` comments are ignored."""
+    """Parse slot.conf text. Blank lines and `#` comments are ignored. A slot id is ASCII
+    decimal digits: Python's int() would also take "+1", "1_0" (10) and other scripts'
+    digits, which no data line spells."""
     slots: list[int] = []
     seen: dict[int, int] = {}
     problems: list[str] = []
@@ -19,12 +28,14 @@ def parse_slot_conf(text: str, source: str = "slot.conf") -> list[int]:
         if not line:
             continue
         try:
-            slot = int(line)
+            slot = parse_int(line)
         except ValueError:
-            problems.append(f"{source}:{number}: slot id must be an integer, got {line!r}")
-            continue
-        if slot < 0:
-            problems.append(f"{source}:{number}: slot id must be >= 0, got {slot}")
+            slot = -1
+        if not 0 <= slot <= MAX_SLOT:
+            shown = repr(line) if len(line) <= 40 else f"{line[:30]!r}... ({len(line)} characters)"
+            problems.append(
+                f"{source}:{number}: slot id must be an integer from 0 to {MAX_SLOT}, got {shown}"
+            )
         elif slot in seen:
             problems.append(f"{source}:{number}: slot id {slot} repeats line {seen[slot]}")
         else:

@@ -9,10 +9,12 @@ model (infra/config.py) takes its training defaults from these classes.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field, fields
+import math
+import types
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .contract import DATA_DIR, HOUR_FORMAT
 from .feedback import PARTITION_MINUTES, parse_partition
@@ -105,17 +107,55 @@ def parse_hour(text: str) -> datetime:
         raise ValueError(f"expected YYYYMMDD/HH, got {text!r}") from None
 
 
-def _build(cls: type, section: str, data: Any) -> Any:
+PLURALS = {int: "integers", float: "numbers", str: "strings"}
+
+
+def _type_problem(annotation: Any, value: Any) -> str:
+    """What `value` should have been for a field of type `annotation` ("" if it is one).
+    JSON has one number type: 1.5 is no batch size, and true is no integer."""
+    origin = get_origin(annotation)
+    if origin in (Union, types.UnionType):
+        options = get_args(annotation)
+        if value is None and type(None) in options:
+            return ""
+        [kind] = [option for option in options if option is not type(None)]
+        return _type_problem(kind, value)
+    if origin is Literal:
+        choices = get_args(annotation)
+        return "" if value in choices else " or ".join(map(str, choices))
+    if origin is list:
+        [item] = get_args(annotation)
+        good = isinstance(value, list) and not any(_type_problem(item, v) for v in value)
+        return "" if good else f"a list of {PLURALS[item]}"
+    if annotation is bool:
+        return "" if isinstance(value, bool) else "true or false"
+    if annotation is int:
+        return "" if isinstance(value, int) and not isinstance(value, bool) else "an integer"
+    if annotation is float:
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        return "" if number and math.isfinite(value) else "a finite number"
+    if annotation is str:
+        return "" if isinstance(value, str) else "a string"
+    return ""
+
+
+def _build(cls: type, section: str, data: Any) -> tuple[Any, list[str]]:
+    """The `cls` of section `data`, or None and the problems of its keys."""
     if not isinstance(data, dict):
-        raise ConfigError(f"{section}: expected an object")
-    known = {f.name for f in fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ConfigError(f"{section}: unknown key(s) {', '.join(unknown)}")
-    try:
-        return cls(**data)
-    except TypeError as err:  # a required key is missing
-        raise ConfigError(f"{section}: {err}") from None
+        return None, [f"{section}: expected an object"]
+    hints = get_type_hints(cls)
+    unknown = sorted(set(data) - set(hints))
+    problems = [f"{section}: unknown key(s) {', '.join(unknown)}"] if unknown else []
+    missing = [f.name for f in fields(cls) if f.name not in data and f.init and _required(f)]
+    problems += [f"{section}.{name}: required" for name in missing]
+    for key, value in data.items():
+        if key in hints and (expected := _type_problem(hints[key], value)):
+            problems.append(f"{section}.{key}: expected {expected}, got {json.dumps(value)[:60]}")
+    return (None, problems) if problems else (cls(**data), [])
+
+
+def _required(spec: Any) -> bool:
+    return bool(spec.default is MISSING and spec.default_factory is MISSING)
 
 
 def parse_config(data: Any) -> TrainerConfig:
@@ -124,8 +164,10 @@ def parse_config(data: Any) -> TrainerConfig:
     unknown = sorted(set(data) - {"runner", "hyper_parameters"})
     if unknown:
         raise ConfigError(f"trainer.json: unknown key(s) {', '.join(unknown)}")
-    runner = _build(Runner, "runner", data.get("runner"))
-    hyper = _build(HyperParameters, "hyper_parameters", data.get("hyper_parameters", {}))
+    runner, problems = _build(Runner, "runner", data.get("runner"))
+    hyper, more = _build(HyperParameters, "hyper_parameters", data.get("hyper_parameters", {}))
+    if problems or more:
+        raise ConfigError("\n".join(problems + more))
     _check(runner, hyper)
     return TrainerConfig(runner, hyper)
 
@@ -170,8 +212,20 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         raise ConfigError("runner.thread_num: must be >= 1")
     if hyper.sparse_dim < 2:
         raise ConfigError("hyper_parameters.sparse_dim: must be >= 2 (key 0 is padding)")
-    if hyper.embedding_dim < 1:
-        raise ConfigError("hyper_parameters.embedding_dim: must be >= 1")
+    # A table row is embed_w and embedding_dim - 1 embedding columns: 1 leaves none.
+    if hyper.embedding_dim < 2:
+        raise ConfigError(
+            f"hyper_parameters.embedding_dim: must be >= 2, got {hyper.embedding_dim}"
+        )
+    for key in ("learning_rate", "sparse_learning_rate"):
+        if not getattr(hyper, key) > 0:
+            raise ConfigError(f"hyper_parameters.{key}: must be > 0, got {getattr(hyper, key)}")
+    if hyper.sparse_initial_range < 0:
+        raise ConfigError(
+            f"hyper_parameters.sparse_initial_range: must be >= 0, got {hyper.sparse_initial_range}"
+        )
+    if not runner.sync_timeout_seconds > 0:
+        raise ConfigError("runner.sync_timeout_seconds: must be > 0")
     if not hyper.fc_sizes or any(size < 1 for size in hyper.fc_sizes):
         raise ConfigError("hyper_parameters.fc_sizes: a non-empty list of positive sizes")
     if hyper.batch_size < 1:

@@ -7,6 +7,12 @@ against the manifest and that every value is finite, have the server load it int
 background slot), switch V, abort V, unload V. A restarted server comes back empty: the
 agent then restores the committed version (`<cube_uri>/shards-<N>/current`) on its own, so
 a shard never stays down after a crash.
+
+A delta version V is applied on its parent when the server holds the parent: only V's
+delta file is fetched. Otherwise (a restart, a rollback, a version whose parent the server
+dropped) the agent fetches the chain from the base, or from the newest version of the
+chain the server holds, and the server loads it in one go: it never applies a delta on
+another parent (it checks each file's parent).
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from elasticctr_common.storage import open_store
 
 from .cliargs import env_option
 from .httpjson import ApiError, Handler, HttpCallError, call, drain_all, serve
-from .manifest import layout_dir, read_current, read_manifest
+from .manifest import Manifest, layout_dir, read_chain, read_current, read_manifest
 from .shardfile import nonfinite_text, scan_shard_file
 
 log = logging.getLogger("cube-agent")
@@ -64,6 +70,7 @@ class Agent:
         self._prepares: dict[int, dict[str, Any]] = {}
         self._aborted: set[int] = set()
         self._working: set[int] = set()  # versions a worker is preparing (or queued for)
+        self._needs: dict[int, set[int]] = {}  # versions whose files a prepare uses
 
     # -- the server -------------------------------------------------------------------
     def server(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
@@ -75,6 +82,12 @@ class Agent:
     def held_versions(self) -> set[int]:
         status = self.server("GET", "/control/status")
         return {v for v in (status["cur_version"], status["bg_version"]) if v is not None}
+
+    def held_files(self) -> set[int]:
+        """The versions whose files the server maps: the chains of the versions it holds."""
+        status = self.server("GET", "/control/status")
+        held = [status.get(slot) or {} for slot in ("current", "background")]
+        return {int(v) for h in held for v in h.get("chain") or [h.get("version")] if v is not None}
 
     # -- prepare: fetch, verify, load -------------------------------------------------
     def prepare(self, version: int) -> dict[str, Any]:
@@ -131,13 +144,22 @@ class Agent:
 
     def prepare_now(self, version: int) -> None:
         """Fetch, verify and load `version` (caller holds no lock; raises on failure)."""
-        if version in self.held_versions():
+        held = self.held_versions()
+        if version in held:
             return
         self._set(version, "fetching")
-        path = self.fetch(version)
-        self._check_abort(version)
+        files = self._files_to_load(version, held)
+        paths = []
+        for manifest in files:
+            paths.append(str(self.fetch(manifest, preparing=version)))
+            self._check_abort(version)
         self._set(version, "loading")
-        self.server("POST", "/control/load", {"version": version, "path": str(path)})
+        body: dict[str, Any] = {"version": version}
+        if len(paths) == 1:
+            body["path"] = paths[0]
+        else:
+            body["chain"] = paths
+        self.server("POST", "/control/load", body)
         deadline = time.monotonic() + self.load_timeout
         while time.monotonic() < deadline:
             self._check_abort(version)
@@ -152,11 +174,28 @@ class Agent:
             time.sleep(0.02)
         raise AgentError(f"cube-server did not load version {version} in {self.load_timeout}s")
 
+    def _files_to_load(self, version: int, held: set[int]) -> list[Manifest]:
+        """The manifests whose shard files make `version` on what the server holds: its
+        own file when it is a base or its parent is held, else its chain from the newest
+        held version of it (or from its base)."""
+        manifest = read_manifest(self.cube_store, version)
+        if not manifest.is_delta or manifest.parent in held:
+            files = [manifest]
+        else:
+            chain = read_chain(self.cube_store, version)
+            start = max((i + 1 for i, m in enumerate(chain) if m.version in held), default=0)
+            files = chain[start:]
+        with self._lock:
+            self._needs[version] = {m.version for m in files}
+        return files
+
     def local_path(self, version: int, file: str) -> Path:
         return self.data_dir / str(version) / file
 
-    def fetch(self, version: int) -> Path:
-        manifest = read_manifest(self.cube_store, version)
+    def fetch(self, manifest: Manifest, preparing: int) -> Path:
+        """Download (unless it is here already) and verify this shard's file of `manifest`,
+        for the prepare of version `preparing`."""
+        version = manifest.version
         if manifest.shard_num != self.shard_num:
             raise AgentError(
                 f"version {version} has {manifest.shard_num} shards, this agent serves shard "
@@ -166,7 +205,7 @@ class Agent:
         local = self.local_path(version, entry.file)
         if not (local.exists() and local.stat().st_size == entry.bytes):
             self.cube_store.child(str(version)).download(entry.file, local)
-        self._set(version, "verifying")
+        self._set(preparing, "verifying")
         corrupt = f"shard file of version {version} is corrupt"
         size = local.stat().st_size
         if size != entry.bytes:
@@ -203,13 +242,15 @@ class Agent:
         return answer
 
     def cleanup(self) -> None:
-        """Delete local files of versions the server neither holds nor is about to load."""
+        """Delete local files of versions the server neither maps nor is about to load."""
         try:
-            keep = self.held_versions()
+            keep = self.held_files()
         except (ApiError, HttpCallError):
             return
         with self._lock:
-            keep |= {v for v, p in self._prepares.items() if p["state"] in IN_PROGRESS}
+            busy = {v for v, p in self._prepares.items() if p["state"] in IN_PROGRESS}
+            keep |= busy | {n for v in busy for n in self._needs.get(v, ())}
+            self._needs = {v: n for v, n in self._needs.items() if v in busy}
         for child in self.data_dir.glob("*") if self.data_dir.exists() else []:
             if child.name.isdigit() and int(child.name) not in keep:
                 shutil.rmtree(child, ignore_errors=True)

@@ -9,6 +9,8 @@
 | --model-uri | MODEL_URI |
 | --cube-conf | CUBE_CONF |
 | --keep | CUBE_KEEP_VERSIONS |
+| --base-every | CUBE_BASE_EVERY |
+| --max-chain-fraction | CUBE_MAX_CHAIN_FRACTION |
 | --work-dir | CUBE_WORK_DIR |
 """
 

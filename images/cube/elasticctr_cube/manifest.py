@@ -2,6 +2,11 @@
 shard file.
 
 A published version exists only once its manifest exists (the last write of a publish).
+A version is a base (its shard files hold every key) or a delta on `parent` (its shard
+files hold the keys changed since the parent and the keys deleted; shardfile.py, format
+2); `base` is the base its chain of deltas starts from, `depth` how many deltas the chain
+has up to this version and `chain_keys` how many keys they hold in all (the compaction
+policy reads both, transfer.py).
 Versions are built per shard count, each count under its own directory (its layout): a
 cube of N shards reads `shards-<N>/`, so servers of a new shard count never meet shard
 files cut for another, and the old count keeps its files while it still serves.
@@ -53,6 +58,14 @@ class Manifest:
     built_at: str = ""
     shards: list[ShardEntry] = field(default_factory=list)
     format: int = 1
+    parent: int | None = None
+    base: int | None = None  # None: this version is a base
+    depth: int = 0
+    chain_keys: int = 0
+
+    @property
+    def is_delta(self) -> bool:
+        return self.parent is not None
 
     def entry(self, shard: int) -> ShardEntry:
         for e in self.shards:
@@ -81,6 +94,20 @@ def read_manifest(cube_store: Store, version: int) -> Manifest:
     if not cube_store.exists(path):
         raise ManifestError(f"{cube_store.uri(path)}: version {version} is not published")
     return Manifest.from_json(cube_store.read_text(path), cube_store.uri(path))
+
+
+def read_chain(cube_store: Store, version: int) -> list[Manifest]:
+    """The manifests `version` is made of: its base first, then each delta up to it."""
+    chain = [read_manifest(cube_store, version)]
+    while chain[0].parent is not None:
+        parent = chain[0].parent
+        try:
+            chain.insert(0, read_manifest(cube_store, parent))
+        except ManifestError as err:
+            raise ManifestError(
+                f"version {version}: the delta chain is broken at version {parent}: {err}"
+            ) from err
+    return chain
 
 
 def read_current(cube_store: Store) -> int | None:

@@ -24,6 +24,9 @@ from .httpjson import HttpCallError, call
 
 log = logging.getLogger("cube-transfer")
 UNREACHABLE_POLLS = 3  # consecutive failed status polls before an agent counts as lost
+# Seconds a reader's look at the servers (`servers`) waits for one agent: the agent asks its
+# server within 2 s.
+SERVERS_TIMEOUT = 5.0
 
 
 ROLLOUT = "rollout"  # the key of an error of the rollout as a whole
@@ -90,6 +93,10 @@ class RolloutRunner:
         self._pool = ThreadPoolExecutor(
             max_workers=min(32, len(self.agents)), thread_name_prefix="agent"
         )
+        # Readers' looks (`servers`) do not queue behind a rollout's calls.
+        self._look_pool = ThreadPoolExecutor(
+            max_workers=min(32, len(self.agents)), thread_name_prefix="look"
+        )
 
     def agent(self, name: str, method: str, path: str, body: Any = None) -> Any:
         url = self.agents[name] + path
@@ -110,6 +117,27 @@ class RolloutRunner:
 
         names = list(self.agents)
         return dict(zip(names, self._pool.map(guarded, names), strict=True))
+
+    def servers(self) -> dict[str, dict[str, Any]]:
+        """What every cube-server serves now, by participant name: `ready`, `cur_version`
+        and `bg_version` of its status (read through its agent), or the `error` of an agent
+        or server that does not answer."""
+
+        def look(name: str) -> dict[str, Any]:
+            url = self.agents[name] + "/agent/status"
+            try:
+                code, answer = call("GET", url, None, SERVERS_TIMEOUT)
+            except HttpCallError as err:
+                return {"error": f"agent: {err}"}
+            server = (answer or {}).get("server") if code < 400 else None
+            if not isinstance(server, dict):
+                return {"error": f"agent: {url}: HTTP {code}: {answer}"}
+            if "error" in server:
+                return {"error": f"server: {server['error']}"}
+            return {k: server.get(k) for k in ("ready", "cur_version", "bg_version")}
+
+        names = list(self.agents)
+        return dict(zip(names, self._look_pool.map(look, names), strict=True))
 
     def run(self, r: Rollout) -> bool:
         """Drain, prepare, hold, switch; True when every server serves r.version."""

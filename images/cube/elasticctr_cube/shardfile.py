@@ -11,6 +11,11 @@ Layout (little-endian; the native server maps it as is, see server/src/shardfile
         keys: key_count x u64, ordered by (bucket, key)
         values: key_count x dim x f32, in key order
 
+Format 2 is a delta on a parent version (delta.py): the same layout with the parent version
+(u64) at offset 56, covered by the header checksum (CRC-32 of bytes [0, 52) then
+[56, 64)), and after the values one bit per key (LSB first), set where the key is deleted
+(its value is zeros). A base (format 1) holds every key of its version.
+
 bucket(key) = mix64(key) >> (64 - bucket_bits) (mix64 = splitmix64's finalizer), with
 about 4 keys per bucket: a lookup reads one table entry, scans ~4 adjacent keys and
 copies one value. body_crc32 (zlib's CRC-32) covers bytes [64, end); the file size is
@@ -32,6 +37,7 @@ from numpy.typing import NDArray
 
 MAGIC = b"ECUBESH1"
 FORMAT = 1
+DELTA_FORMAT = 2
 HEADER_LEN = 64
 KEYS_PER_BUCKET = 4
 MAX_KEYS = 2**32 - 1
@@ -56,6 +62,7 @@ class ShardHeader:
     dim: int
     bucket_bits: int
     body_crc32: int
+    parent: int | None = None  # a delta's parent version (format 2); None for a base
 
     @property
     def table_offset(self) -> int:
@@ -70,13 +77,19 @@ class ShardHeader:
         return self.keys_offset + self.key_count * 8
 
     @property
-    def file_bytes(self) -> int:
+    def deleted_offset(self) -> int:
+        """Where a delta's deletion bits start: right after the values."""
         return self.values_offset + self.key_count * self.dim * 4
+
+    @property
+    def file_bytes(self) -> int:
+        deleted = -(-self.key_count // 8) if self.parent is not None else 0
+        return self.deleted_offset + deleted
 
     def pack(self) -> bytes:
         head = _HEADER.pack(
             MAGIC,
-            FORMAT,
+            FORMAT if self.parent is None else DELTA_FORMAT,
             HEADER_LEN,
             self.version,
             self.key_count,
@@ -86,7 +99,10 @@ class ShardHeader:
             self.bucket_bits,
             self.body_crc32,
         )
-        return head + struct.pack("<I", zlib.crc32(head)) + bytes(8)
+        if self.parent is None:
+            return head + struct.pack("<I", zlib.crc32(head)) + bytes(8)
+        parent = struct.pack("<Q", self.parent)
+        return head + struct.pack("<I", zlib.crc32(parent, zlib.crc32(head))) + parent
 
 
 def mix64(keys: NDArray[np.integer[Any]]) -> NDArray[np.uint64]:
@@ -136,10 +152,16 @@ def write_shard_file(
     shard_num: int,
     keys: NDArray[np.integer[Any]],
     values: NDArray[np.floating[Any]],
+    parent: int | None = None,
+    deleted: NDArray[np.bool_] | None = None,
 ) -> WrittenShard:
-    """Sort `keys`/`values` into the shard layout and write them to `path`."""
+    """Sort `keys`/`values` into the shard layout and write them to `path`; with
+    `parent`, a delta on it, `deleted` marking the keys it deletes (their values are
+    written as zeros)."""
     keys = np.asarray(keys, dtype=np.uint64)
     values = np.ascontiguousarray(values, dtype="<f4")
+    if deleted is not None and parent is None:
+        raise ValueError("only a delta (parent=...) deletes keys")
     if values.ndim != 2 or len(values) != len(keys) or values.shape[1] == 0:
         raise ValueError(f"values must be [{len(keys)}, dim > 0], got {values.shape}")
     if len(keys) > MAX_KEYS:
@@ -148,6 +170,7 @@ def write_shard_file(
     buckets = buckets_of(keys, bits)
     order = bucket_key_order(keys, buckets)
     keys, values, buckets = keys[order], values[order], buckets[order]
+    gone = np.zeros(len(keys), bool) if deleted is None else np.asarray(deleted, bool)[order]
     repeated = np.flatnonzero(keys[1:] == keys[:-1])
     if len(repeated):
         dupes = np.unique(keys[repeated])
@@ -157,13 +180,18 @@ def write_shard_file(
         )
     table = np.zeros((1 << bits) + 1, dtype="<u4")
     np.cumsum(np.bincount(buckets, minlength=1 << bits), out=table[1:])
-    header = ShardHeader(version, len(keys), shard, shard_num, values.shape[1], bits, 0)
+    header = ShardHeader(version, len(keys), shard, shard_num, values.shape[1], bits, 0, parent)
     pad = bytes(header.keys_offset - HEADER_LEN - table.nbytes)
+    if gone.any():
+        values = values.copy()
+        values[gone] = 0
     parts = [table.tobytes(), pad, keys.astype("<u8").tobytes(), values.tobytes()]
+    if parent is not None:
+        parts.append(np.packbits(gone, bitorder="little").tobytes())
     crc = 0
     for part in parts:
         crc = zlib.crc32(part, crc)
-    header = ShardHeader(version, len(keys), shard, shard_num, values.shape[1], bits, crc)
+    header = ShardHeader(version, len(keys), shard, shard_num, values.shape[1], bits, crc, parent)
     digest = hashlib.sha256()
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
@@ -181,12 +209,39 @@ def read_header(data: bytes | memoryview, source: str) -> ShardHeader:
     fields = _HEADER.unpack_from(data, 0)
     if fields[0] != MAGIC:
         raise ShardFileError(f"{source}: not a cube shard file (bad magic {fields[0]!r})")
-    if fields[1] != FORMAT or fields[2] != HEADER_LEN:
+    if fields[1] not in (FORMAT, DELTA_FORMAT) or fields[2] != HEADER_LEN:
         raise ShardFileError(f"{source}: unsupported shard file format {fields[1]}")
-    (header_crc,) = struct.unpack_from("<I", data, 52)
-    if zlib.crc32(bytes(data[:52])) != header_crc:
+    header_crc, parent = struct.unpack_from("<IQ", data, 52)
+    crc = zlib.crc32(bytes(data[:52]))
+    if fields[1] == DELTA_FORMAT:
+        crc = zlib.crc32(bytes(data[56:64]), crc)
+    if crc != header_crc:
         raise ShardFileError(f"{source}: corrupt header (header checksum mismatch)")
-    return ShardHeader(*fields[3:])
+    version, key_count, shard, shard_num, dim, bits, body_crc = fields[3:]
+    delta_parent = parent if fields[1] == DELTA_FORMAT else None
+    return ShardHeader(version, key_count, shard, shard_num, dim, bits, body_crc, delta_parent)
+
+
+@dataclass(frozen=True)
+class ShardData:
+    """A shard file's contents: its keys, values [n, dim] and (a delta's) deletions."""
+
+    header: ShardHeader
+    keys: NDArray[np.uint64]
+    values: NDArray[np.float32]
+    deleted: NDArray[np.bool_]
+
+
+def read_shard_data(path: str | Path) -> ShardData:
+    """Check a shard file as the server does and return what it holds."""
+    header, keys, values = read_shard_file(path)
+    if header.parent is None:
+        return ShardData(header, keys, values, np.zeros(len(keys), bool))
+    bits = np.frombuffer(
+        Path(path).read_bytes(), np.uint8, -(-header.key_count // 8), header.deleted_offset
+    )
+    deleted = np.unpackbits(bits, count=header.key_count, bitorder="little").astype(bool)
+    return ShardData(header, keys, values, deleted)
 
 
 def read_shard_file(
@@ -243,7 +298,7 @@ def scan_shard_file(path: str | Path) -> ShardScan:
         except ShardFileError:
             header = None
         start = header.values_offset if header else 0
-        end = header.file_bytes if header else 0
+        end = header.deleted_offset if header else 0
         dim = header.dim if header else 1
         bad, last = 0, -1  # last: the key index counted at the previous chunk
         named: list[int] = []

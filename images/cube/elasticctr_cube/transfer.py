@@ -16,6 +16,12 @@ old servers still serve: before anything else, it builds the committed version f
 own layout and rolls it out there (a rollout like any other, all-or-nothing), retrying
 until every server of the layout holds it; serving's pods of the new layout become ready
 only then, and the old layout is removed after them (docs/cube.md, "Reshaping").
+
+A donefile version with a parent (a delta export) is built as a delta on the parent's cube
+version, unless the chain is due for compaction: every `base_every` versions, or when its
+deltas hold more than `max_chain_fraction` of its base's keys, the version is built as a
+base by merging the chain with the delta (docs/cube.md, "Deltas"). A delta on a version
+this layout has not built (say, rejected) is built as a base from the model exports.
 """
 
 from __future__ import annotations
@@ -32,8 +38,10 @@ from pathlib import Path
 from typing import Any
 
 from elasticctr_common.contract import (
+    CUBE_BASE_EVERY,
     CUBE_CONF,
     CUBE_KEEP_VERSIONS,
+    CUBE_MAX_CHAIN_FRACTION,
     CUBE_TRANSFER_CONTROL_PORT,
     CUBE_TRANSFER_PORT,
     DATA_DIR,
@@ -50,14 +58,24 @@ from elasticctr_common.versions import (
     read_versions,
 )
 
-from .builder import BuildError, build, publish
+from .builder import (
+    BuildError,
+    Rows,
+    build,
+    cube_sources,
+    export_sources,
+    merge,
+    publish,
+)
 from .cliargs import env_option
 from .httpjson import ApiError, Handler, drain_all, serve
 from .manifest import (
     LAYOUT_PREFIX,
     MANIFEST,
+    Manifest,
     ManifestError,
     layout_dir,
+    read_chain,
     read_manifest,
     write_current,
 )
@@ -80,6 +98,8 @@ class Transfer:
         max_attempts: int = 3,
         retry_seconds: float = 30.0,
         unload_previous_after: float = 60.0,
+        base_every: int = CUBE_BASE_EVERY,
+        max_chain_fraction: float = CUBE_MAX_CHAIN_FRACTION,
         runner: RolloutRunner,
     ) -> None:
         self.model_store, self.root = open_store(model_uri), open_store(cube_uri)
@@ -89,6 +109,12 @@ class Transfer:
         self.conf, self.runner, self.work_dir = conf, runner, Path(work_dir)
         self.keep, self.max_attempts, self.retry_seconds = max(1, keep), max_attempts, retry_seconds
         self.unload_previous_after = unload_previous_after
+        if base_every < 1 or max_chain_fraction < 0:
+            raise ValueError(
+                f"base_every must be >= 1 and max_chain_fraction >= 0, got {base_every} "
+                f"and {max_chain_fraction}"
+            )
+        self.base_every, self.max_chain_fraction = base_every, max_chain_fraction
         self._lock = threading.RLock()  # one rollout (and state change) at a time
         self.busy = False
         self.rollout: Rollout | None = None
@@ -135,7 +161,7 @@ class Transfer:
             entry = {"version": committed, "kind": "layout", "layout": self.layout}
             entry["started"] = time.time()
             try:
-                self._publish(self._model_version(committed))
+                self._publish_layout(committed)
                 read_manifest(self.cube_store, committed)
             except Exception as err:  # the model export gone, a build error, storage trouble
                 error = f"layout {self.layout}: cannot build committed version {committed}: {err}"
@@ -156,6 +182,21 @@ class Transfer:
         answer does not)."""
         current = self.runner.current_versions()
         return bool(current) and all(v == version for v in current.values())
+
+    def _publish_layout(self, version: int) -> None:
+        """Build `version` for this layout unless it is: a base from the files of the newest
+        other layout that has it (base + deltas, repartitioned), else from the model
+        exports (its own, or its chain's)."""
+        if self.cube_store.exists(f"{version}/{MANIFEST}"):
+            return
+        for name in reversed(self.state["layouts"]):
+            other = self.root.child(name)
+            if name == self.layout or not other.exists(f"{version}/{MANIFEST}"):
+                continue
+            chain = read_chain(other, version)
+            self._merge_publish(version, chain[-1].dim, chain[-1].input, chain, None)
+            return
+        self._publish(self._model_version(version))
 
     def _model_version(self, version: int) -> Version:
         for candidate in read_versions(self.model_store):
@@ -217,22 +258,150 @@ class Transfer:
                 self.busy = False
 
     def _publish(self, version: Version) -> None:
+        """Build and publish `version` for this layout unless it is: a base; a delta on the
+        newest version of its model chain this layout has built (its parent, or, when the
+        versions between were skipped, an earlier one: their deltas merged into one); or a
+        base merged from the chain (compaction; none of it built here)."""
         if self.cube_store.exists(f"{version.id}/{MANIFEST}"):
             return
         self.rollout = Rollout(version.id, self.state["committed"], phase="building")
+        exports = [version]  # the model versions after the built ancestor, oldest first
+        while exports[0].parent is not None:
+            if self.cube_store.exists(f"{exports[0].parent}/{MANIFEST}"):
+                break
+            exports.insert(0, self._model_version(exports[0].parent))
+        if exports[0].parent is None:  # a base export, or a chain none of which is built
+            if len(exports) == 1:
+                self._build_publish(version, None)
+            else:
+                self._publish_from_model_chain(exports)
+            return
+        parent = read_manifest(self.cube_store, exports[0].parent)
+        delta = self._build_publish(version, parent, exports, publish_it=False)
+        if not self._compaction_due(delta):
+            return
+        chain = read_chain(self.cube_store, parent.version)
+        log.info(
+            "version %s: compacting the chain of %s deltas on base %s into a base",
+            version.id,
+            delta.depth,
+            delta.base,
+        )
+        self._merge_publish(version.id, parent.dim, version.input, chain, exports)
+
+    def _build_publish(
+        self,
+        version: Version,
+        parent: Manifest | None,
+        exports: list[Version] | None = None,
+        publish_it: bool = True,
+    ) -> Manifest:
+        """Build `version` (a base, or a delta on `parent` from `exports`, the model deltas
+        after it) and publish it, unless `publish_it` is false and compaction is due."""
         local = self.work_dir / f"build-{version.id}"
         try:
-            manifest = build(
-                version.input,
+            dim = self._expected_dim(version)
+            if parent is None or exports is None or len(exports) == 1:
+                manifest = build(
+                    version.input,
+                    local,
+                    version=version.id,
+                    shard_num=self.conf.shard,
+                    dim=dim,
+                    dict_name=self.conf.dict_name,
+                    parent=parent,
+                )
+            else:
+                manifest = merge(
+                    self._export_sources(exports, parent.dim),
+                    local,
+                    version=version.id,
+                    shard_num=self.conf.shard,
+                    dim=parent.dim,
+                    input_uri=version.input,
+                    dict_name=self.conf.dict_name,
+                    parent=parent,
+                )
+            if publish_it or not self._compaction_due(manifest):
+                publish(local, manifest, self.cube_store)
+            return manifest
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+    @staticmethod
+    def _export_sources(exports: list[Version], dim: int | None) -> Iterator[Rows]:
+        for v in exports:
+            yield from export_sources(v.input, v.id, dim, delta=v.parent is not None)
+
+    def _compaction_due(self, delta: Manifest) -> bool:
+        """Whether the delta's chain is due to become a base: `base_every` versions since its
+        base, or deltas holding more than `max_chain_fraction` of the base's keys."""
+        if delta.depth >= self.base_every:
+            return True
+        assert delta.base is not None  # a delta's manifest names its base
+        base = read_manifest(self.cube_store, delta.base)
+        return delta.chain_keys > self.max_chain_fraction * base.key_count
+
+    def _merge_publish(
+        self,
+        version: int,
+        dim: int,
+        input_uri: str,
+        chain: list[Manifest],
+        exports: list[Version] | None,
+    ) -> None:
+        """Publish a base of `version` merged from `chain` (cube files of the layout of
+        `chain`, any shard count) and, if given, the model `exports` on top of it."""
+        local = self.work_dir / f"merge-{version}"
+        source_store = self.root.child(layout_dir(chain[0].shard_num))
+        try:
+
+            def sources() -> Iterator[Rows]:
+                yield from cube_sources(source_store, chain, local)
+                yield from self._export_sources(exports or [], dim)
+
+            local.mkdir(parents=True, exist_ok=True)
+            manifest = merge(
+                sources(),
+                local / "out",
+                version=version,
+                shard_num=self.conf.shard,
+                dim=dim,
+                input_uri=input_uri,
+                dict_name=self.conf.dict_name,
+            )
+            publish(local / "out", manifest, self.cube_store)
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+    def _publish_from_model_chain(self, chain: list[Version]) -> None:
+        """A base of the last version of `chain` (a base export and the deltas on it) from
+        its model exports: no version of it is built here (rejected, or pruned)."""
+        version = chain[-1]
+        dim = self._expected_dim(version)
+        local = self.work_dir / f"merge-{version.id}"
+        try:
+            manifest = merge(
+                self._export_sources(chain, dim),
                 local,
                 version=version.id,
                 shard_num=self.conf.shard,
-                dim=self._expected_dim(version),
+                dim=dim if dim is not None else self._chain_dim(chain),
+                input_uri=version.input,
                 dict_name=self.conf.dict_name,
             )
             publish(local, manifest, self.cube_store)
         finally:
             shutil.rmtree(local, ignore_errors=True)
+
+    @staticmethod
+    def _chain_dim(chain: list[Version]) -> int:
+        """The dimension of the first record of the chain's exports."""
+        for v in chain:
+            for rows in export_sources(v.input, v.id, None, delta=False):
+                if len(rows.keys):
+                    return int(rows.values.shape[1])
+        raise BuildError(f"version {chain[-1].id}: its chain of exports holds no records")
 
     def _expected_dim(self, version: Version) -> int | None:
         """embedding_dim of the trainer's dense/meta.json beside the sparse export, if any."""
@@ -306,6 +475,10 @@ class Transfer:
         once the new layout serves everywhere)."""
         committed = [h["version"] for h in self.state["history"] if h["result"] == "committed"]
         keep = set(sorted(set(committed))[-self.keep :]) | {self.state["committed"]}
+        # A kept delta needs its chain down to its base.
+        for version in list(keep):
+            with contextlib.suppress(ManifestError):
+                keep |= {m.version for m in read_chain(self.cube_store, version)}
         for name in self.cube_store.list():
             if name.isdigit() and int(name) not in keep and int(name) < self.state["committed"]:
                 self.cube_store.delete(name)
@@ -377,6 +550,11 @@ def routes(t: Transfer, control: bool = False) -> dict[tuple[str, str], Handler]
     reads: dict[tuple[str, str], Handler] = {
         ("GET", "/healthz"): lambda _: (200, {"status": "ok"}),
         ("GET", "/status"): lambda _: (200, t.status()),
+        # Asks every agent: for readers that want it (the client's `status`), not per poll.
+        ("GET", "/servers"): lambda _: (
+            200,
+            {"committed": t.state["committed"], "servers": t.runner.servers()},
+        ),
         ("GET", "/history"): lambda _: (200, {"history": t.state["history"]}),
     }
     return {**reads, ("POST", "/rollback"): rollback if control else elsewhere}
@@ -426,6 +604,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=int,
         default=CUBE_KEEP_VERSIONS,
         help="committed versions kept for rollback",
+    )
+    env_option(
+        p,
+        "--base-every",
+        CubeEnv.BASE_EVERY,
+        type=int,
+        default=CUBE_BASE_EVERY,
+        help="a delta version is built as a base once its chain would hold this many deltas",
+    )
+    env_option(
+        p,
+        "--max-chain-fraction",
+        CubeEnv.MAX_CHAIN_FRACTION,
+        type=float,
+        default=CUBE_MAX_CHAIN_FRACTION,
+        help="... or once the chain's deltas hold more than this fraction of its base's keys",
     )
     p.add_argument("--poll-seconds", type=float, default=10.0)
     p.add_argument("--prepare-timeout", type=float, default=600.0)
@@ -488,6 +682,8 @@ def main(argv: list[str] | None = None) -> int:
             max_attempts=args.max_attempts,
             retry_seconds=args.retry_seconds,
             unload_previous_after=args.unload_previous_after,
+            base_every=args.base_every,
+            max_chain_fraction=args.max_chain_fraction,
             runner=runner,
         ),
         args.cube_uri,

@@ -17,6 +17,8 @@ import sys
 from elasticctr_common.contract import CUBE_CONF, SERVING_PORT, ServingEnv
 from elasticctr_common.logs import log_info_to_stderr
 
+from .recent import LOG_PERIOD_SECONDS
+
 DEFAULT_MAX_BODY = 8 * 1024 * 1024
 
 
@@ -70,6 +72,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         type=float,
         default=0.0,
         help="seconds serving goes on, not ready, after SIGTERM before it stops accepting",
+    )
+    p.add_argument(
+        "--failure-log-seconds",
+        type=float,
+        default=LOG_PERIOD_SECONDS,
+        help="a 5xx answer's cause is logged at most once per this many seconds",
     )
     p.add_argument(
         "--cube-timeout",
@@ -135,6 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         max_instances=args.max_instances,
         token=os.environ.get(ServingEnv.AUTH_TOKEN, ""),
         feedback=feedback,
+        failure_log_seconds=args.failure_log_seconds,
     )
     application = app.build()
     app.stop_on_signal(application, args.shutdown_delay)

@@ -12,6 +12,10 @@ feedback loop on, each instance answered is an impression under that id (feedbac
 Given a token (SERVING_AUTH_TOKEN), every request but the kubelet's probes (/healthz,
 /readyz) must carry `Authorization: Bearer <token>` (RFC 6750), compared in constant time;
 others get 401. /readyz then tells an unauthenticated caller only whether it is ready.
+
+Every prediction request's outcome is counted (recent.py: /status's `requests`, the
+`failures_total` metric by cause), and a 5xx answer is logged with its cause, at most once
+per cause per `failure_log_seconds`.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from .feasign_check import ReducedFeasignCheck
 from .feedback import FeedbackLog, RequestIds
 from .instances import BadRequest, load_json, parse_request
 from .metrics import ServingMetrics
+from .recent import INTERNAL, LOG_PERIOD_SECONDS, NO_MODEL, Failure, FailureLog, RecentRequests
 from .rollout import ModelManager
 
 log = logging.getLogger("elasticctr_serving.app")
@@ -42,6 +47,9 @@ INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
 PATHS = {INFERENCE_PATH, "/predict", CLICK_PATH, "/healthz", "/readyz", "/status", "/metrics"}
 MAX_CLICKS = 1000  # per /click request
 PROBES = {"/healthz", "/readyz"}  # the kubelet's: no credentials
+PREDICTIONS = {INFERENCE_PATH, "/predict"}  # what users call: counted in /status
+# Why an answer is a 5xx, as the handler knew it, for the counting in `_errors`.
+FAILURE = web.ResponseKey("elasticctr_failure", Failure)
 REALM = 'Bearer realm="elasticctr-serving"'
 
 
@@ -132,10 +140,13 @@ class ServingApp:
         max_instances: int,
         token: str = "",
         feedback: FeedbackLog | None = None,
+        failure_log_seconds: float = LOG_PERIOD_SECONDS,
     ) -> None:
         self.manager, self.batcher, self.metrics = manager, batcher, metrics
         self.feedback = feedback
         self.ids = feedback.ids if feedback is not None else RequestIds()
+        self.recent = RecentRequests()
+        self.failure_log = FailureLog(log, failure_log_seconds)
         self.max_body_bytes, self.max_instances = max_body_bytes, max_instances
         self.started_at = time.time()
         self.stopping = False
@@ -167,12 +178,26 @@ class ServingApp:
             response = plain_error(err.status, f"{request.method} {request.path}: {err.reason}")
         except Exception as err:  # a bug in a handler answers 500; the server goes on
             log.exception("%s %s failed", request.method, request.path)
-            response = plain_error(500, f"internal error: {type(err).__name__}: {err}")
+            message = f"internal error: {type(err).__name__}: {err}"
+            response = plain_error(500, message)
+            response[FAILURE] = Failure(INTERNAL, message)
         if self.stopping:  # the client reconnects, to a replica that is staying
             response.force_close()
         self.metrics.requests.inc(1, path, str(response.status))
         self.metrics.latency.observe(time.perf_counter() - started, path)
+        if path in PREDICTIONS:
+            self._count(request, response)
         return response
+
+    def _count(self, request: web.Request, response: web.StreamResponse) -> None:
+        """A prediction request's outcome: in the recent window, and a 5xx by its cause
+        in the metrics and (rate-limited) the log."""
+        failure = response.get(FAILURE)
+        if response.status >= 500:
+            failure = failure or Failure(INTERNAL, f"HTTP {response.status}")
+            self.metrics.failures.inc(1, failure.cause)
+            self.failure_log.failed(response.status, f"{request.method} {request.path}", failure)
+        self.recent.record(response.status, failure)
 
     def stop_on_signal(self, app: web.Application, delay: float) -> None:
         """On SIGTERM (or SIGINT): answer /readyz 503 and close each connection after its
@@ -238,7 +263,7 @@ class ServingApp:
                 raise BadRequest(self._too_large(None), 413) from None
             model = self.manager.active()
             if model is None:
-                raise Unavailable("no model version is loaded yet")
+                raise Unavailable("no model version is loaded yet", NO_MODEL)
             parse_started = time.perf_counter()
             parsed = parse_request(body, model.space, self.max_instances, plain)
             self.feasigns.observe(model.space.sparse_dim, len(parsed.keys), parsed.largest_feasign)
@@ -264,7 +289,9 @@ class ServingApp:
         except BadRequest as err:
             return error(err.status, str(err))
         except Unavailable as err:
-            return error(503, str(err))
+            response = error(503, str(err))
+            response[FAILURE] = Failure(err.cause, str(err))
+            return response
         finally:
             if not queued:
                 self.batcher.leave()
@@ -318,6 +345,7 @@ class ServingApp:
         stats = self.batcher.cube.stats
         body = {
             **self.manager.status(),
+            "requests": self.recent.snapshot(),
             "started_at": self.started_at,
             "parser": "native" if native.parser() is not None else "python",
             "batching": {

@@ -47,6 +47,7 @@ from .instances import BadRequest, Parsed, merge
 from .metrics import NONFINITE_EMBEDDING, NONFINITE_POOLED, NONFINITE_SCORE, ServingMetrics
 from .model import DenseModel
 from .native import parser
+from .recent import CUBE_UNAVAILABLE, CUBE_VERSION, CUBE_WIDTH, NO_MODEL
 
 log = logging.getLogger("elasticctr_serving.batcher")
 
@@ -63,7 +64,12 @@ def _deliver(outcomes: list[tuple[_Pending, Prediction | BaseException]]) -> Non
 
 
 class Unavailable(Exception):
-    """The request cannot be served now (no model yet, cube down): HTTP 503."""
+    """The request cannot be served now (no model yet, cube down): HTTP 503; `cause` is one
+    of recent.py's causes."""
+
+    def __init__(self, message: str, cause: str) -> None:
+        super().__init__(message)
+        self.cause = cause
 
 
 @dataclass(frozen=True)
@@ -210,7 +216,7 @@ class Batcher:
             # on the model it was parsed for, if that one can still be served.
             model = self.active()
             if model is None:
-                raise Unavailable("no model version is loaded yet")
+                raise Unavailable("no model version is loaded yet", NO_MODEL)
             groups: dict[int, list[_Pending]] = {}
             for p in batch:
                 same = p.model.space == model.space
@@ -260,14 +266,15 @@ class Batcher:
                 newer = self.active()
                 if attempt or newer is None or newer is model or newer.space != model.space:
                     raise Unavailable(
-                        f"cube does not hold version {model.version} of the dense model: {err}"
+                        f"cube does not hold version {model.version} of the dense model: {err}",
+                        CUBE_VERSION,
                     ) from None
                 model = newer
             except CubeRequestError as err:  # this batch's keys, not cube's state
                 status = 413 if err.too_large else 400
                 raise BadRequest(f"cube refused the lookup: {err}", status) from None
             except CubeError as err:
-                raise Unavailable(f"cube lookup failed: {err}") from None
+                raise Unavailable(f"cube lookup failed: {err}", CUBE_UNAVAILABLE) from None
         m = self.metrics
         m.batches.inc()
         m.examples.inc(count)
@@ -306,7 +313,8 @@ class Batcher:
         if result.values.shape[1] != model.embedding_dim and len(unique):
             raise Unavailable(
                 f"cube version {model.version} has {result.values.shape[1]}-dim vectors, "
-                f"the dense model expects {model.embedding_dim}"
+                f"the dense model expects {model.embedding_dim}",
+                CUBE_WIDTH,
             )
         self.metrics.cube_keys.inc(len(unique))
         self.metrics.missing_keys.inc(result.missing)

@@ -115,6 +115,13 @@ class ServingMetrics:
             r, p + "cube_committed_version", "cube's committed version as last seen (-1: none)", ()
         )
         self.switches = Counter(r, p + "model_switches_total", "model versions switched to", ())
+        self.failures = Counter(
+            r,
+            p + "failures_total",
+            "prediction requests answered 5xx, by cause (no_model, cube_version, "
+            "cube_unavailable, cube_width, internal)",
+            ("cause",),
+        )
         self.isolated = Counter(
             r, p + "isolated_requests_total", "requests rerun alone after their batch failed", ()
         )

@@ -18,6 +18,10 @@ before anything is: `prepare_version` writes the dense model locally and dumps t
 into local SequenceFile parts, chunk by chunk, the check folding over each chunk on the way
 (the table is never whole in memory); `publish_version` uploads it all and appends the
 donefile line last.
+
+With a snapshot directory and a parent, the version is a delta on the parent: the parts
+hold only the rows that changed since it, `<V>/sparse/_deleted` the keys deleted since
+(delta.py finds both); the model check still reads the whole table.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ import paddle
 from elasticctr_common.seqfile import SequenceFileWriter
 from elasticctr_common.storage import Store
 from elasticctr_common.versions import (
+    DELETED,
     DENSE,
     MODEL_FILE,
     MODEL_META,
@@ -41,6 +46,7 @@ from elasticctr_common.versions import (
     SPARSE,
     Version,
     append_version,
+    deleted_keys_bytes,
     dense_path,
     read_versions,
     sparse_path,
@@ -48,6 +54,7 @@ from elasticctr_common.versions import (
 from numpy.typing import NDArray
 from paddle.base import core
 
+from .delta import ExportDiff, Snapshot
 from .feed import lod_tensor
 from .model import SHOW_CLICK_COLUMNS, CtrDnn
 from .modelcheck import EmbeddingScan
@@ -120,20 +127,27 @@ def dump_sparse(
     sparse_dim: int,
     parts: SparseParts,
     embeddings: EmbeddingScan,
-) -> float:
-    """Every trained key and its embedding into `parts`, checked by `embeddings` on the
-    way; returns the sum of their show counts."""
-    shows = 0.0
+    diff: ExportDiff | None = None,
+) -> tuple[float, int]:
+    """Every trained key and its embedding checked by `embeddings` and written into `parts`
+    (with `diff`: only those it says changed); returns the sum of their show counts and
+    how many there are."""
+    shows, count = 0.0, 0
     for start in range(1, sparse_dim, PULL_CHUNK):
-        keys = np.arange(start, min(start + PULL_CHUNK, sparse_dim), dtype=np.int64)
+        end = min(start + PULL_CHUNK, sparse_dim)
+        keys = np.arange(start, end, dtype=np.int64)
         rows = pull_rows(exe, dump_program, net, keys)
         trained = np.any(rows != 0, axis=1)
         trained_keys = keys[trained].astype(np.uint64)
         values = rows[trained, SHOW_CLICK_COLUMNS:].astype(np.float32)
         embeddings.add(trained_keys, values)
-        parts.add(trained_keys, values)
+        if diff is None:
+            parts.add(trained_keys, values)
+        else:
+            parts.add(*diff.rows(start, end, trained_keys, values))
         shows += float(rows[trained, 0].astype(np.float64).sum())
-    return shows
+        count += len(trained_keys)
+    return shows, count
 
 
 HELD_BACK = "held_back"  # JSON lines {"id": V, "reason": ...}: versions kept, not published
@@ -173,9 +187,17 @@ class PreparedVersion:
     directory: Path
     dense_meta: dict[str, object]
     sparse_parts: list[Path]  # local SequenceFiles of the trained keys (SparseParts)
-    sparse_keys: int
+    sparse_keys: int  # the table's trained keys (all of them, also for a delta)
     table_shows: float
     embeddings: EmbeddingScan  # the model check's view of every exported row
+    parent: int | None = None  # a delta's parent version
+    written_keys: int = 0  # rows in the parts: sparse_keys for a base, the changed ones else
+    diff: ExportDiff | None = None  # the comparison with the snapshot (delta.py)
+
+    def discard(self) -> None:
+        """Not published: the trainer's snapshot stays that of the last published version."""
+        if self.diff is not None:
+            self.diff.discard()
 
 
 def prepare_version(
@@ -186,18 +208,35 @@ def prepare_version(
     sparse_dim: int,
     directory: Path,
     max_abs_weight: float = math.inf,
+    snapshot: Path | None = None,
+    parent: int | None = None,
 ) -> PreparedVersion:
     """The dense inference model into `directory/dense/` and the sparse table's trained rows
-    into `directory/sparse/`, scanned for the model check (`max_abs_weight` its bound)."""
+    into `directory/sparse/`, scanned for the model check (`max_abs_weight` its bound).
+    With `snapshot` (trainer 0's snapshot directory, delta.py), the table is compared with
+    the snapshot of `parent` as it streams: a delta on `parent` if the snapshot holds it,
+    else a base; the next snapshot is written on the way (`publish_version` keeps it)."""
     dense_meta = save_dense(exe, test_program, net, directory / DENSE)
     parts = SparseParts(directory / SPARSE)
     parts.directory.mkdir(parents=True)
     embeddings = EmbeddingScan(max_abs_weight)
+    diff = None
+    if snapshot is not None:
+        previous = None if parent is None else Snapshot.open(snapshot, parent)
+        diff = ExportDiff(snapshot, previous)
+        parent = None if previous is None else parent
     try:
-        shows = dump_sparse(exe, dump_program, net, sparse_dim, parts, embeddings)
+        shows, count = dump_sparse(exe, dump_program, net, sparse_dim, parts, embeddings, diff)
+    except BaseException:
+        if diff is not None:
+            diff.discard()
+        raise
     finally:
         paths = parts.close()
-    return PreparedVersion(directory, dense_meta, paths, parts.records, shows, embeddings)
+    return PreparedVersion(
+        directory, dense_meta, paths, count, shows, embeddings,
+        parent=None if diff is None else parent, written_keys=parts.records, diff=diff,
+    )  # fmt: skip
 
 
 def publish_version(
@@ -210,10 +249,21 @@ def publish_version(
     extra_files: dict[str, bytes] | None = None,
     held_back: str | None = None,
 ) -> Version:
-    """Upload `<V>/dense/`, `<V>/sparse/part-*` and any extra files, then the donefile line;
-    a version `held_back` (the reason) is uploaded the same way but recorded in `held_back`
-    instead of the donefile: cube and serving never see it, a user can still publish it."""
+    """Upload `<V>/dense/`, `<V>/sparse/part-*` (and a delta's `_deleted`) and any extra
+    files, then the donefile line; a version `held_back` (the reason) is uploaded the same
+    way but recorded in `held_back` instead of the donefile: cube and serving never see it,
+    a user can still publish it (it must be a base: its parent need not be served)."""
+    if held_back and prepared.parent is not None:
+        raise ValueError(f"a version held back is exported whole, not as a delta: {held_back}")
     version = next_version(models)
+    deleted = prepared.diff.deleted_keys() if prepared.diff and prepared.parent else None
+    delta_meta: dict[str, object] = {}
+    if deleted is not None:
+        delta_meta = {
+            "parent": prepared.parent,
+            "delta_keys": prepared.written_keys,
+            "deleted_keys": len(deleted),
+        }
     meta = {
         "version": version,
         "slots": slots,
@@ -222,6 +272,7 @@ def publish_version(
         **prepared.dense_meta,
         **extra_meta,
         "sparse_keys": prepared.sparse_keys,
+        **delta_meta,
         "table_shows": prepared.table_shows,  # impressions the table has counted, all passes
         "published": held_back is None,
         **({"held_back": held_back} if held_back else {}),
@@ -232,19 +283,30 @@ def publish_version(
     models.write_text(dense_path(version, MODEL_META), json.dumps(meta, indent=1))
     for part, local in enumerate(prepared.sparse_parts):
         models.upload(local, sparse_path(version, part))
+    if deleted is not None:
+        models.write_bytes(f"{sparse_path(version)}/{DELETED}", deleted_keys_bytes(deleted))
     for name, data in (extra_files or {}).items():
         models.write_bytes(f"{version}/{name}", data)
-    line = Version(id=version, key=version, input=models.uri(sparse_path(version)))
+    line = Version(
+        id=version, key=version, input=models.uri(sparse_path(version)), parent=prepared.parent
+    )
     if held_back:
         records = [*held_back_versions(models), {"id": version, "reason": held_back}]
         models.write_text(HELD_BACK, "".join(json.dumps(r) + "\n" for r in records))
         log.warning("version %d kept, not published: %s", version, held_back)
+        prepared.discard()
         return line
     append_version(models, line)
+    if prepared.diff is not None:
+        prepared.diff.commit(version, embedding_dim)
     log.info(
-        "exported version %d: %d sparse keys -> %s",
+        "exported version %d: %d sparse keys (%s) -> %s",
         version,
         prepared.sparse_keys,
+        "a base"
+        if prepared.parent is None
+        else f"a delta on {prepared.parent}: {prepared.written_keys} changed, "
+        f"{0 if deleted is None else len(deleted)} deleted",
         models.uri(str(version)),
     )
     return line

@@ -40,6 +40,7 @@ from numpy.typing import NDArray
 from paddle.distributed import fleet
 
 from . import checkpoint as ckpt
+from .delta import SNAPSHOT
 from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
 from .hours import wait_for_hours, wait_for_range
@@ -404,29 +405,37 @@ class Trainer:
             predictions = result["predictions"]
             extra_files["eval/predictions.txt"] = predictions_text(predictions)
             extra_meta["eval_auc"] = result["auc"]
+        held_back = self.publish_gate(extra_meta.get("eval_auc"))
+        # A version held back is exported whole (a user may publish it on its own later);
+        # else a delta on the last published version, if the snapshot of it is here.
+        published = read_versions(self.models)
+        parent = published[-1].id if published and not held_back else None
+        snapshot = Path(self.config.runner.work_dir) / SNAPSHOT
         with tempfile.TemporaryDirectory(prefix="elasticctr-export-") as tmp:
             max_abs_weight = self.config.runner.max_abs_weight
             prepared = prepare_version(
                 exe, self.test_program, self.dump_program, self.net, hyper.sparse_dim, Path(tmp),
-                max_abs_weight,
+                max_abs_weight, None if held_back else snapshot, parent,
             )  # fmt: skip
-            problems = check_version(
-                dense, prepared.embeddings, prepared.table_shows, predictions, max_abs_weight
-            )
-            if problems:
-                self.logger.event(
-                    "version_refused", {"pass": planned.pass_id, "problems": problems}
+            try:
+                problems = check_version(
+                    dense, prepared.embeddings, prepared.table_shows, predictions, max_abs_weight
                 )
-                error = (
-                    f"pass {planned.pass_id}: model refused, nothing published (the last "
-                    f"published version stays current): {'; '.join(problems)}"
-                )
-                return {"ok": False, "error": error}
-            held_back = self.publish_gate(extra_meta.get("eval_auc"))
-            version = publish_version(
-                self.models, prepared, self.slots, hyper.sparse_dim, hyper.embedding_dim,
-                extra_meta, extra_files, held_back,
-            )  # fmt: skip
+                if problems:
+                    self.logger.event(
+                        "version_refused", {"pass": planned.pass_id, "problems": problems}
+                    )
+                    error = (
+                        f"pass {planned.pass_id}: model refused, nothing published (the last "
+                        f"published version stays current): {'; '.join(problems)}"
+                    )
+                    return {"ok": False, "error": error}
+                version = publish_version(
+                    self.models, prepared, self.slots, hyper.sparse_dim, hyper.embedding_dim,
+                    extra_meta, extra_files, held_back,
+                )  # fmt: skip
+            finally:
+                prepared.discard()  # a no-op once published: the snapshot is in place
         self.logger.metrics(planned.pass_id, {"published": 0.0 if held_back else 1.0})
         if held_back:
             self.logger.event(

@@ -12,7 +12,8 @@ import sys
 import pytest
 from elasticctr_cube.server import build_server
 
-from tests.images.serving.conftest import start_stack
+# procs: the serving tests' processes of one test, stopped by PID at its end.
+from tests.images.serving.conftest import procs, start_stack  # noqa: F401
 from tests.images.serving.servingtest import PYTHONPATH, Processes
 
 
@@ -24,11 +25,11 @@ def cube_server_bin() -> str:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, cube_server_bin):
     root = tmp_path_factory.mktemp("client-stack")
-    procs = Processes(root)
+    processes = Processes(root)
     try:
-        yield start_stack(procs, root)
+        yield start_stack(processes, root)
     finally:
-        procs.stop_all()
+        processes.stop_all()
 
 
 def run_client(*args: str, env: dict | None = None, timeout: float = 120, stdin: str = ""):

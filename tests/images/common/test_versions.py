@@ -98,3 +98,26 @@ def test_the_layout_of_a_version():
     assert sparse_path(7) == "7/sparse" and sparse_path(7, 3) == "7/sparse/part-00003"
     assert dense_beside("s3://b/models/7/sparse/") == "s3://b/models/7/dense"
     assert dense_beside("hdfs://nn/exports/7/embeddings") is None
+
+
+def test_a_delta_names_its_parent_and_a_base_line_is_unchanged(store):
+    base = Version(1, 1, store.uri("1/sparse"))
+    delta = Version(2, 2, store.uri("2/sparse"), parent=1)
+    append_version(store, base)
+    append_version(store, delta)
+    assert read_versions(store) == [base, delta]
+    assert store.read_text("donefile").splitlines() == [
+        f'{{"id":1,"key":1,"input":"{store.uri("1/sparse")}"}}',
+        f'{{"id":2,"key":2,"input":"{store.uri("2/sparse")}","parent":1}}',
+    ]
+
+
+def test_a_delta_on_a_version_the_donefile_does_not_name_is_refused(store):
+    append_version(store, Version(1, 1, "u/1"))
+    before = store.read_bytes("donefile")
+    with pytest.raises(DonefileError, match="version 3 is a delta on version 2, which the"):
+        append_version(store, Version(3, 3, "u/3", parent=2))
+    assert store.read_bytes("donefile") == before
+    store.write_text("donefile", before.decode() + '{"id":3,"key":3,"input":"u/3","parent":2}\n')
+    with pytest.raises(DonefileError, match=re.escape("donefile:2: version 3 is a delta on")):
+        read_versions(store)

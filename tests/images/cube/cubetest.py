@@ -15,7 +15,7 @@ from elasticctr_common.cube.client import CubeClient
 from elasticctr_common.cube.conf import CubeConf, CubeNode
 from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_common.storage import open_store
-from elasticctr_common.versions import Version, append_version
+from elasticctr_common.versions import DELETED, Version, append_version, deleted_keys_bytes
 from elasticctr_cube.httpjson import HttpCallError, call
 from elasticctr_cube.manifest import layout_dir
 
@@ -227,6 +227,14 @@ class CubeCluster:
     def publish_model(self, version: int, keys, values) -> None:
         uri = write_model_version(self.model_dir, version, keys, values)
         append_version(open_store(f"file://{self.model_dir}"), Version(version, version, uri))
+
+    def publish_delta(self, version: int, parent: int, keys, values, deleted=()) -> None:
+        """A delta export on `parent`: the changed keys' parts and the deleted keys."""
+        uri = write_model_version(self.model_dir, version, keys, values)
+        sparse = self.model_dir / str(version) / "sparse"
+        (sparse / DELETED).write_bytes(deleted_keys_bytes(np.asarray(deleted, np.uint64)))
+        store = open_store(f"file://{self.model_dir}")
+        append_version(store, Version(version, version, uri, parent=parent))
 
     def transfer_status(self) -> dict:
         return call("GET", self.transfer_url("/status"))[1]

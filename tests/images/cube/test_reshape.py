@@ -6,6 +6,7 @@ layout and rolls it out there while the old servers go on serving it, untouched.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 
 import pytest
@@ -105,12 +106,27 @@ def test_the_new_layout_is_retried_until_every_server_of_it_is_up(cube_cluster, 
     committed(new, 1, tables)
 
 
+def test_a_new_layout_is_built_from_the_old_layouts_files_without_the_export(cube_cluster):
+    old = cube_cluster(shards=1, transfer_args=["--retry-seconds", "0.5"])
+    tables = {1: model_table(1)}
+    old.publish_model(1, *tables[1])
+    committed(old, 1, tables)
+    shutil.rmtree(old.model_dir / "1")  # the model export is gone: cube's own files remain
+    (old.model_dir / "donefile").write_text("")
+    new = old.reshape(2)
+    wait_until(lambda: layout_ready(new), 60, "the layout built from shards-1's files")
+    committed(new, 1, tables)
+    entry = next(h for h in new.history() if h["kind"] == "layout")
+    assert entry["result"] == "committed", entry
+
+
 def test_a_committed_version_without_its_export_leaves_the_layout_not_ready(cube_cluster):
     old = cube_cluster(shards=1, transfer_args=["--retry-seconds", "0.5"])
     tables = {1: model_table(1)}
     old.publish_model(1, *tables[1])
     committed(old, 1, tables)
     (old.model_dir / "donefile").write_text("")  # the model store lost its history
+    shutil.rmtree(old.versions_dir / "1")  # and the old layout's published files are gone
     new = old.reshape(2)
     wait_until(lambda: any(h["kind"] == "layout" for h in new.history()), 60, "the layout attempt")
     entry = next(h for h in new.history() if h["kind"] == "layout")

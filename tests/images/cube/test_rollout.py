@@ -163,10 +163,17 @@ def test_a_part_killed_mid_rollout_leaves_the_old_version_and_the_next_succeeds(
     assert result["result"] == "aborted" and "shard 1:" in result["error"], result
     for s in (0, 2):
         assert cluster.server_status(s)["cur_version"] == 1
+    # What each server serves, for readers (the client's `status`): shard 1 is missing.
+    servers = call("GET", cluster.transfer_url("/servers"))[1]
+    assert servers["committed"] == 1
+    assert servers["servers"]["shard 1"]["error"].startswith(f"{victim}: "), servers
+    assert [servers["servers"][f"shard {s}"]["cur_version"] for s in (0, 2)] == [1, 1]
     if victim == "server":  # as Kubernetes would: the server restarts empty ...
         cluster.start_server(1)
         # ... and its agent brings back the committed version on its own
         wait_until(lambda: cluster.server_status(1)["cur_version"] == 1, 30, "the restore")
+        servers = call("GET", cluster.transfer_url("/servers"))[1]["servers"]
+        assert (servers["shard 1"]["ready"], servers["shard 1"]["cur_version"]) == (True, 1)
     with cluster.client() as client:
         expect_values(client.seek(tables[1][0]), tables[1][0], tables)
     if victim == "agent":

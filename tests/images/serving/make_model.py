@@ -10,7 +10,9 @@ expected probabilities with numpy alone (`expected_probabilities`), independentl
 Run it as a process (Paddle's static mode is global state, not for the test process).
 SPEC: {"model_dir", "versions": [V...], "slots": [...], "embedding_dim", "sparse_dim",
 "keys": K, "fc_sizes": [...], "seed", "publish": true, "overrides": {V: [[param, index...,
-value]]}} (overrides: dense parameter values to replace, e.g. ["w1", 3, 4, "nan"])
+value]]}, "delta_after": B} (overrides: dense parameter values to replace, e.g. ["w1", 3, 4,
+"nan"]; delta_after: each version V > B is a delta export on V - 1, its table V - 1's with 2%
+of the keys changed and 0.5% deleted)
 """
 
 from __future__ import annotations
@@ -27,12 +29,32 @@ REPO = HERE.parents[2]
 
 
 def table(spec: dict, version: int) -> tuple[np.ndarray, np.ndarray]:
-    """Sparse keys 1..K (all within sparse_dim) and version-specific vectors."""
+    """Sparse keys 1..K (all within sparse_dim) and version-specific vectors; for a delta
+    version (`delta_after`), its parent's with some keys changed and some deleted."""
+    if version > spec.get("delta_after", version):
+        keys, values = table(spec, version - 1)
+        changed, deleted = delta_rows(spec, version, keys)
+        values = values.copy()
+        values[changed] = delta_values(spec, version, int(changed.sum()))
+        return keys[~deleted], values[~deleted]
     keys = np.arange(1, spec["keys"] + 1, dtype=np.uint64)
     rng = np.random.default_rng(spec["seed"] * 1000 + version)
     scale = 1.0 / np.sqrt(spec["embedding_dim"])
     values = (rng.standard_normal((len(keys), spec["embedding_dim"])) * scale).astype(np.float32)
     return keys, values
+
+
+def delta_rows(spec: dict, version: int, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which rows of the parent's table a delta version changes, and which it deletes."""
+    rng = np.random.default_rng(spec["seed"] * 1000 + version + 700)
+    pick = rng.random(len(keys))
+    return pick < 0.02, pick > 0.995
+
+
+def delta_values(spec: dict, version: int, count: int) -> np.ndarray:
+    rng = np.random.default_rng(spec["seed"] * 1000 + version + 900)
+    scale = 1.0 / np.sqrt(spec["embedding_dim"])
+    return (rng.standard_normal((count, spec["embedding_dim"])) * scale).astype(np.float32)
 
 
 def dense_weights(spec: dict, version: int) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -65,7 +87,7 @@ def write_version(spec: dict, version: int) -> None:
     import paddle
     from elasticctr_common.seqfile import write_sequence_file
     from elasticctr_common.storage import open_store
-    from elasticctr_common.versions import Version, append_version
+    from elasticctr_common.versions import DELETED, Version, append_version, deleted_keys_bytes
 
     paddle.enable_static()
     models = open_store(spec["model_dir"])
@@ -113,9 +135,18 @@ def write_version(spec: dict, version: int) -> None:
         **{f"b{i}": b for i, (_, b) in enumerate(layers)},
     )
     (root / "sparse").mkdir(parents=True, exist_ok=True)
-    write_sequence_file(root / "sparse" / "part-00000", table(spec, version))
+    parent = version - 1 if version > spec.get("delta_after", version) else None
+    if parent is None:
+        write_sequence_file(root / "sparse" / "part-00000", table(spec, version))
+    else:
+        keys, _ = table(spec, parent)
+        changed, deleted = delta_rows(spec, version, keys)
+        rows = (keys[changed], delta_values(spec, version, int(changed.sum())))
+        write_sequence_file(root / "sparse" / "part-00000", rows)
+        (root / "sparse" / DELETED).write_bytes(deleted_keys_bytes(keys[deleted]))
     if spec.get("publish", True):
-        append_version(models, Version(version, version, models.uri(f"{version}/sparse")))
+        line = Version(version, version, models.uri(f"{version}/sparse"), parent=parent)
+        append_version(models, line)
 
 
 def make_versions(spec: dict, timeout: float = 300) -> None:

@@ -131,9 +131,9 @@ def test_clicks_go_to_their_topic_and_bad_ones_are_refused_and_counted(
         done = subprocess.run([*client, "cli:7:0", "cli-8:3"], env=env, capture_output=True,
                               text=True, timeout=120)  # fmt: skip
         assert done.returncode == 0 and "2 clicks accepted" in done.stdout, done.stderr
-        bad = subprocess.run([*client, "no-index"], env=env, capture_output=True, text=True,
-                             timeout=120)  # fmt: skip
-        assert bad.returncode == 2 and "is not REQUEST_ID:INSTANCE" in bad.stderr
+        refused = subprocess.run([*client, "no-index"], env=env, capture_output=True,
+                                 text=True, timeout=120)  # fmt: skip
+        assert refused.returncode == 2 and "is not REQUEST_ID:INSTANCE" in refused.stderr
         clicks = [parse_click(r) for r in read_topic(broker.bootstrap, CLICKS_TOPIC, 6)]
         assert sorted((c.request_id, c.index) for c in clicks) == [
             ("abc-1", 2), ("abc-2", 0), ("abc-2", 1), ("abc-2", 2), ("cli-8", 3), ("cli:7", 0),

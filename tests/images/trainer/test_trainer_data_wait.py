@@ -13,7 +13,8 @@ from elasticctr_trainer.hours import wait_for_range
 from elasticctr_trainer.metrics import MetricsLogger
 from elasticctr_trainer.trainer import offline_hours
 
-from tests.images.trainer.test_trainer_units import RUNNER, FakeClock, joined_pair
+from tests.images.trainer.test_trainer_units import FakeClock, joined_pair
+from tests.support.trainer_json import RUNNER
 
 
 class Silent(MetricsLogger):

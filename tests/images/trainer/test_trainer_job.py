@@ -17,6 +17,7 @@ import pytest
 from tests.images.trainer.conftest import BAD_FILE, BAD_LINES, HOURS, MISSING_HOUR
 from tests.images.trainer.trainertest import (
     AUC_TOLERANCE,
+    full_table,
     heldout_auc,
     impressions,
     read_sequence_file,
@@ -148,20 +149,43 @@ def test_versions_are_published_by_the_donefile_last(job):
     _, work = job
     models = work / "models"
     lines = [json.loads(line) for line in (models / "donefile").read_text().splitlines()]
-    assert lines == [{"id": v, "key": v, "input": f"file://{models}/{v}/sparse"} for v in (1, 2)]
-    for version in (1, 2):
+    # Version 1 is a base; version 2 a delta on it (trainer 0 kept version 1's table).
+    assert lines == [
+        {"id": 1, "key": 1, "input": f"file://{models}/1/sparse"},
+        {"id": 2, "key": 2, "input": f"file://{models}/2/sparse", "parent": 1},
+    ]
+    for version, sparse in ((1, ["part-00000"]), (2, ["_deleted", "part-00000"])):
         assert sorted(p.name for p in (models / str(version) / "dense").iterdir()) == [
             "meta.json", "model.pdiparams", "model.pdmodel",
         ]  # fmt: skip
-        assert [p.name for p in (models / str(version) / "sparse").iterdir()] == ["part-00000"]
+        assert sorted(p.name for p in (models / str(version) / "sparse").iterdir()) == sparse
     index = (work / "checkpoints/index").read_text().splitlines()
     assert [json.loads(line)["pass_id"] for line in index] == [1, 2]
+
+
+def test_the_delta_on_the_base_is_the_table_trainer_0_dumped_bit_for_bit(job):
+    _, work = job
+    models = work / "models"
+    meta = json.loads((models / "2/dense/meta.json").read_text())
+    delta_keys, _ = read_sequence_file((models / "2/sparse/part-00000").read_bytes())
+    assert meta["parent"] == 1 and meta["delta_keys"] == len(delta_keys) > 0
+    # Pass 2 trained every key again: nothing was left out, and nothing deleted.
+    assert meta["deleted_keys"] == 0
+    keys, values = full_table(models, 2)
+    assert len(keys) == meta["sparse_keys"]
+    # trainer 0's snapshot of version 2 is every row it pulled for it
+    snapshot = work / "scratch" / "export-snapshot"
+    assert json.loads((snapshot / "meta.json").read_text())["version"] == 2
+    np.testing.assert_array_equal(np.fromfile(snapshot / "keys.u64", "<u8"), keys)
+    np.testing.assert_array_equal(
+        np.fromfile(snapshot / "values.f32", "<u4"), values.view(np.uint32).ravel()
+    )
 
 
 def test_sequence_file_reads_back_independently(job, synthetic):
     _, work = job
     meta = json.loads((work / "models/2/dense/meta.json").read_text())
-    keys, values = read_sequence_file((work / "models/2/sparse/part-00000").read_bytes())
+    keys, values = full_table(work / "models", 2)
     assert len(keys) == meta["sparse_keys"] == len(set(keys.tolist()))
     assert values.shape == (len(keys), meta["embedding_dim"]) == (len(keys), 9)
     assert keys.min() >= 1 and keys.max() < meta["sparse_dim"]
@@ -177,7 +201,7 @@ def test_exported_model_reproduces_the_trainers_predictions(job, synthetic, tmp_
     _, work = job
     dense = work / "models/2/dense"
     meta = json.loads((dense / "meta.json").read_text())
-    keys, values = read_sequence_file((work / "models/2/sparse/part-00000").read_bytes())
+    keys, values = full_table(work / "models", 2)
     pooled = pooled_embeddings(
         synthetic.heldout, meta["slots"], meta["sparse_dim"], keys, values, meta["feed_names"]
     )

@@ -23,15 +23,7 @@ from elasticctr_trainer.roles import RoleError, role_from_env
 from elasticctr_trainer.sync import PassSync, SyncTimeout
 
 from tests.images.trainer.trainertest import read_sequence_file
-
-RUNNER = {
-    "train_data_uri": "file:///data",
-    "start_date_hr": "20191221/00",
-    "end_date_hr": "20191221/23",
-    "slot_conf": "/etc/elasticctr/slot.conf",
-    "model_uri": "s3://b/models",
-    "checkpoint_uri": "s3://b/checkpoints",
-}
+from tests.support.trainer_json import RUNNER
 
 
 def test_architecture_example_config_parses_with_defaults():

@@ -205,3 +205,27 @@ def read_sequence_file(data: bytes) -> tuple[np.ndarray, np.ndarray]:
         values.append(np.frombuffer(value, dtype="<f4"))
         pos = start + record_length
     return np.array(keys, dtype=np.uint64), np.array(values, dtype=np.float32)
+
+
+def full_table(models: Path, version: int) -> tuple[np.ndarray, np.ndarray]:
+    """The whole table of `version` (keys ascending), read independently: a base's parts,
+    or a delta's parts and deletions applied on its parent's table (the donefile's chain)."""
+    lines = {
+        line["id"]: line for line in map(json.loads, (models / "donefile").read_text().splitlines())
+    }
+    chain = [version]
+    while lines[chain[0]].get("parent") is not None:
+        chain.insert(0, lines[chain[0]]["parent"])
+    table: dict[int, np.ndarray] = {}
+    for v in chain:
+        sparse = models / str(v) / "sparse"
+        if v != chain[0]:
+            gone = np.frombuffer((sparse / "_deleted").read_bytes(), "<u8")
+            for key in gone.tolist():
+                del table[key]  # a deleted key was in the parent's table
+        for part in sorted(sparse.glob("part-*")):
+            keys, values = read_sequence_file(part.read_bytes())
+            table.update(zip(keys.tolist(), values, strict=True))
+    keys = np.array(sorted(table), np.uint64)
+    dim = next(iter(table.values())).shape[0] if table else 0
+    return keys, np.array([table[k] for k in keys.tolist()], np.float32).reshape(-1, dim)

@@ -222,11 +222,7 @@ fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String),
         ("/control/load", true) => {
             let cmd = parse(&req.body)?;
             let version = version_of(&cmd)?.ok_or((400, "load needs \"version\"".to_string()))?;
-            let path = cmd.get("path").and_then(Value::as_str).ok_or((
-                400,
-                "load needs \"path\" (a shard file on this pod)".to_string(),
-            ))?;
-            let result = state.start_load(version, path.to_string())?;
+            let result = state.start_load(version, load_paths(&cmd)?)?;
             Ok((
                 202,
                 json!({"result": result, "version": version}).to_string(),
@@ -249,6 +245,26 @@ fn route(req: &Request, state: &Arc<State>, port: Port) -> Result<(u16, String),
             Err((405, format!("{} needs POST", req.path)))
         }
         _ => Err((404, format!("no such endpoint {} {}", req.method, req.path))),
+    }
+}
+
+/// A load's files: "path" (a base, or a delta on a held version), or "chain" (a base and
+/// the deltas on it, or deltas on a held version, in order).
+fn load_paths(cmd: &Value) -> Result<Vec<String>, Failure> {
+    let wanted = || {
+        (
+            400,
+            "load needs \"path\" (a shard file on this pod) or \"chain\" (a list of them)"
+                .to_string(),
+        )
+    };
+    match (cmd.get("path"), cmd.get("chain")) {
+        (Some(Value::String(p)), None) => Ok(vec![p.clone()]),
+        (None, Some(Value::Array(files))) if !files.is_empty() => files
+            .iter()
+            .map(|f| f.as_str().map(str::to_string).ok_or_else(wanted))
+            .collect(),
+        _ => Err(wanted()),
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod binary;
 pub mod conns;
+pub mod dict;
 pub mod http;
 pub mod server;
 pub mod shardfile;

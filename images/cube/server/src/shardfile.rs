@@ -9,13 +9,18 @@
 //!      keys: key_count x u64, ordered by (bucket, key)
 //!      values: key_count x dim x f32, same order
 //! bucket(key) = mix64(key) >> (64 - bucket_bits); body_crc32 covers bytes [64, end).
+//!
+//! Format 2 is a delta on a parent version: the same layout, with the parent version
+//! (u64) at offset 56, covered by the header checksum (bytes [0, 52) then [56, 64)), and
+//! after the values one bit per key (LSB first): set where the key is deleted (its value
+//! is zeros). A base (format 1) holds every key of its version.
 
 use memmap2::{Mmap, MmapOptions};
 use std::fs::File;
-use std::sync::atomic::AtomicU64;
 
 pub const MAGIC: &[u8; 8] = b"ECUBESH1";
 pub const FORMAT: u32 = 1;
+pub const DELTA_FORMAT: u32 = 2;
 pub const HEADER_LEN: usize = 64;
 
 /// splitmix64's finalizer: spreads any key set (sequential, all = s mod n) over the buckets.
@@ -35,14 +40,56 @@ pub struct ShardFile {
     pub dim: u32,
     pub value_bytes: usize,
     pub file_bytes: u64,
-    /// When a seek last read this version (State's clock, ms + 1; 0: never): readers
-    /// still on it keep it loaded (the transfer unloads only versions idle long enough).
-    pub last_read: AtomicU64,
+    /// A delta's parent version (format 2); None for a base.
+    pub parent: Option<u64>,
     bucket_bits: u32,
     table_off: usize,
     keys_off: usize,
     values_off: usize,
+    deleted_off: usize,
     map: Mmap,
+}
+
+/// The fields of a shard file's header that decide how to load it (read without mapping
+/// the file: the server checks a delta's parent before it starts the load).
+pub struct Header {
+    pub version: u64,
+    pub parent: Option<u64>,
+}
+
+fn check_header(h: &[u8], path: &str) -> Result<Header, String> {
+    if &h[0..8] != MAGIC {
+        return Err(format!(
+            "{path}: not a cube shard file (bad magic {:?})",
+            &h[0..8]
+        ));
+    }
+    let format = u32_at(h, 8);
+    if !(format == FORMAT || format == DELTA_FORMAT) || u32_at(h, 12) as usize != HEADER_LEN {
+        return Err(format!("{path}: unsupported shard file format {format}"));
+    }
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&h[0..52]);
+    if format == DELTA_FORMAT {
+        crc.update(&h[56..64]);
+    }
+    if crc.finalize() != u32_at(h, 52) {
+        return Err(format!("{path}: corrupt header (header checksum mismatch)"));
+    }
+    Ok(Header {
+        version: u64_at(h, 16),
+        parent: (format == DELTA_FORMAT).then(|| u64_at(h, 56)),
+    })
+}
+
+/// The header of the shard file at `path`, checked (magic, format, checksum).
+pub fn read_header(path: &str) -> Result<Header, String> {
+    use std::io::Read;
+    let mut h = [0u8; HEADER_LEN];
+    File::open(path)
+        .and_then(|mut f| f.read_exact(&mut h))
+        .map_err(|e| format!("{path}: cannot read the header: {e}"))?;
+    check_header(&h, path)
 }
 
 fn u32_at(b: &[u8], off: usize) -> u32 {
@@ -71,21 +118,7 @@ impl ShardFile {
         let map = unsafe { MmapOptions::new().populate().map(&file) }
             .map_err(|e| format!("{path}: cannot map: {e}"))?;
         let h = &map[..HEADER_LEN];
-        if &h[0..8] != MAGIC {
-            return Err(format!(
-                "{path}: not a cube shard file (bad magic {:?})",
-                &h[0..8]
-            ));
-        }
-        let format = u32_at(h, 8);
-        if format != FORMAT || u32_at(h, 12) as usize != HEADER_LEN {
-            return Err(format!("{path}: unsupported shard file format {format}"));
-        }
-        let header_crc = u32_at(h, 52);
-        if crc32fast::hash(&h[0..52]) != header_crc {
-            return Err(format!("{path}: corrupt header (header checksum mismatch)"));
-        }
-        let version = u64_at(h, 16);
+        let Header { version, parent } = check_header(h, path)?;
         let key_count = u64_at(h, 24);
         let (shard, shard_num, dim, bucket_bits) =
             (u32_at(h, 32), u32_at(h, 36), u32_at(h, 40), u32_at(h, 44));
@@ -100,7 +133,13 @@ impl ShardFile {
         let table_off = HEADER_LEN;
         let keys_off = (table_off + (buckets + 1) * 4 + 7) & !7;
         let values_off = keys_off + key_count as usize * 8;
-        let expected = values_off as u64 + key_count * value_bytes as u64;
+        let deleted_off = values_off + key_count as usize * value_bytes;
+        let deleted_bytes = if parent.is_some() {
+            key_count.div_ceil(8)
+        } else {
+            0
+        };
+        let expected = deleted_off as u64 + deleted_bytes;
         if file_bytes != expected {
             let what = if file_bytes < expected {
                 "truncated"
@@ -127,8 +166,9 @@ impl ShardFile {
             table_off,
             keys_off,
             values_off,
+            deleted_off,
+            parent,
             map,
-            last_read: AtomicU64::new(0),
         };
         let table = sf.table();
         if table[0] != 0
@@ -169,17 +209,29 @@ impl ShardFile {
         }
     }
 
-    /// The value bytes of `key`, if present.
-    pub fn get(&self, key: u64) -> Option<&[u8]> {
+    /// The index of `key` in this file (for a delta: an upsert or a deletion), if present.
+    #[inline]
+    pub fn find(&self, key: u64) -> Option<usize> {
         let b = self.bucket(key);
         let t = self.table();
         let (lo, hi) = (t[b] as usize, t[b + 1] as usize);
         let keys = self.keys();
-        (lo..hi).find(|&i| keys[i] == key).map(|i| self.value(i))
+        (lo..hi).find(|&i| keys[i] == key)
+    }
+
+    /// Whether the key at index `i` is a deletion (only deltas hold deletions).
+    #[inline]
+    pub fn is_deleted(&self, i: usize) -> bool {
+        self.parent.is_some() && self.map[self.deleted_off + i / 8] >> (i % 8) & 1 == 1
+    }
+
+    /// The value bytes of `key` in a base, if present.
+    pub fn get(&self, key: u64) -> Option<&[u8]> {
+        self.find(key).map(|i| self.value(i))
     }
 
     #[inline(always)]
-    fn value(&self, i: usize) -> &[u8] {
+    pub fn value(&self, i: usize) -> &[u8] {
         let off = self.values_off + i * self.value_bytes;
         &self.map[off..off + self.value_bytes]
     }

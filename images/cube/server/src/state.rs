@@ -1,7 +1,8 @@
 //! The versions a server holds (current + background), background loads, and counters.
 
 use crate::conns::Conns;
-use crate::shardfile::ShardFile;
+use crate::dict::Dict;
+use crate::shardfile::{self, ShardFile};
 use serde_json::{json, Value};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, RwLock};
@@ -25,7 +26,8 @@ pub enum LoadState {
 #[derive(Clone)]
 pub struct Load {
     pub version: u64,
-    pub path: String,
+    /// The files loaded in order: a base and deltas, or deltas on a held parent.
+    pub paths: Vec<String>,
     pub state: LoadState,
     pub seconds: f64,
     generation: u64,
@@ -33,8 +35,8 @@ pub struct Load {
 
 #[derive(Default)]
 struct Slots {
-    current: Option<Arc<ShardFile>>,
-    background: Option<Arc<ShardFile>>,
+    current: Option<Arc<Dict>>,
+    background: Option<Arc<Dict>>,
 }
 
 #[derive(Default)]
@@ -83,7 +85,7 @@ impl State {
     }
 
     /// The version a seek reads: the pinned one if it is held, else the current one.
-    pub fn dict_for(&self, pinned: Option<u64>) -> Result<Arc<ShardFile>, Failure> {
+    pub fn dict_for(&self, pinned: Option<u64>) -> Result<Arc<Dict>, Failure> {
         let dict = self.find(pinned)?;
         let now = self.clock();
         if dict.last_read.load(Relaxed) != now {
@@ -92,7 +94,7 @@ impl State {
         Ok(dict)
     }
 
-    fn find(&self, pinned: Option<u64>) -> Result<Arc<ShardFile>, Failure> {
+    fn find(&self, pinned: Option<u64>) -> Result<Arc<Dict>, Failure> {
         let slots = self.slots.read().unwrap();
         match pinned {
             None => slots
@@ -107,7 +109,10 @@ impl State {
                 .ok_or_else(|| {
                     (
                         409,
-                        format!("version {v} is not held by this shard ({})", held(&slots)),
+                        format!(
+                            "version {v} is not held by this shard ({})",
+                            held_text(&slots)
+                        ),
                     )
                 }),
         }
@@ -122,36 +127,58 @@ impl State {
             .map(|d| d.version)
     }
 
-    /// Start loading `path` as `version` into the background slot, in a thread.
+    /// Start loading `paths` as `version` into the background slot, in a thread: a base
+    /// and the deltas on it in order, or deltas whose first one's parent this server holds
+    /// (current or background). A delta on a version not held is refused here, before
+    /// anything is dropped: it is never applied on another version.
     pub fn start_load(
         self: &Arc<Self>,
         version: u64,
-        path: String,
+        paths: Vec<String>,
     ) -> Result<&'static str, Failure> {
-        {
+        let Some(first) = paths.first() else {
+            return Err((400, "load needs a shard file".to_string()));
+        };
+        let parent = {
             let slots = self.slots.read().unwrap();
-            if [&slots.current, &slots.background]
-                .into_iter()
-                .flatten()
-                .any(|d| d.version == version)
-            {
+            let held = || [&slots.current, &slots.background].into_iter().flatten();
+            if held().any(|d| d.version == version) {
                 return Ok("already held");
             }
-        }
+            // A file that cannot be read fails the load itself (its state says why).
+            match shardfile::read_header(first).ok().and_then(|h| h.parent) {
+                None => None,
+                Some(p) => Some(held().find(|d| d.version == p).cloned().ok_or_else(|| {
+                    (
+                        409,
+                        format!(
+                            "{first} is a delta on version {p}, which this shard does not hold \
+                             ({}): load it with its chain from a base",
+                            held_text(&slots)
+                        ),
+                    )
+                })?),
+            }
+        };
         let mut load = self.load.lock().unwrap();
         if let Some(l) = load.as_ref() {
             if matches!(l.state, LoadState::Loading) {
-                if l.version == version && l.path == path {
+                if l.version == version && l.paths == paths {
                     return Ok("already loading");
                 }
                 return Err((
                     409,
-                    format!("busy loading version {} from {}", l.version, l.path),
+                    format!(
+                        "busy loading version {} from {}",
+                        l.version,
+                        l.paths.join(", ")
+                    ),
                 ));
             }
         }
         // At most two versions are mapped: the new one replaces the background one, which
-        // is dropped now rather than after the load (as Paddle's cube does in bg_load).
+        // is dropped now rather than after the load (as Paddle's cube does in bg_load). A
+        // delta on it keeps the files they share (`parent`).
         if let Some(old) = self.slots.write().unwrap().background.take() {
             eprintln!(
                 "cube-server: dropped background version {} to load {version}",
@@ -161,7 +188,7 @@ impl State {
         let generation = self.generation.fetch_add(1, Relaxed) + 1;
         *load = Some(Load {
             version,
-            path: path.clone(),
+            paths: paths.clone(),
             state: LoadState::Loading,
             seconds: 0.0,
             generation,
@@ -170,27 +197,35 @@ impl State {
         let state = Arc::clone(self);
         std::thread::Builder::new()
             .name(format!("load-{version}"))
-            .spawn(move || state.run_load(version, path, generation))
+            .spawn(move || state.run_load(version, paths, parent, generation))
             .map_err(|e| (500, format!("cannot start a load thread: {e}")))?;
         Ok("loading")
     }
 
-    fn run_load(&self, version: u64, path: String, generation: u64) {
+    fn run_load(
+        &self,
+        version: u64,
+        paths: Vec<String>,
+        parent: Option<Arc<Dict>>,
+        generation: u64,
+    ) {
         let t0 = Instant::now();
-        let result = ShardFile::open(&path).and_then(|d| self.check(d, version));
+        let result = self.open_chain(version, &paths, parent);
         let mut load = self.load.lock().unwrap();
         let Some(l) = load.as_mut().filter(|l| l.generation == generation) else {
             return;
         };
         l.seconds = t0.elapsed().as_secs_f64();
         if matches!(l.state, LoadState::Cancelled) {
-            return; // unloaded while loading: drop the file
+            return; // unloaded while loading: drop the files
         }
         match result {
             Ok(dict) => {
                 eprintln!(
-                    "cube-server: loaded version {version} from {path} ({} keys) in {:.3}s",
-                    dict.key_count, l.seconds
+                    "cube-server: loaded version {version} (chain {:?}) from {} in {:.3}s",
+                    dict.chain(),
+                    paths.join(", "),
+                    l.seconds
                 );
                 self.slots.write().unwrap().background = Some(Arc::new(dict));
                 l.state = LoadState::Loaded;
@@ -202,14 +237,36 @@ impl State {
         }
     }
 
-    fn check(&self, d: ShardFile, version: u64) -> Result<ShardFile, String> {
-        let c = &self.config;
-        if d.version != version {
+    /// Map and check every file of `paths`, each on top of the one before (the first on
+    /// `parent` if it is a delta); the result must be `version`.
+    fn open_chain(
+        &self,
+        version: u64,
+        paths: &[String],
+        parent: Option<Arc<Dict>>,
+    ) -> Result<Dict, String> {
+        let mut dict: Option<Dict> = None;
+        for path in paths {
+            let file = self.check(ShardFile::open(path)?)?;
+            dict = Some(match (&dict, &parent, file.parent) {
+                (None, None, _) => Dict::base(file)?,
+                (None, Some(p), _) => p.apply(file)?,
+                (Some(below), _, _) => below.apply(file)?,
+            });
+        }
+        let dict = dict.ok_or("no shard file to load")?;
+        if dict.version != version {
             return Err(format!(
                 "{}: holds version {}, asked to load version {version}",
-                d.path, d.version
+                paths.last().map_or("", String::as_str),
+                dict.version
             ));
         }
+        Ok(dict)
+    }
+
+    fn check(&self, d: ShardFile) -> Result<ShardFile, String> {
+        let c = &self.config;
         if d.shard != c.shard || d.shard_num != c.shard_num {
             return Err(format!(
                 "{}: is shard {} of {}, this server is shard {} of {}",
@@ -234,7 +291,7 @@ impl State {
                 409,
                 format!(
                     "cannot switch to version {version}: not loaded ({})",
-                    held(&slots)
+                    held_text(&slots)
                 ),
             ));
         }
@@ -306,8 +363,8 @@ impl State {
     }
 }
 
-fn held(slots: &Slots) -> String {
-    let v = |d: &Option<Arc<ShardFile>>| {
+fn held_text(slots: &Slots) -> String {
+    let v = |d: &Option<Arc<Dict>>| {
         d.as_ref()
             .map_or("none".to_string(), |d| d.version.to_string())
     };
@@ -318,15 +375,20 @@ fn held(slots: &Slots) -> String {
     )
 }
 
-/// A held version; `idle_seconds`: since a seek last read it (null: never read).
-fn dict_json(d: &ShardFile, now: u64) -> Value {
+/// A held version; `idle_seconds`: since a seek last read it (null: never read);
+/// `chain`: the versions of its files, base first; `keys` and `path`: its base's,
+/// `delta_keys`: the keys (upserts and deletions) of its deltas; `bytes`: all its files.
+fn dict_json(d: &Dict, now: u64) -> Value {
     let read = d.last_read.load(Relaxed);
+    let base = &d.layers[0];
     json!({
         "version": d.version,
-        "keys": d.key_count,
+        "chain": d.chain(),
+        "keys": base.key_count,
+        "delta_keys": d.layers[1..].iter().map(|l| l.key_count).sum::<u64>(),
         "dim": d.dim,
-        "bytes": d.file_bytes,
-        "path": d.path,
+        "bytes": d.layers.iter().map(|l| l.file_bytes).sum::<u64>(),
+        "path": d.layers.last().map_or(base.path.as_str(), |l| l.path.as_str()),
         "idle_seconds": (read != 0).then(|| now.saturating_sub(read) as f64 / 1000.0),
     })
 }
@@ -338,5 +400,6 @@ fn load_json(l: &Load) -> Value {
         LoadState::Failed(m) => ("failed", Some(m.as_str())),
         LoadState::Cancelled => ("cancelled", None),
     };
-    json!({"version": l.version, "path": l.path, "state": state, "error": error, "seconds": l.seconds})
+    let path = l.paths.last().map_or("", String::as_str);
+    json!({"version": l.version, "path": path, "paths": l.paths, "state": state, "error": error, "seconds": l.seconds})
 }

@@ -152,7 +152,7 @@ fn a_corrupt_file_is_refused_naming_the_fault() {
         reseal(&mut bytes);
         bytes
     };
-    refused(&sealed(8, 2), "unsupported shard file format 2");
+    refused(&sealed(8, 3), "unsupported shard file format 3");
     refused(&sealed(40, 0), "corrupt header (dim 0");
     refused(&sealed(44, 40), "corrupt header (dim 3, bucket_bits 40");
     refused(&sealed(32, 3), "shard 3/3");

@@ -190,8 +190,8 @@ fn an_unload_during_a_load_cancels_it() {
     let stored = keys(1_000_000, 3);
     let state = state(1000);
     let v1 = common::write_version(&dir.0, 1, &stored, DIM);
-    assert_eq!(state.start_load(1, v1.clone()), Ok("loading"));
-    let again = state.start_load(1, v1.clone());
+    assert_eq!(state.start_load(1, vec![v1.clone()]), Ok("loading"));
+    let again = state.start_load(1, vec![v1.clone()]);
     assert!(
         matches!(again, Ok("already loading" | "already held")),
         "{again:?}"

@@ -34,6 +34,40 @@ pub fn shard_bytes(
     keys: &[u64],
     values: &[Vec<f32>],
 ) -> Vec<u8> {
+    file_bytes(version, None, shard, shard_num, keys, values, &[])
+}
+
+/// The bytes of a delta on `parent` (format 2), as `write_shard_file(parent=...)` writes
+/// them: `deleted[i]` marks key i as deleted (its value is written as zeros).
+pub fn delta_bytes(
+    version: u64,
+    parent: u64,
+    shard: u32,
+    shard_num: u32,
+    keys: &[u64],
+    values: &[Vec<f32>],
+    deleted: &[bool],
+) -> Vec<u8> {
+    file_bytes(
+        version,
+        Some(parent),
+        shard,
+        shard_num,
+        keys,
+        values,
+        deleted,
+    )
+}
+
+fn file_bytes(
+    version: u64,
+    parent: Option<u64>,
+    shard: u32,
+    shard_num: u32,
+    keys: &[u64],
+    values: &[Vec<f32>],
+    deleted: &[bool],
+) -> Vec<u8> {
     let dim = values.first().map_or(1, Vec::len);
     let bits = bucket_bits_for(keys.len());
     let mut order: Vec<usize> = (0..keys.len()).collect();
@@ -58,13 +92,24 @@ pub fn shard_bytes(
     }
     for &i in &order {
         assert_eq!(values[i].len(), dim, "every value has `dim` floats");
+        let gone = deleted.get(i).copied().unwrap_or(false);
         for v in &values[i] {
-            body.extend_from_slice(&v.to_le_bytes());
+            body.extend_from_slice(&if gone { 0.0 } else { *v }.to_le_bytes());
         }
+    }
+    if parent.is_some() {
+        let mut bits = vec![0u8; order.len().div_ceil(8)];
+        for (at, &i) in order.iter().enumerate() {
+            if deleted.get(i).copied().unwrap_or(false) {
+                bits[at / 8] |= 1 << (at % 8);
+            }
+        }
+        body.extend_from_slice(&bits);
     }
     let mut head = Vec::with_capacity(HEADER_LEN);
     head.extend_from_slice(MAGIC);
-    for field in [1u32, HEADER_LEN as u32] {
+    let format = if parent.is_some() { 2u32 } else { 1 };
+    for field in [format, HEADER_LEN as u32] {
         head.extend_from_slice(&field.to_le_bytes());
     }
     head.extend_from_slice(&version.to_le_bytes());
@@ -72,9 +117,14 @@ pub fn shard_bytes(
     for field in [shard, shard_num, dim as u32, bits, crc32fast::hash(&body)] {
         head.extend_from_slice(&field.to_le_bytes());
     }
-    let header_crc = crc32fast::hash(&head);
-    head.extend_from_slice(&header_crc.to_le_bytes());
-    head.resize(HEADER_LEN, 0);
+    let parent_bytes = parent.unwrap_or(0).to_le_bytes();
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&head);
+    if parent.is_some() {
+        crc.update(&parent_bytes);
+    }
+    head.extend_from_slice(&crc.finalize().to_le_bytes());
+    head.extend_from_slice(&parent_bytes);
     head.extend_from_slice(&body);
     head
 }
@@ -161,7 +211,7 @@ pub fn status(state: &State) -> serde_json::Value {
 /// the load's final state ("loaded", "failed", ...) and its error.
 pub fn load(state: &Arc<State>, version: u64, path: &str) -> (String, Option<String>) {
     state
-        .start_load(version, path.to_string())
+        .start_load(version, vec![path.to_string()])
         .expect("load accepted");
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

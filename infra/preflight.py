@@ -1,0 +1,137 @@
+"""What the config names in a cluster that exists already (`cloud: existing`), looked up
+in that cluster before anything is registered, at preview as at up.
+
+A Volcano queue that does not exist keeps the Job from ever running (or, with Volcano's
+admission webhook, fails `pulumi up` midway); a node pool no node is labelled with keeps
+its pods Pending. The config alone cannot tell: the program asks the cluster, through
+the kubeconfig the stack's provider uses. A missing queue is an error (nothing creates
+queues on its own); a missing pool is a warning (a cluster autoscaler may bring up a
+labelled node when pods wait). Volcano makes its `default` queue itself, and a cloud the
+stack creates has its pools checked by the config, so neither is looked up. A cluster
+that cannot be reached, or a lookup that is not allowed, is a warning: the check then
+says what it could not check.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import pulumi
+
+from components.kube import POOL_LABEL
+from infra.config import Cloud, StackConfig, shown
+
+NAMESPACE = "elasticctr"
+VOLCANO_DEFAULT_QUEUE = "default"
+# Seconds to connect and to read: a cluster that does not answer must not stall a preview.
+TIMEOUT = (5, 15)
+
+
+def check_cluster(config: StackConfig) -> list[str]:
+    """Problem lines for what the config names and the cluster lacks (warnings are logged)."""
+    if config.cloud != Cloud.EXISTING or config.cluster.render_dir:
+        return []
+    queue = config.training.queue
+    pools = {
+        workload: pool
+        for workload in ("training", "cube", "serving")
+        if (pool := getattr(config, workload).node_pool)
+    }
+    if queue == VOLCANO_DEFAULT_QUEUE and not pools:
+        return []
+    try:
+        api = _client(config.cluster.kubeconfig, config.cluster.context)
+    except Exception as err:  # any kubeconfig the client cannot read: nothing to check against
+        _cannot_check(queue, pools, f"no usable kubeconfig ({_first_line(err)})")
+        return []
+    try:
+        problems = _queue_problems(api, queue) if queue != VOLCANO_DEFAULT_QUEUE else []
+        for workload, pool in pools.items():
+            if not _has_nodes(api, pool):
+                pulumi.log.warn(
+                    f"{NAMESPACE}:{workload}.node_pool: no node of the cluster is labelled "
+                    f"{POOL_LABEL}={pool}: the {workload} pods stay Pending until one is "
+                    f"(kubectl label node <node> {POOL_LABEL}={pool})"
+                )
+        return problems
+    except Exception as err:  # unreachable, forbidden, timed out: the provider says the rest
+        _cannot_check(queue, pools, _first_line(err))
+        return []
+    finally:
+        api.close()
+
+
+def _client(kubeconfig: str, context: str) -> Any:
+    """An API client as the stack's provider reaches the cluster: the kubeconfig file
+    given, else $KUBECONFIG (read now: the client reads it once, at import), else
+    ~/.kube/config; the context given, else the file's current one."""
+    from kubernetes import config as kube_config
+
+    path = kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    return kube_config.new_client_from_config(config_file=path, context=context or None)
+
+
+def _queue_problems(api: Any, queue: str) -> list[str]:
+    """The queue exists and is open, or one problem line."""
+    from kubernetes import client
+    from kubernetes.client.exceptions import ApiException
+
+    objects = client.CustomObjectsApi(api)
+    try:
+        found = objects.get_cluster_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "queues", queue, _request_timeout=TIMEOUT
+        )
+    except ApiException as err:
+        if err.status != 404:
+            raise
+        names = _queue_names(objects)
+        if names is None:  # no Volcano yet (the stack may install it): nothing to look in
+            return []
+        return [
+            f"{NAMESPACE}:training.queue must name a Volcano queue of the cluster "
+            f"({', '.join(names) or 'none'}), got {shown(queue)}: the Job would never be "
+            "scheduled (create the queue, or set training.queue)"
+        ]
+    state = (found.get("status") or {}).get("state")
+    if state not in (None, "Open"):
+        return [
+            f"{NAMESPACE}:training.queue must name an open Volcano queue, got {shown(queue)} "
+            f"({state}): Volcano admits no job to it"
+        ]
+    return []
+
+
+def _queue_names(objects: Any) -> list[str] | None:
+    """The cluster's Volcano queues; None when it has no queue API."""
+    from kubernetes.client.exceptions import ApiException
+
+    try:
+        listed = objects.list_cluster_custom_object(
+            "scheduling.volcano.sh", "v1beta1", "queues", _request_timeout=TIMEOUT
+        )
+    except ApiException as err:
+        if err.status == 404:
+            return None
+        raise
+    return sorted(item["metadata"]["name"] for item in listed.get("items") or [])
+
+
+def _has_nodes(api: Any, pool: str) -> bool:
+    from kubernetes import client
+
+    nodes = client.CoreV1Api(api).list_node(
+        label_selector=f"{POOL_LABEL}={pool}", limit=1, _request_timeout=TIMEOUT
+    )
+    return bool(nodes.items)
+
+
+def _cannot_check(queue: str, pools: dict[str, str], why: str) -> None:
+    what = [f"training.queue {queue}"] if queue != VOLCANO_DEFAULT_QUEUE else []
+    what += [f"{workload}.node_pool {pool}" for workload, pool in pools.items()]
+    pulumi.log.warn(f"{NAMESPACE}: could not look up {', '.join(what)} in the cluster: {why}")
+
+
+def _first_line(err: Exception) -> str:
+    text = str(err).strip().splitlines()
+    return (text[0] if text else type(err).__name__)[:200]

@@ -1,0 +1,73 @@
+"""`status` says what users see: an UNHEALTHY line when a cube-server does not serve the
+committed version, or does not answer and requests fail, in the text and in `--json`, and
+the command exits 1. Real processes: 3 cube shards, the transfer and serving."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from elasticctr_cube.httpjson import call
+
+from tests.images.client.conftest import run_client
+from tests.images.serving.conftest import start_stack
+from tests.images.serving.servingtest import http, probe_instances, publish
+
+pytestmark = pytest.mark.slow
+INFERENCE = "/ElasticCTRPredictionService/inference"
+
+
+def test_status_reports_shards_off_the_committed_version_and_failing_requests(
+    procs, tmp_path, cube_server_bin
+):
+    # The previous version stays loaded beside the committed one (no unload).
+    stack = start_stack(procs, tmp_path, unload_after="-1")
+    cluster = stack.cluster
+    flags = [
+        "status",
+        "--serving-url",
+        stack.serving.url,
+        "--transfer-url",
+        cluster.transfer_url(""),
+    ]
+    body = {"instances": probe_instances(stack.spec, 4)}
+    assert http("POST", stack.serving.url + INFERENCE, body)[0] == 200
+
+    healthy = run_client(*flags)
+    assert healthy.returncode == 0, healthy.stdout + healthy.stderr
+    assert "UNHEALTHY" not in healthy.stdout
+    assert "requests in the last 60 s: 1, failed 0, refused as bad input 0" in healthy.stdout
+    report = json.loads(run_client(*flags, "--json").stdout)
+    assert report["unhealthy"] == []
+    assert [s["cur_version"] for s in report["cube"]["servers"].values()] == [1, 1, 1]
+
+    # Version 2 is committed, then shard 1 goes back to version 1 behind the transfer's back:
+    # every lookup still finds version 2 (it stays loaded there), so requests succeed.
+    publish(stack.cluster, [2])
+    assert cluster.wait_result(2)["result"] == "committed"
+    stack.serving.wait_version(2)
+    switched = call("POST", cluster.control_url(1) + "/control/switch", {"version": 1})
+    assert switched[0] == 200, switched
+    off = run_client(*flags)
+    assert off.returncode == 1, off.stdout + off.stderr
+    assert "UNHEALTHY cube: shard 1 serves version 1, not the committed 2" in off.stdout
+
+    # A shard's server dies: requests fail, and status says so with the cause.
+    procs.kill("server2")
+    failed = [http("POST", stack.serving.url + INFERENCE, body)[0] for _ in range(3)]
+    assert failed == [503] * 3
+    down = run_client(*flags, "--json")
+    assert down.returncode == 1
+    report = json.loads(down.stdout)
+    assert report["serving"]["requests"]["failure_causes"] == {"cube_unavailable": 3}
+    (requests_line, cube_line) = report["unhealthy"]
+    total = report["serving"]["requests"]["requests"]  # 4, unless the first one is past 60 s
+    assert requests_line.startswith(
+        f"serving: 3 of {total} requests failed in the last 60 s (cube_unavailable 3); "
+        "last: HTTP 503 cube lookup failed: "
+    ), requests_line
+    assert cube_line.startswith(
+        "cube: shard 1 serves version 1, not the committed 2; shard 2 does not answer (server: "
+    ), cube_line
+    text = run_client(*flags).stdout
+    assert f"UNHEALTHY {requests_line}" in text and f"UNHEALTHY {cube_line}" in text

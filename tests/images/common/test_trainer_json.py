@@ -1,0 +1,69 @@
+"""trainer.json is read with its types: a value of the wrong JSON type is named, never
+coerced or left to crash the trainer later."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from elasticctr_common.trainer_json import ConfigError, apply_settings, parse_config
+
+from tests.support.trainer_json import RUNNER
+
+# A runner section with every required key (the trainer tests use it too).
+
+
+@pytest.mark.parametrize(
+    ("hyper", "message"),
+    [
+        ({"batch_size": 1.5}, "hyper_parameters.batch_size: expected an integer, got 1.5"),
+        ({"batch_size": "abc"}, 'hyper_parameters.batch_size: expected an integer, got "abc"'),
+        ({"batch_size": True}, "hyper_parameters.batch_size: expected an integer, got true"),
+        (
+            {"learning_rate": "0.1"},
+            'hyper_parameters.learning_rate: expected a finite number, got "0.1"',
+        ),
+        (
+            {"learning_rate": float("nan")},
+            "hyper_parameters.learning_rate: expected a finite number, got NaN",
+        ),
+        (
+            {"fc_sizes": [400, "400"]},
+            'hyper_parameters.fc_sizes: expected a list of integers, got [400, "400"]',
+        ),
+        ({"model": "deepfm"}, 'hyper_parameters.model: expected wide_deep or dnn, got "deepfm"'),
+        ({"embedding_dim": 1}, "hyper_parameters.embedding_dim: must be >= 2, got 1"),
+        ({"learning_rate": 0}, "hyper_parameters.learning_rate: must be > 0, got 0"),
+    ],
+)
+def test_a_hyper_parameter_of_the_wrong_type_is_named(hyper: dict[str, Any], message: str) -> None:
+    with pytest.raises(ConfigError) as err:
+        parse_config({"runner": RUNNER, "hyper_parameters": hyper})
+    assert str(err.value) == message
+
+
+def test_every_key_of_the_wrong_type_is_named_at_once() -> None:
+    runner = {k: v for k, v in RUNNER.items() if k != "model_uri"} | {"passes": "2"}
+    with pytest.raises(ConfigError) as err:
+        parse_config({"runner": runner, "hyper_parameters": {"batch_size": 1.5, "dense_l2": None}})
+    assert str(err.value).splitlines() == [
+        "runner.model_uri: required",
+        'runner.passes: expected an integer, got "2"',
+        "hyper_parameters.batch_size: expected an integer, got 1.5",
+        "hyper_parameters.dense_l2: expected a finite number, got null",
+    ]
+
+
+def test_integers_are_numbers_and_null_is_an_unset_optional() -> None:
+    config = parse_config(
+        {
+            "runner": {**RUNNER, "eval_data_uri": None, "publish_margin": 0},
+            "hyper_parameters": {"learning_rate": 1, "batch_size": 64},
+        }
+    )
+    assert config.hyper_parameters.learning_rate == 1 and config.runner.eval_data_uri is None
+
+
+def test_a_setting_given_on_the_command_line_is_typed_too() -> None:
+    with pytest.raises(ConfigError, match=r"hyper_parameters\.batch_size: expected an integer"):
+        apply_settings({"runner": RUNNER}, ["hyper_parameters.batch_size=abc"])
