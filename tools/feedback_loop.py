@@ -8,14 +8,19 @@ sends predict requests and clicks under a truth that drifts -> the joiner writes
 N-minute partitions -> the online job (resuming the offline checkpoint) trains each
 one -> cube and serving roll each version out. Optionally the joiner and the broker are
 killed (SIGKILL) and restarted mid-run (--kill-joiner-at, --kill-broker-at, seconds
-after the simulator starts).
+after the simulator starts), and bad input is written at --bad-at (`bad_input` below):
+malformed records of every kind straight to both topics, clicks on request ids nobody
+answered (some twice), malformed clicks to serving's /click.
 
 At the end it checks and reports (JSON on the last line, `--report FILE` too):
 - exactly once: the features of every impression on the stream appear in the written
   partitions exactly as often as on the stream (a multiset: 0 lost, 0 duplicated), every
   one of them was sent by the simulator, and what the simulator sent but the stream lacks
   is what serving counted as dropped;
-- the joiner's counts (late and unknown clicks, malformed records);
+- the joiner's counts (late and unknown clicks, malformed records) and, for the bad input
+  written, what was written beside what the joiner and serving counted for it;
+- latency per impression: from serving's time to its joined example's partition closing
+  (the donefile the trainer waits for), and to a version trained on that partition serving;
 - per served version, the AUC of its scores on the simulator's clicks and the Bayes AUC;
 - freshness: per partition, from its close (the joiner's donefile) to the version
   trained on it serving (serving switches once cube committed it on every shard).
@@ -34,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -49,6 +55,47 @@ def get(url: str) -> dict[str, Any]:
         return body
 
 
+def bad_input(now: float) -> tuple[list[bytes | None], list[bytes | None], dict[str, int]]:
+    """Records written straight to the impressions and clicks topics at --bad-at, and the
+    counts the joiner must add for them: every malformed kind the parsers name (3 of
+    each), clicks on request ids serving never answered (each unknown once the window
+    and a partition's length pass) and a click sent twice (a duplicate, then unknown)."""
+    good = {"rid": "bad-input-0", "t": now, "v": 1, "slots": [1], "s": [0.5],
+            "f": "AQAAAAAAAAA=", "k": "AAA=", "c": "AQAAAA=="}  # fmt: skip
+    impressions: list[dict[str, object]] = [
+        {**good, "rid": "a b"}, {**good, "t": "soon"}, {**good, "v": -1},
+        {**good, "slots": []}, {**good, "s": [2.0]}, {**good, "f": "not base64!"},
+        {**good, "c": "AgAAAA=="},  # 2 features claimed, 1 sent
+    ]  # fmt: skip
+    reasons = ["bad_request_id", "bad_time", "bad_version", "bad_slots", "bad_score",
+               "bad_features", "bad_features"]  # fmt: skip
+    raw: list[bytes | None] = [None, b"{not json", b"[1, 2]"]
+    raw_reasons = ["empty", "not_json", "not_object"]
+    click = {"rid": "bad-input-0", "i": 0, "t": now}
+    clicks: list[dict[str, object]] = [
+        {**click, "rid": ""}, {**click, "i": -1}, {**click, "i": "0"}, {**click, "t": 0},
+    ]  # fmt: skip
+    click_reasons = ["bad_request_id", "bad_instance", "bad_instance", "bad_time"]
+    imp_values = raw + [json.dumps(r).encode() for r in impressions]
+    click_values = raw + [json.dumps(c).encode() for c in clicks]
+    expected: dict[str, int] = collections.Counter()
+    for reason in raw_reasons + reasons:
+        expected[f"impression:{reason}"] += 3
+    for reason in raw_reasons + click_reasons:
+        expected[f"click:{reason}"] += 3
+    unknown = [json.dumps({**click, "rid": f"never-answered-{n}"}).encode() for n in range(10)]
+    twice = json.dumps({**click, "rid": "never-answered-twice"}).encode()
+    return (
+        imp_values * 3,
+        click_values * 3 + unknown + [twice, twice],
+        dict(expected) | {"unknown_clicks": len(unknown) + 1, "duplicate_clicks": 1},
+    )
+
+
+BAD_CLICKS = [b"{", b'{"request_id": "a b", "instance": 0}', b'{"request_id": "x"}',
+              b'{"clicks": []}', b'{"request_id": "x", "instance": -1}']  # fmt: skip
+
+
 class FeedbackLoop(Demo):
     def __init__(self, work: Path, args: argparse.Namespace) -> None:
         super().__init__(work, args)
@@ -56,6 +103,7 @@ class FeedbackLoop(Demo):
         self.events: list[str] = []
         self.broker: Any = None
         self.joiners = 0
+        self.bad: dict[str, Any] = {}
 
     def event(self, text: str) -> None:
         self.events.append(f"{time.strftime('%H:%M:%S')} {text}")
@@ -158,11 +206,18 @@ class FeedbackLoop(Demo):
         kills = sorted(
             [(t, "joiner") for t in a.kill_joiner_at] + [(t, "broker") for t in a.kill_broker_at]
         )
+        if a.bad_at is not None:
+            # The joiner counts what it read since it started: after its last restart.
+            if kills and a.bad_at <= kills[-1][0] + a.broker_down:
+                raise SystemExit("--bad-at must come after the last kill (and the broker's return)")
+            kills.append((a.bad_at, "bad"))
         for at, what in kills:
             while time.monotonic() - began < at:
                 self.check_alive(sim)
                 time.sleep(0.5)
-            if what == "joiner":
+            if what == "bad":
+                self.write_bad_input(url)
+            elif what == "joiner":
                 name = self.current_joiner()
                 killed = self.procs.pop(name)  # its exit is expected
                 os.killpg(killed.pid, signal.SIGKILL)
@@ -189,6 +244,58 @@ class FeedbackLoop(Demo):
             Path(a.report).write_text(text)
         print(text, flush=True)
         return 0
+
+    def write_bad_input(self, url: str) -> None:
+        """`bad_input`: to the stream directly, and malformed clicks to serving's /click."""
+        from confluent_kafka import Producer
+        from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC
+
+        before_joiner = get(f"{self.joiner_url}/status")["counts"]
+        before_serving = get(f"{url}/status")["feedback"]["clicks"]["rejected"]
+        imps, clicks, expected = bad_input(time.time())
+        producer: Any = Producer({"bootstrap.servers": self.bootstrap})
+        for topic, values in ((IMPRESSIONS_TOPIC, imps), (CLICKS_TOPIC, clicks)):
+            for value in values:
+                producer.produce(topic, value=value)
+        assert producer.flush(60) == 0, "the bad input was not all delivered"
+        refused = 0
+        for body in BAD_CLICKS:
+            request = urllib.request.Request(f"{url}/click", body, method="POST")
+            try:
+                urllib.request.urlopen(request, timeout=10).close()
+            except urllib.error.HTTPError as err:
+                refused += err.code == 400
+        self.bad = {
+            "joiner_before": before_joiner, "serving_rejected_before": before_serving,
+            "written": {"impressions": len(imps), "clicks": len(clicks)}, "expected": expected,
+            "serving_clicks_sent": len(BAD_CLICKS), "serving_clicks_refused": refused,
+        }  # fmt: skip
+        self.event(f"bad input written: {len(imps)} impression and {len(clicks)} click records, "
+                   f"{len(BAD_CLICKS)} malformed clicks to /click")  # fmt: skip
+
+    def bad_input_report(self, joiner: dict[str, Any], url: str) -> dict[str, Any]:
+        """What the joiner and serving counted for the bad input, beside what was written."""
+        if not self.bad:
+            return {}
+        before = self.bad["joiner_before"]
+        counted: dict[str, int] = {
+            key: joiner["bad"].get(key, 0) - before["bad"].get(key, 0)
+            for key in sorted(set(joiner["bad"]) | set(self.bad["expected"]))
+            if ":" in key
+        }
+        for key in ("unknown_clicks", "duplicate_clicks"):
+            counted[key] = joiner[key] - before[key]
+        rejected = get(f"{url}/status")["feedback"]["clicks"]["rejected"]
+        return {
+            "written": self.bad["written"],
+            "expected": self.bad["expected"],
+            "joiner_counted": counted,
+            "serving_clicks": {
+                "sent": self.bad["serving_clicks_sent"],
+                "refused_400": self.bad["serving_clicks_refused"],
+                "counted_rejected": rejected - self.bad["serving_rejected_before"],
+            },
+        }
 
     def check_alive(self, sim: subprocess.Popen[bytes]) -> None:
         for name in ("serving", "online", self.current_joiner()):
@@ -218,6 +325,7 @@ class FeedbackLoop(Demo):
         dataset = open_store(f"file://{self.dataset}")
         partitions = {}
         joined: collections.Counter[str] = collections.Counter()
+        in_partition: dict[str, collections.Counter[str]] = {}
         clicked = 0
         for day in sorted(dataset.list()):
             for name in sorted(dataset.list(day)):
@@ -226,10 +334,12 @@ class FeedbackLoop(Demo):
                     continue
                 manifest = json.loads(dataset.read_text(done))
                 partitions[f"{day}/{name}"] = manifest
+                here = in_partition.setdefault(f"{day}/{name}", collections.Counter())
                 for file in manifest["files"]:
                     for line in dataset.read_text(f"{day}/{name}/{file}").splitlines():
                         _, click, features = line.split(" ", 2)
                         joined[features] += 1
+                        here[features] += 1
                         clicked += int(click)
         on_stream = collections.Counter(m.features for m in stream)
         by_simulator = collections.Counter(r["f"] for r in sent)
@@ -262,6 +372,8 @@ class FeedbackLoop(Demo):
         seconds = [f["seconds"] for f in freshness]
         return {
             "exactly_once": exactly,
+            "latency": latency(stream, in_partition, partitions, freshness, a.minutes),
+            "bad_input": self.bad_input_report(get(f"{self.joiner_url}/status")["counts"], url),
             "joiner": status["counts"],
             "partitions": len(partitions),
             "versions": summary["versions"],
@@ -296,6 +408,51 @@ class FeedbackLoop(Demo):
             self.broker.close()
 
 
+def latency(
+    stream: list[Any],
+    in_partition: dict[str, collections.Counter[str]],
+    partitions: dict[str, dict[str, Any]],
+    freshness: list[dict[str, Any]],
+    minutes: int,
+) -> dict[str, Any]:
+    """Seconds from each impression's serving time to its partition's donefile (its joined
+    example readable by the trainer) and to a version trained on that partition serving;
+    median, 90th percentile, max. An impression is looked up in the partition of its time,
+    then the ones after (a late impression goes to the first open one)."""
+    from elasticctr_common.feedback import next_partition, partition_of
+
+    left = {name: collections.Counter(c) for name, c in in_partition.items()}
+    served = {f["partition"]: f["seconds"] for f in freshness}
+    to_joined, to_served = [], []
+    for impression in stream:
+        name = partition_of(impression.time, minutes)
+        while name in left and not left[name][impression.features]:
+            name = next_partition(name, minutes)
+        if name not in left:
+            continue  # not joined (the report's `lost` counts it)
+        left[name][impression.features] -= 1
+        joined = partitions[name]["closed_at"] - impression.time
+        to_joined.append(joined)
+        if name in served:
+            to_served.append(joined + served[name])
+
+    def spread(values: list[float]) -> dict[str, float] | None:
+        if not values:
+            return None
+        ordered = sorted(values)
+        return {
+            "n": len(ordered),
+            "median": round(statistics.median(ordered), 1),
+            "p90": round(ordered[int(0.9 * (len(ordered) - 1))], 1),
+            "max": round(ordered[-1], 1),
+        }
+
+    return {
+        "impression_to_partition_closed": spread(to_joined),
+        "impression_to_version_serving": spread(to_served),
+    }
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--work-dir", help="keep everything here (default: a temporary directory)")
@@ -312,6 +469,7 @@ def main() -> int:
     p.add_argument("--kill-joiner-at", type=float, action="append", default=[])
     p.add_argument("--kill-broker-at", type=float, action="append", default=[])
     p.add_argument("--broker-down", type=float, default=30.0, help="seconds")
+    p.add_argument("--bad-at", type=float, help="write the bad input then (after the kills)")
     # the warm-up (tools/demo.py's)
     p.add_argument("--slots", type=int, default=8)
     p.add_argument("--vocab", type=int, default=100)
