@@ -108,6 +108,25 @@ def _ugi(value: SecretStr) -> SecretStr:
     return value
 
 
+# A PEM bundle as `pulumi config set --path ... -- "$(cat ca.pem)"` stores it: lines of one
+# or more certificates; the one string value whose newlines are meant.
+PEM_BUNDLE = re.compile(
+    r"(-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----\r?\n?)+"
+)
+
+
+def _pem_bundle(value: str) -> str:
+    if value and not PEM_BUNDLE.fullmatch(value):
+        raise Problem(
+            "",
+            "must be PEM certificates (-----BEGIN CERTIFICATE----- ... -----END "
+            f'CERTIFICATE-----; set it with -- "$(cat ca.pem)"), got {shown(value)}',
+        )
+    return value
+
+
+PEM_CHECK = AfterValidator(_pem_bundle)
+PemBundle = Annotated[str, PEM_CHECK]
 Quantity = Annotated[
     str, _allowed(QUANTITY, "a Kubernetes quantity > 0 such as 10Gi"), AfterValidator(_positive)
 ]
@@ -199,7 +218,10 @@ class Section(BaseModel):
     def _strict_scalars(cls, value: Any, info: ValidationInfo) -> Any:
         if info.field_name is None:
             return value
-        return _strict_scalar(cls.model_fields[info.field_name].annotation, value)
+        field = cls.model_fields[info.field_name]
+        if PEM_CHECK in field.metadata:
+            return value  # lines are what a PEM bundle is: its own check reads it
+        return _strict_scalar(field.annotation, value)
 
 
 # Pulumi hands every top-level value to the program as a string ("4", "0.5", "true").
@@ -866,7 +888,7 @@ class KafkaConfig(Section):
     )
     username: SecretStr | None = Field(None, description="external, SASL_*: user (secret)")
     password: SecretStr | None = Field(None, description="external, SASL_*: password (secret)")
-    ca_cert: str = Field(
+    ca_cert: PemBundle = Field(
         "", description="external, SSL/SASL_SSL: PEM CA bundle (empty: the image's CAs)"
     )
     impressions_topic: str = Field(IMPRESSIONS_TOPIC, min_length=1, description="topic name")

@@ -104,6 +104,10 @@ class FeedbackLoop(Demo):
         self.broker: Any = None
         self.joiners = 0
         self.bad: dict[str, Any] = {}
+        # The caller's PYTHONPATH after the images' (packages installed beside the venv).
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (PYTHONPATH, os.environ.get("PYTHONPATH", "")) if p
+        )
 
     def event(self, text: str) -> None:
         self.events.append(f"{time.strftime('%H:%M:%S')} {text}")

@@ -393,6 +393,20 @@ def test_a_slot_conf_that_is_not_utf8_is_named(encoding: str) -> None:
             "elasticctr:feedback.kafka.security_protocol must be PLAINTEXT in mode in-cluster "
             "(its NetworkPolicies admit only the stack's serving and joiner)",
         ),
+        # A CA bundle is lines (the one value whose newlines are meant), but certificates.
+        (
+            {
+                "kafka": {
+                    "mode": "external",
+                    "bootstrap_servers": "b-1.msk:9094",
+                    "security_protocol": "SSL",
+                    "ca_cert": "/etc/ssl/ca.pem",
+                }
+            },
+            "elasticctr:feedback.kafka.ca_cert must be PEM certificates (-----BEGIN "
+            'CERTIFICATE----- ... -----END CERTIFICATE-----; set it with -- "$(cat ca.pem)"), '
+            'got "/etc/ssl/ca.pem"',
+        ),
     ],
 )
 def test_feedback_values_are_named(feedback: dict[str, Any], expected: str) -> None:
