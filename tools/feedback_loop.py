@@ -308,7 +308,12 @@ class FeedbackLoop(Demo):
                 raise SystemExit(f"{name} exited with {code} (logs: {self.logs})")
 
     def finish(self, url: str, record: Path, summary: dict[str, Any]) -> dict[str, Any]:
-        from elasticctr_common.feedback import impressions, next_partition, partition_of
+        from elasticctr_common.feedback import (
+            BadRecord,
+            impressions,
+            next_partition,
+            partition_of,
+        )
         from elasticctr_common.storage import open_store
 
         from tests.support.kafka import read_topic
@@ -325,7 +330,12 @@ class FeedbackLoop(Demo):
                                 lambda s: (s.get("closed") or "") >= want)  # fmt: skip
         serving = get(f"{url}/status")
         records = read_topic(self.bootstrap, "elasticctr-impressions")
-        stream = [m for record in records for m in impressions(record)]
+        stream = []
+        for value in records:
+            try:
+                stream += impressions(value)
+            except BadRecord:
+                continue  # the bad input (--bad-at): the joiner's to count, in the report
         dataset = open_store(f"file://{self.dataset}")
         partitions = {}
         joined: collections.Counter[str] = collections.Counter()
