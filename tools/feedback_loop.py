@@ -277,11 +277,16 @@ class FeedbackLoop(Demo):
         self.event(f"bad input written: {len(imps)} impression and {len(clicks)} click records, "
                    f"{len(BAD_CLICKS)} malformed clicks to /click")  # fmt: skip
 
-    def bad_input_report(self, joiner: dict[str, Any], url: str) -> dict[str, Any]:
-        """What the joiner and serving counted for the bad input, beside what was written."""
+    def bad_input_report(self, url: str) -> dict[str, Any]:
+        """What the joiner and serving counted for the bad input, beside what was written
+        (once the clicks on ids nobody answered have waited out their time)."""
         if not self.bad:
             return {}
         before = self.bad["joiner_before"]
+        unknown = before["unknown_clicks"] + self.bad["expected"]["unknown_clicks"]
+        status = self.wait_http(f"{self.joiner_url}/status", "the unknown clicks counted", 600,
+                                lambda s: s["counts"]["unknown_clicks"] >= unknown)  # fmt: skip
+        joiner = status["counts"]
         counted: dict[str, int] = {
             key: joiner["bad"].get(key, 0) - before["bad"].get(key, 0)
             for key in sorted(set(joiner["bad"]) | set(self.bad["expected"]))
@@ -366,7 +371,7 @@ class FeedbackLoop(Demo):
             "duplicated": sum((joined - on_stream).values()),
             "not_sent_by_simulator": sum((on_stream - by_simulator).values()),
             "sent_not_on_stream": sum((by_simulator - on_stream).values()),
-            "serving_dropped": dropped["dropped_buffer_full"] + dropped["dropped_queue_full"],
+            "serving_dropped": dropped["dropped_buffer_full"],
             "serving_failed": dropped["failed"],
             "clicked_examples": clicked,
         }
@@ -387,7 +392,7 @@ class FeedbackLoop(Demo):
         return {
             "exactly_once": exactly,
             "latency": latency(stream, in_partition, partitions, freshness, a.minutes),
-            "bad_input": self.bad_input_report(get(f"{self.joiner_url}/status")["counts"], url),
+            "bad_input": self.bad_input_report(url),
             "joiner": status["counts"],
             "partitions": len(partitions),
             "versions": summary["versions"],

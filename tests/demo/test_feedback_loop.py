@@ -32,6 +32,7 @@ def test_the_loop_holds_every_impression_once_across_a_joiner_and_a_broker_kill(
             "--work-dir", str(tmp_path / "work"), "--report", str(report_path),
             "--seconds", "240", "--drift-at", "120",
             "--kill-joiner-at", "70", "--kill-broker-at", "140", "--broker-down", "30",
+            "--bad-at", "200",
         ],
         capture_output=True, text=True, timeout=3000,
     )  # fmt: skip
@@ -46,7 +47,18 @@ def test_the_loop_holds_every_impression_once_across_a_joiner_and_a_broker_kill(
     assert once["sent_not_on_stream"] <= once["serving_dropped"] + once["serving_failed"], once
     assert once["simulator_sent"] == once["on_stream"] + once["sent_not_on_stream"], once
     assert report["joiner"]["late_clicks"] > 0, report["joiner"]  # clicks sent past the window
-    assert report["joiner"]["bad"] == {}
+    # The bad input written to the stream: every malformed record counted by its reason
+    # and skipped; clicks on ids nobody answered unknown, one sent twice a duplicate (the
+    # simulator's own late clicks may add to both); malformed clicks to /click refused.
+    bad = report["bad_input"]
+    malformed = {k: v for k, v in bad["expected"].items() if ":" in k}
+    assert {k: bad["joiner_counted"][k] for k in malformed} == malformed, bad
+    assert set(report["joiner"]["bad"]) == set(malformed), report["joiner"]
+    assert bad["joiner_counted"]["unknown_clicks"] >= bad["expected"]["unknown_clicks"], bad
+    assert bad["joiner_counted"]["duplicate_clicks"] >= bad["expected"]["duplicate_clicks"], bad
+    assert bad["serving_clicks"] == {"sent": 5, "refused_400": 5, "counted_rejected": 5}, bad
+    latency = report["latency"]["impression_to_partition_closed"]
+    assert latency["n"] == once["joined"] and 0 < latency["median"] <= latency["max"], latency
     # Every partition closed was trained and its version served, in order.
     parts = [f["partition"] for f in report["freshness"]]
     versions = [f["version"] for f in report["freshness"]]
