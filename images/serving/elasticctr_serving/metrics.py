@@ -137,8 +137,8 @@ class ServingMetrics:
         self.impressions = Counter(
             r,
             p + "impressions_total",
-            "impression records by outcome (feedback.py): queued, sampled_out, "
-            "dropped_queue_full, dropped_buffer_full, delivered, failed",
+            "impressions by outcome (feedback.py): queued, sampled_out, dropped_buffer_full, "
+            "delivered, failed",
             ("outcome",),
         )
         self.clicks = Counter(
