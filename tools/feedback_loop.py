@@ -23,7 +23,8 @@ At the end it checks and reports (JSON on the last line, `--report FILE` too):
   (the donefile the trainer waits for), and to a version trained on that partition serving;
 - per served version, the AUC of its scores on the simulator's clicks and the Bayes AUC;
 - freshness: per partition, from its close (the joiner's donefile) to the version
-  trained on it serving (serving switches once cube committed it on every shard).
+  trained on it, or a later one, serving (serving switches once cube committed it on
+  every shard; cube skips versions that come faster than it rolls them out).
 Every process it starts is stopped at the end.
 """
 
@@ -382,11 +383,16 @@ class FeedbackLoop(Demo):
         switched = {h["version"]: h["switched_at"] for h in get(f"{url}/status")["history"]}
         for version, hours in trained.items():
             part = hours[0]
-            if part in partitions and version in switched:
+            # Online training is cumulative: a later version holds what this one learnt.
+            # Cube skips to the newest version built when versions come faster than it
+            # rolls them out, so the first served version at or after this one counts.
+            later = [v for v in switched if v >= version]
+            if part in partitions and later:
+                served = min(later, key=lambda v: switched[v])
                 freshness.append({
-                    "partition": part, "version": version,
+                    "partition": part, "version": version, "served_version": served,
                     "examples": partitions[part]["examples"],
-                    "seconds": switched[version] - partitions[part]["closed_at"],
+                    "seconds": switched[served] - partitions[part]["closed_at"],
                 })  # fmt: skip
         seconds = [f["seconds"] for f in freshness]
         return {
