@@ -309,7 +309,7 @@ def _plaintext_secrets(raw: dict[str, Any], secret_keys: set[str]) -> list[str]:
             f"{NAMESPACE}:{path} must be set as a secret: "
             f"pulumi config set --secret --path {path} <value>"
             for field in fields
-            for path in _set_leaves(value.get(field), f"{key}.{field}")
+            for path in _set_leaves(_raw_at(value, field.split(".")), f"{key}.{field}")
         ]
     return problems
 

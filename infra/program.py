@@ -14,6 +14,9 @@ from components.bucket_access import BucketUser
 from components.cluster import ClusterResult
 from components.cube import SHARD_ACCOUNT, TRANSFER_ACCOUNT, Cube, CubeArgs
 from components.hdfs import Hdfs, HdfsArgs, client_routes
+from components.joiner import SERVICE_ACCOUNT as JOINER_ACCOUNT
+from components.joiner import Joiner, JoinerArgs
+from components.kafka import Kafka, KafkaArgs
 from components.kube import KubeTarget
 from components.mlflow import SERVICE_ACCOUNT as MLFLOW_ACCOUNT
 from components.mlflow import Mlflow, MlflowArgs
@@ -26,7 +29,7 @@ from components.training import SERVICE_ACCOUNT as TRAINING_ACCOUNT
 from components.training import Training, TrainingArgs
 from components.volcano import Volcano, VolcanoArgs
 from infra import guard, load_config, outputs, preflight
-from infra.access import bucket_users, workload_keys
+from infra.access import bucket_users, joins_into_bucket, workload_keys
 from infra.clusters import build_cluster
 from infra.config import PROGRAM_SETTINGS, StackConfig
 from infra.images import project_images
@@ -48,6 +51,12 @@ def trainer_settings(config: StackConfig) -> tuple[HyperParameters, dict[str, An
         "data_wait_seconds": data.wait_minutes * 60,
         "online_poll_seconds": data.poll_seconds,
         "data_format": data.format,
+        # With the feedback loop the job follows the joiner's partitions.
+        "partition_minutes": (
+            config.feedback.partition_minutes
+            if config.feedback.enabled
+            else Runner.partition_minutes
+        ),
     }
     model = {key: value for key, value in training.items() if key not in runner_keys}
     # A .py file of the project is mounted in the pods (the training ConfigMap); a module
@@ -160,6 +169,7 @@ def main() -> None:
                 datanode_storage=config.hdfs.datanode_storage,
                 cpu=config.hdfs.cpu,
                 mem=config.hdfs.mem,
+                clients=("trainer", "joiner") if config.feedback.enabled else ("trainer",),
             ),
         ).address
 
@@ -227,6 +237,59 @@ def main() -> None:
         ),
     )
 
+    feedback = config.feedback
+    kafka: Kafka | None = None
+    if feedback.enabled:
+        k = feedback.kafka
+        kafka = Kafka(
+            "kafka",
+            KafkaArgs(
+                target=target,
+                mode=k.mode,
+                impressions_topic=k.impressions_topic,
+                clicks_topic=k.clicks_topic,
+                image=config.images.kafka,
+                storage=k.storage,
+                cpu=k.cpu,
+                mem=k.mem,
+                retention_hours=k.retention_hours,
+                bootstrap_servers=k.bootstrap_servers,
+                security_protocol=k.security_protocol,
+                sasl_mechanism=k.sasl_mechanism,
+                username=as_secret(k.username),
+                password=as_secret(k.password),
+                ca_cert=k.ca_cert,
+            ),
+        )
+        into_bucket = joins_into_bucket(config)
+        hdfs_mode = config.hdfs.mode
+        assert into_bucket or hdfs_mode != "none"  # data.source hdfs needs an HDFS (config)
+        Joiner(
+            "joiner",
+            JoinerArgs(
+                target=target,
+                image=images["serving"],
+                kafka=kafka.client,
+                dataset_uri=train_data_uri,
+                partition_minutes=feedback.partition_minutes,
+                join_window=feedback.join_window,
+                topic_partitions=k.topic_partitions,
+                cpu=feedback.joiner_cpu,
+                mem=feedback.joiner_mem,
+                store=stores[JOINER_ACCOUNT] if into_bucket else None,
+                data_routes=(
+                    stores[JOINER_ACCOUNT].routes
+                    if into_bucket
+                    else client_routes(
+                        "external" if hdfs_mode == "external" else "in-cluster",
+                        config.hdfs.address,
+                        config.hdfs.datanode_port,
+                    )
+                ),
+                hdfs_ugi=None if into_bucket else as_secret(config.data.ugi),
+            ),
+        )
+
     serving = Serving(
         "serving",
         ServingArgs(
@@ -253,6 +316,9 @@ def main() -> None:
                 if config.serving.service_type == "LoadBalancer"
                 else None
             ),
+            feedback=kafka.client if kafka is not None else None,
+            feedback_sample_rate=feedback.sample_rate,
+            feedback_buffer_records=feedback.buffer_records,
         ),
     )
 

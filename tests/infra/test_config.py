@@ -215,7 +215,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"trainerz": "3"},
-            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano",
+            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback",
         ),
     ],
 )
@@ -448,6 +448,69 @@ def test_a_slot_conf_that_is_not_utf8_is_named(encoding: str) -> None:
     assert problem.startswith(
         f'elasticctr:slot_conf must be UTF-8 text (one slot id per line), got "{name}"'
     )
+
+
+@pytest.mark.parametrize(
+    ("feedback", "expected"),
+    [
+        (
+            {"enabled": True, "partition_minutes": 7},
+            "elasticctr:feedback.partition_minutes must divide an hour (1, 2, 3, 4, 5, 6, 10, "
+            "12, 15, 20, 30, 60), got 7",
+        ),
+        (
+            {"sample_rate": 1.5},
+            "elasticctr:feedback.sample_rate must be a number <= 1, got 1.5",
+        ),
+        (
+            {"kafka": {"mode": "external"}},
+            'elasticctr:feedback.kafka.bootstrap_servers must be set in mode external, got ""',
+        ),
+        (
+            {"kafka": {"mode": "external", "bootstrap_servers": "b-1.msk:9096,b-2.msk"}},
+            "elasticctr:feedback.kafka.bootstrap_servers must be host:port[,host:port...], "
+            'got "b-1.msk:9096,b-2.msk"',
+        ),
+        (
+            {"kafka": {"mode": "in-cluster", "security_protocol": "SASL_SSL"}},
+            "elasticctr:feedback.kafka.security_protocol must be PLAINTEXT in mode in-cluster "
+            "(its NetworkPolicies admit only the stack's serving and joiner)",
+        ),
+        # A CA bundle is lines (the one value whose newlines are meant), but certificates.
+        (
+            {
+                "kafka": {
+                    "mode": "external",
+                    "bootstrap_servers": "b-1.msk:9094",
+                    "security_protocol": "SSL",
+                    "ca_cert": "/etc/ssl/ca.pem",
+                }
+            },
+            "elasticctr:feedback.kafka.ca_cert must be PEM certificates (-----BEGIN "
+            'CERTIFICATE----- ... -----END CERTIFICATE-----; set it with -- "$(cat ca.pem)"), '
+            'got "/etc/ssl/ca.pem"',
+        ),
+    ],
+)
+def test_feedback_values_are_named(feedback: dict[str, Any], expected: str) -> None:
+    assert problems_of({"elasticctr:feedback": feedback}) == [expected]
+
+
+def test_kafka_credentials_are_secrets_and_required_with_sasl() -> None:
+    external = {"mode": "external", "bootstrap_servers": "b-1.msk:9096"}
+    sasl = {**external, "security_protocol": "SASL_SSL"}
+    problems = problems_of(
+        {"elasticctr:feedback": {"kafka": {**sasl, "username": "u", "password": "hunter2"}}}
+    )
+    assert problems == [
+        f"elasticctr:feedback.kafka.{key} must be set as a secret: pulumi config set --secret "
+        f"--path feedback.kafka.{key} <value>"
+        for key in ("username", "password")
+    ]
+    assert "hunter2" not in "".join(problems)
+    assert problems_of({"elasticctr:feedback": {"kafka": sasl}}, ("elasticctr:feedback",)) == [
+        "elasticctr:feedback.kafka.username and password must be set (with --secret) with SASL_SSL"
+    ]
 
 
 # Values the config took and Kubernetes, the trainer or a user's eyes refused later, or that

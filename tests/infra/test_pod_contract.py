@@ -249,3 +249,102 @@ def test_a_network_that_builds_the_wrong_logit_fails_the_pods_check(tmp_path: Pa
     graph = custom_stack("tests/images/trainer/nets/wrong_shape.py")
     with pytest.raises(pytest.fail.Exception, match=r"the logit must have shape \[batch, 1\]"):
         read_every_pod("dev + wrong_shape", graph, tmp_path)
+
+
+# The feedback loop, on a stack of each kind of stream: dev with Kafka in the cluster,
+# aws-prod with an external one (SASL over TLS, a CA bundle, credentials as secrets).
+FEEDBACK_STACKS: dict[str, dict[str, Any]] = {
+    "dev": {"enabled": True, "partition_minutes": 5, "join_window": 120},
+    "aws-prod": {
+        "enabled": True,
+        "partition_minutes": 15,
+        "kafka": {
+            "mode": "external",
+            "bootstrap_servers": "b-1.msk.example:9096,b-2.msk.example:9096",
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "username": "joiner-user",
+            "password": "kafka-password-1",
+            "ca_cert": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        },
+    },
+}
+
+
+@functools.cache
+def feedback_graph(stack: str) -> harness.Graph:
+    from infra.program import main
+    from tests.support.stacks import config_with_secrets
+
+    config, secrets = config_with_secrets(stack, {"elasticctr:feedback": FEEDBACK_STACKS[stack]})
+    return harness.run(main, config, (*secrets, "elasticctr:feedback"), stack=stack)
+
+
+def check_joiner(pod: Pod) -> dict[str, Any]:
+    from elasticctr_common.feedback import kafka_client_config
+    from elasticctr_joiner.__main__ import parse_args
+
+    args = pod.parse(parse_args)
+    assert args.kafka == kafka_client_config(pod.env)
+    return {
+        "dataset": args.dataset_uri,
+        "minutes": args.partition_minutes,
+        "kafka": args.kafka,
+        "topics": (args.impressions_topic, args.clicks_topic),
+        "ca": args.kafka.get("ssl.ca.location"),
+        "files": pod.files,
+    }
+
+
+def check_feedback_serving(pod: Pod) -> dict[str, Any]:
+    from elasticctr_common.feedback import FeedbackEnv, kafka_client_config, topics
+
+    check_serving(pod)
+    rate = float(pod.env[FeedbackEnv.SAMPLE_RATE])
+    assert 0 <= rate <= 1 and int(pod.env[FeedbackEnv.BUFFER_RECORDS]) > 0
+    kafka = kafka_client_config(pod.env)
+    return {"kafka": kafka, "topics": topics(pod.env), "files": pod.files}
+
+
+@pytest.mark.parametrize("stack", sorted(FEEDBACK_STACKS))
+def test_the_feedback_loop_pods_agree_on_stream_topics_and_partitions(
+    stack: str, tmp_path: Path
+) -> None:
+    graph = feedback_graph(stack)
+    checks = {"joiner": check_joiner, "serving": check_feedback_serving, "trainer": check_training}
+    read: dict[str, list[dict[str, Any]]] = {name: [] for name in checks}
+    kafka_conf = []
+    for where, pod, container in containers(graph):
+        files = config_files(graph, pod, tmp_path / where.replace("/", "_"))
+        if container["name"] == "kafka":
+            kafka_conf.append(files["/etc/kafka-conf/server.properties"].read_text())
+        if container["name"] in checks:
+            read[container["name"]].append(checks[container["name"]](Pod(container, files)))
+    (joiner,) = read["joiner"]
+    (serving,) = read["serving"]
+    assert serving["kafka"] == joiner["kafka"], "serving and the joiner reach one stream"
+    assert serving["topics"] == joiner["topics"]
+    # The trainers follow the joiner's partitions, where the joiner writes them.
+    trainer = next(p for p in containers(graph) if p[2]["name"] == "trainer")
+    files = config_files(graph, trainer[1], tmp_path / "trainer-json")
+    from elasticctr_common.trainer_json import load_config
+
+    runner = load_config(files["/etc/elasticctr/trainer.json"]).runner
+    assert (runner.train_data_uri, runner.partition_minutes) == (
+        joiner["dataset"], FEEDBACK_STACKS[stack]["partition_minutes"],
+    )  # fmt: skip
+    assert joiner["minutes"] == runner.partition_minutes and runner.mode in ("online", "offline")
+    if FEEDBACK_STACKS[stack].get("kafka", {}).get("mode") == "external":
+        assert not kafka_conf, "no broker in the cluster with an external stream"
+        assert joiner["kafka"]["security.protocol"] == "SASL_SSL"
+        assert joiner["kafka"]["sasl.username"] == PLACEHOLDER  # from the Secret
+        for reader in (joiner, serving):
+            ca = reader["kafka"]["ssl.ca.location"]
+            assert "BEGIN CERTIFICATE" in reader["files"][ca].read_text()
+    else:
+        (properties,) = kafka_conf
+        advertised = next(
+            line.split("=", 1)[1] for line in properties.splitlines()
+            if line.startswith("advertised.listeners=")
+        )  # fmt: skip
+        assert advertised == f"PLAINTEXT://{joiner['kafka']['bootstrap.servers']}"

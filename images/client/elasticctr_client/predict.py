@@ -120,7 +120,8 @@ def post_json(
     except urllib.error.HTTPError as err:
         detail = err.read().decode(errors="replace")
         with contextlib.suppress(ValueError):
-            detail = json.loads(detail).get("err_msg") or detail
+            answer = json.loads(detail)
+            detail = answer.get("err_msg") or answer.get("error") or detail
         raise PredictError(f"serving answered {err.code}: {detail}") from None
     except (OSError, ValueError) as err:
         raise PredictError(f"{url}: {err}{unreachable_hint(url)}") from None

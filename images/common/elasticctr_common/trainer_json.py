@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .contract import DATA_DIR, HOUR_FORMAT
+from .feedback import PARTITION_MINUTES, parse_partition
 from .lines import FORMATS, DenseFeature, LineFormat, dense_feature_problems
 
 Mode = Literal["offline", "online"]
@@ -40,6 +41,9 @@ class Runner:
     model_uri: str
     checkpoint_uri: str
     mode: Mode = "offline"  # offline: train START..END `passes` times; online: one pass per hour
+    # The data's time partitions: 60 reads hour directories YYYYMMDD/HH; N < 60 (dividing
+    # an hour) reads N-minute ones YYYYMMDD/HHMM, as the feedback joiner writes them.
+    partition_minutes: int = 60
     end_date_hr: str | None = None  # required offline; online stops after it when set
     passes: int = 1
     max_bad_line_fraction: float = 0.01
@@ -207,23 +211,31 @@ def _dense_features(data: Any) -> list[DenseFeature]:
 def _check(runner: Runner, hyper: HyperParameters) -> None:
     if runner.mode not in MODES:
         raise ConfigError(f"runner.mode: expected {' or '.join(MODES)}, got {runner.mode!r}")
+    minutes = runner.partition_minutes
+    if type(minutes) is not int or minutes not in PARTITION_MINUTES:
+        allowed = ", ".join(map(str, PARTITION_MINUTES))
+        raise ConfigError(
+            f"runner.partition_minutes: must divide an hour ({allowed}), got {minutes!r}"
+        )
     for key in ("start_date_hr", "end_date_hr"):
         value = getattr(runner, key)
         if value is not None:
             try:
-                parse_hour(value)
+                parse_partition(value, minutes)
             except ValueError as err:
                 raise ConfigError(f"runner.{key}: {err}") from None
     if runner.mode == "offline" and runner.end_date_hr is None:
         raise ConfigError("runner.end_date_hr: required in offline mode")
-    if runner.end_date_hr is not None and parse_hour(runner.end_date_hr) < parse_hour(
-        runner.start_date_hr
-    ):
+    if runner.end_date_hr is not None and parse_partition(
+        runner.end_date_hr, minutes
+    ) < parse_partition(runner.start_date_hr, minutes):
         raise ConfigError("runner.end_date_hr: before runner.start_date_hr")
     if runner.passes < 1:
         raise ConfigError(f"runner.passes: must be >= 1, got {runner.passes}")
     if runner.mode == "online" and runner.passes != 1:
-        raise ConfigError("runner.passes: online mode trains each hour once (one pass per hour)")
+        raise ConfigError(
+            "runner.passes: online mode trains each partition once (one pass per partition)"
+        )
     if not 0 <= runner.max_bad_line_fraction <= 1:
         raise ConfigError("runner.max_bad_line_fraction: must be within [0, 1]")
     if not runner.max_abs_weight > 0:

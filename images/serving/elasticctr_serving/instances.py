@@ -59,6 +59,11 @@ class Parsed:
     largest_feasign: int = 0  # before the mapping (feasign_check.py)
     # [count, the dense features' dims summed] float32, in the model's order; None without
     dense: NDArray[np.float32] | None = None
+    # Every feasign as sent (padding included) with its slot index and instance, in
+    # instance order: what an impression record holds (feedback.py).
+    raw: NDArray[np.uint64] | None = None
+    raw_slots: NDArray[np.int32] | None = None
+    raw_rows: NDArray[np.int32] | None = None
 
 
 class SlotSpace:
@@ -324,9 +329,11 @@ def _keys(
 ) -> Parsed:
     keys = raw % np.uint64(space.sparse_dim)
     real = keys != 0
+    kept_slots, kept_rows = slots, rows
     if not real.all():
-        keys, slots, rows = keys[real], slots[real], rows[real]
-    return Parsed(count, keys, slots, rows, int(raw.max()) if raw.size else 0)
+        keys, kept_slots, kept_rows = keys[real], slots[real], rows[real]
+    largest = int(raw.max()) if raw.size else 0
+    return Parsed(count, keys, kept_slots, kept_rows, largest, raw, slots, rows)
 
 
 def _as_uint64(feasigns: list[Any]) -> NDArray[np.uint64] | None:

@@ -1,4 +1,5 @@
-"""python -m elasticctr_trainer run|local|generate|pserver-sync (see docs/trainer.md)."""
+"""python -m elasticctr_trainer run|local|generate|simulate|pserver-sync (docs/trainer.md,
+docs/feedback.md)."""
 
 from __future__ import annotations
 
@@ -55,6 +56,26 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--seed", type=int, default=7)
     gen.add_argument("--missing-hour", action="append", default=[], help="write no donefile")
 
+    sim = commands.add_parser(
+        "simulate", help="users of serving: predict requests and clicks under a drifting truth"
+    )
+    sim.add_argument("--serving-url", required=True)
+    sim.add_argument("--token", default=os.environ.get("ELASTICCTR_SERVING_TOKEN", ""))
+    sim.add_argument("--truth", help="generate's truth.json (URI or path); else made from:")
+    sim.add_argument("--slots", type=int, default=8)
+    sim.add_argument("--first-slot", type=int, default=101)
+    sim.add_argument("--vocab", type=int, default=200)
+    sim.add_argument("--seed", type=int, default=7, help="the truth's (generate's) seed")
+    sim.add_argument("--seconds", type=float, default=60.0, help="how long to send requests")
+    sim.add_argument("--qps", type=float, default=20.0, help="requests a second")
+    sim.add_argument("--batch", type=int, default=4, help="instances a request")
+    sim.add_argument("--threads", type=int, default=2)
+    sim.add_argument("--click-delay", type=float, default=5.0, help="mean seconds to a click")
+    sim.add_argument("--late-share", type=float, default=0.05, help="clicks sent late")
+    sim.add_argument("--late-after", type=float, default=60.0, help="seconds (past the window)")
+    sim.add_argument("--drift-at", type=float, help="seconds after the start the truth drifts")
+    sim.add_argument("--record", default="", help="write every impression here (JSON lines)")
+
     sync = commands.add_parser("pserver-sync", help="internal: a pserver's checkpoint uploader")
     sync.add_argument("--checkpoint-uri", required=True)
     sync.add_argument("--rank", type=int, required=True)
@@ -110,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         from .generate import run_generate
 
         run_generate(args)
+        return 0
+    if args.command == "simulate":
+        from .simulate import run_simulate
+
+        run_simulate(args)
         return 0
     from .checkpoint import serve_uploads
 

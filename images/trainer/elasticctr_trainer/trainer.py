@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 import paddle
 from elasticctr_common.datafiles import BadFile
+from elasticctr_common.feedback import next_partition
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import Store, open_store
 from elasticctr_common.trainer_json import TrainerConfig, line_format
@@ -42,7 +43,7 @@ from . import checkpoint as ckpt
 from .delta import SNAPSHOT
 from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
-from .hours import next_hour, wait_for_hours, wait_for_range
+from .hours import wait_for_hours, wait_for_range
 from .lines import LineParser
 from .metrics import MetricsLogger, auc_from_histograms
 from .modelcheck import check_version
@@ -92,11 +93,18 @@ def plan_passes(
             for pass_id in range(done + 1, runner.passes + 1):
                 yield PlannedPass(pass_id, hours)
         return
-    start = next_hour(last.hour) if last and last.hour else runner.start_date_hr
-    for offset, hour in enumerate(
-        wait_for_hours(data, start, runner.end_date_hr, runner.online_poll_seconds)
-    ):
-        yield PlannedPass(done + 1 + offset, [hour])
+    minutes = runner.partition_minutes
+    start = next_partition(last.hour, minutes) if last and last.hour else runner.start_date_hr
+
+    def skipped(partitions: list[str]) -> None:
+        logger.event("skipped_hours", {"hours": partitions, "reason": "a later one is ready"})
+
+    partitions = wait_for_hours(
+        data, start, runner.end_date_hr, runner.online_poll_seconds, minutes=minutes,
+        skipped=skipped,
+    )  # fmt: skip
+    for offset, partition in enumerate(partitions):
+        yield PlannedPass(done + 1 + offset, [partition])
 
 
 def offline_hours(
