@@ -333,7 +333,9 @@ def _keys(
     if not real.all():
         keys, kept_slots, kept_rows = keys[real], slots[real], rows[real]
     largest = int(raw.max()) if raw.size else 0
-    return Parsed(count, keys, kept_slots, kept_rows, largest, raw, slots, rows)
+    return Parsed(
+        count, keys, kept_slots, kept_rows, largest, raw=raw, raw_slots=slots, raw_rows=rows
+    )
 
 
 def _as_uint64(feasigns: list[Any]) -> NDArray[np.uint64] | None:

@@ -315,6 +315,7 @@ def test_dense_features_are_read_in_both_forms_in_the_models_order():
         ]}).encode(),
         DENSE_SPACE, 10, plain=True,
     )  # fmt: skip
+    assert plain.dense is not None and parsed.dense is not None
     np.testing.assert_array_equal(plain.dense, parsed.dense)
     merged = merge([parsed, plain])
     assert merged.count == 4 and merged.dense is not None and merged.dense.shape == (4, 4)
