@@ -511,6 +511,7 @@ def main() -> int:
         "20191221/00",
         None,
     )
+    args.profile, args.seed = "simple", 7  # the warm-up's generated data (tools/demo.py's)
     # Online passes are small: no show-count deletion of the sparse table after each one
     # (delete_threshold counts shows a pass, docs/trainer.md), and every version published.
     args.set = ["runner.publish_every_version=true", "hyper_parameters.delete_threshold=0"]
