@@ -1,75 +1,61 @@
-"""Model quality on the realistic profile: held-out AUC of the trained model, pass by pass,
-against the data's Bayes-optimal AUC and two logistic-regression baselines fitted in the
-same run on the same held-out set (issue 16).
+"""Model quality: the quality matrix (and the realistic profile's sizes), each cell x seed
+one offline job with the trainer's defaults, its held-out AUC pass by pass against the
+data's Bayes-optimal AUC and two logistic regressions fitted in the same run on the same
+held-out set (without crosses, and with the generator's interacting pairs crossed).
 
     PYTHONPATH=images/trainer:images/common .venv/bin/python bench/model_quality.py \
-        [--size full|quick|ci] [--passes 3] [--seeds 7] [--trainers 2] \
-        [--examples-per-hour N --hours N --heldout N --max-vocab N] \
-        [--set hyper_parameters.model=dnn ...]
+        [--cells base ctr1 ... | --matrix | --cells realistic-full] [--seeds 1 2 3] \
+        [--passes 3] [--pservers 1] [--trainers 2] [--scale 1.0] \
+        [--set hyper_parameters.delete_threshold=50 ...] [--data DIR] [--json OUT]
 
-Per seed: `generate --profile realistic` (`--size full`: 240,000 training examples in 8
-hours across midnight, 60,000 held out; `quick`: 40,000 / 10,000; `ci`: the CI test's
-size, 3 hours of 8,000 examples, 5,000 held out, the largest slot 300 ids; the size's
-numbers can each be overridden), the baselines, then one offline job (1 pserver +
-`--trainers`, `--passes` passes) whose trainer 0 evaluates every version on the held-out
-set. Prints one table row per seed: Bayes, LR, LR + the interacting pair crossed, the
-model's held-out AUC after each pass and the job's seconds. `--set section.key=JSON`
-overrides trainer.json (for example `--set hyper_parameters.embedx_threshold=0`).
+The cells are `elasticctr_trainer.quality.CELLS` (docs/trainer.md, "Model quality", has
+the table); `--scale` multiplies every cell's training examples (0.5: half). Per cell and
+seed: the data (generated into DATA/<cell>-<scale>-<seed>, or reused from there), the
+baselines, one job whose trainer 0 evaluates every version on the held-out set. Prints one
+row per cell and seed: Bayes, LR, LR + crosses, the model's AUC after each pass, whether
+every pass meets the bars (within `quality.BAYES_MARGIN` of Bayes and at least the LR
+without crosses) and the job's seconds. `--set section.key=JSON` overrides trainer.json,
+for studies; the matrix's verdict is about the defaults (no --set).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from local_job import local_job_command, trainer_env  # a module beside this script
 
 REPO = Path(__file__).resolve().parents[1]
-# Per size: hours from START, examples an hour, held-out examples, the largest slot's ids.
-START = "20191221/20"
-SIZES: dict[str, dict[str, int]] = {
-    "full": {"hours": 8, "examples_per_hour": 30000, "heldout": 60000, "max_vocab": 100_000},
-    "quick": {"hours": 8, "examples_per_hour": 5000, "heldout": 10000, "max_vocab": 100_000},
-    "ci": {"hours": 3, "examples_per_hour": 8000, "heldout": 5000, "max_vocab": 300},
-}
 
 
-def generate(out: Path, seed: int, size: dict[str, int]) -> dict[str, Any]:
+def generate(out: Path, cell: Any, seed: int, scale: float) -> dict[str, Any]:
     """The data and its summary (Bayes, baselines); reused when `out` has them already."""
-    from elasticctr_trainer.generate import run_generate
+    from elasticctr_trainer.quality import generate_cell
 
     summary_file = out / "summary.json"
     if summary_file.exists():
         return dict(json.loads(summary_file.read_text()))
-
-    args = argparse.Namespace(
-        out=f"file://{out}", profile="realistic", baselines=True, sparse_dim=1000001,
-        start=START, hours=size["hours"], heldout=size["heldout"],
-        examples_per_hour=size["examples_per_hour"], files_per_hour=4, seed=seed,
-        first_slot=101, max_vocab=size["max_vocab"], slots=0, vocab=0, missing_hour=[],
-    )  # fmt: skip
-    summary = run_generate(args)
+    summary = generate_cell(f"file://{out}", cell, seed, scale)
     summary_file.write_text(json.dumps(summary))
     return summary
 
 
-def trainer_config(data: Path, work: Path, hours: int, passes: int, overrides: list[str]) -> Path:
-    from elasticctr_common.trainer_json import parse_hour
-    from elasticctr_trainer.hours import format_hour
+def trainer_config(data: Path, work: Path, summary: dict[str, Any], passes: int,
+                   overrides: list[str]) -> Path:  # fmt: skip
+    from elasticctr_common.trainer_json import apply_settings
 
-    end = format_hour(parse_hour(START) + timedelta(hours=hours - 1))
     config: dict[str, dict[str, Any]] = {
         "runner": {
             "train_data_uri": f"file://{data}/train",
-            "start_date_hr": START,
-            "end_date_hr": end,
+            "start_date_hr": summary["start"],
+            "end_date_hr": summary["end"],
             "slot_conf": str(data / "slot.conf"),
             "passes": passes,
             "model_uri": f"file://{work}/models",
@@ -80,16 +66,17 @@ def trainer_config(data: Path, work: Path, hours: int, passes: int, overrides: l
         },
         "hyper_parameters": {},
     }
-    from elasticctr_common.trainer_json import apply_settings
-
+    if summary["format"] != "elasticctr":
+        config["runner"]["data_format"] = summary["format"]
+        config["hyper_parameters"]["dense_features"] = summary["dense_features"]
     apply_settings(config, overrides)
     path = work / "trainer.json"
     path.write_text(json.dumps(config, indent=1))
     return path
 
 
-def train(config: Path, work: Path, trainers: int) -> list[float]:
-    command = local_job_command(config, work / "logs", pservers=1, trainers=trainers)
+def train(config: Path, work: Path, pservers: int, trainers: int) -> list[float]:
+    command = local_job_command(config, work / "logs", pservers=pservers, trainers=trainers)
     result = subprocess.run(
         command, env=trainer_env(), stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
     )
@@ -103,46 +90,66 @@ def train(config: Path, work: Path, trainers: int) -> list[float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--size", choices=sorted(SIZES), default="full")
-    parser.add_argument("--quick", action="store_true", help="--size quick")
-    for key in ("hours", "examples_per_hour", "heldout", "max_vocab"):
-        flag = "--" + key.replace("_", "-")
-        parser.add_argument(flag, type=int, help=f"instead of the size's {key}")
+    from elasticctr_trainer.quality import BAYES_MARGIN, CELLS, MATRIX, verdict
+
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--cells", nargs="+", choices=sorted(CELLS), default=[])
+    parser.add_argument("--matrix", action="store_true", help="every cell of the matrix")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     parser.add_argument("--passes", type=int, default=3)
-    parser.add_argument("--trainers", type=int, default=2, help="beside 1 pserver")
-    parser.add_argument("--seeds", type=int, nargs="+", default=[7])
+    parser.add_argument("--pservers", type=int, default=1)
+    parser.add_argument("--trainers", type=int, default=2)
+    parser.add_argument("--scale", type=float, default=1.0, help="x every cell's examples")
     parser.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=JSON")
-    parser.add_argument("--keep", action="store_true", help="keep the data and logs")
-    parser.add_argument(
-        "--data", type=Path, help="generate into DATA/<size>-<seed>, or reuse what is there"
-    )
+    parser.add_argument("--keep", action="store_true", help="keep the job's work directory")
+    parser.add_argument("--data", type=Path, help="generate into DATA/..., or reuse it")
+    parser.add_argument("--json", type=Path, help="append one JSON line per row here")
     args = parser.parse_args()
-    name = "quick" if args.quick else args.size
-    size = dict(SIZES[name])
-    for key in size:
-        if getattr(args, key) is not None:
-            size[key] = getattr(args, key)
-            name += f"-{key}{size[key]}"
-    print(f"{name}: {size}, {args.trainers} trainer(s), settings {args.set}", flush=True)
+    cells = list(MATRIX) if args.matrix else args.cells
+    if not cells:
+        parser.error("name --cells or --matrix")
+    print(
+        f"{args.pservers} pserver(s) + {args.trainers} trainer(s), {args.passes} passes, "
+        f"scale {args.scale}, settings {args.set or 'the defaults'}",
+        flush=True,
+    )
     passes = " | ".join(f"pass {p}" for p in range(1, args.passes + 1))
-    print(f"| seed | Bayes | LR | LR + cross | {passes} | job s |", flush=True)
-    for seed in args.seeds:
-        root = Path(tempfile.mkdtemp(prefix=f"model-quality-{seed}-"))
-        data = args.data / f"{name}-{seed}" if args.data else root / "data"
-        summary = generate(data, seed, size)
-        (root / "work").mkdir()
-        config = trainer_config(data, root / "work", size["hours"], args.passes, args.set)
-        began = time.monotonic()
-        aucs = train(config, root / "work", args.trainers)
-        seconds = time.monotonic() - began
-        cells = [summary["heldout_bayes_auc"], summary["lr_auc"], summary["lr_crosses_auc"], *aucs]
-        row = " | ".join(f"{v:.4f}" for v in cells)
-        print(f"| {seed} | {row} | {seconds:.0f} |", flush=True)
-        if args.keep:
-            print(f"kept {root}", file=sys.stderr)
-        else:
-            subprocess.run(["rm", "-rf", str(root)], check=True)
+    print(f"| cell | seed | examples | Bayes | LR | LR + crosses | {passes} | bars | job s |")
+    for name in cells:
+        cell = CELLS[name]
+        for seed in args.seeds:
+            root = Path(tempfile.mkdtemp(prefix=f"model-quality-{name}-{seed}-"))
+            data = args.data / f"{name}-{args.scale:g}-{seed}" if args.data else root / "data"
+            summary = generate(data, cell, seed, args.scale)
+            (root / "work").mkdir()
+            config = trainer_config(data, root / "work", summary, args.passes, args.set)
+            began = time.monotonic()
+            try:
+                aucs = train(config, root / "work", args.pservers, args.trainers)
+            except RuntimeError as err:
+                print(f"| {name} | {seed} | job failed: {err} |", flush=True)
+                continue
+            seconds = time.monotonic() - began
+            bayes, lr = summary["heldout_bayes_auc"], summary["lr_auc"]
+            ok = verdict(aucs, bayes, lr)
+            cells_text = " | ".join(
+                f"{v:.4f}" for v in [bayes, lr, summary["lr_crosses_auc"], *aucs]
+            )
+            bars = "met" if ok else f"MISSED (Bayes - {BAYES_MARGIN} = {bayes - BAYES_MARGIN:.4f})"
+            print(
+                f"| {name} | {seed} | {summary['train_examples']:,} | {cells_text} | {bars} "
+                f"| {seconds:.0f} |",
+                flush=True,
+            )
+            if args.json:
+                row = {"cell": name, "seed": seed, "scale": args.scale, "settings": args.set,
+                       "passes": aucs, "met": ok, "seconds": seconds, **summary}  # fmt: skip
+                with args.json.open("a") as out:
+                    out.write(json.dumps(row) + "\n")
+            if args.keep:
+                print(f"kept {root}", file=sys.stderr)
+            else:
+                shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,7 @@
     .venv/bin/python bench/serving_latency.py [--batches 1,64] [--concurrency 1,8,32]
         [--seconds 5] [--warmup 1] [--repeat 3] [--slots 26] [--fc 400,400,400]
         [--workers 1] [--max-wait-ms 2] [--variant 'LABEL[@TREE]:SERVING ARGS']...
+        [--feedback]
 
 Starts 3 cube-servers + agents + transfer and serving, publishes a synthetic model version
 with the production architecture (26 slots, embedding_dim 9, FC 400-400-400, 100,000
@@ -20,6 +21,9 @@ starts one serving process (from TREE, another checkout, when given: `git worktr
 or `git archive` of the old commit), and every repetition runs every variant's cells in
 turn, so that all see the same machine. Without `--variant`, one variant runs this tree
 with `--workers` and `--max-wait-ms`. Medians over the repetitions are reported.
+`--feedback` runs each variant twice, impression logging off and on (a real Kafka broker
+on loopback, tools/kafka-broker.sh; every answered instance one record): the cost of the
+feedback loop to serving, measured in one run.
 
 References measured in each repetition, so that the figures read as ratios on a busy
 machine: the bare predictor (Paddle Inference in this process, the same model and
@@ -228,7 +232,9 @@ def run_one(
     time.sleep(args.warmup)
     before = scrape(serving.url)
     cpu_before = cpu_seconds(serving_pid), sum(cpu_seconds(p) for p in cube_pids)
+    perf = start_perf(serving_pid) if args.instructions else None
     out, _ = proc.communicate(timeout=args.warmup + args.seconds + 120)
+    instructions = stop_perf(perf) if perf is not None else None
     after = scrape(serving.url)
     cpu_after = cpu_seconds(serving_pid), sum(cpu_seconds(p) for p in cube_pids)
     result = json.loads(out)
@@ -253,7 +259,31 @@ def run_one(
         "client_us_per_example": result["cpu"] / max(examples, 1) * 1e6,
         "stage_us_per_batch": per_batch,
         "stage_us_per_request": per_request,
+        **(
+            {"serving_kinstr_per_example": instructions / max(examples, 1) / 1e3}
+            if instructions is not None
+            else {}
+        ),
     }
+
+
+def start_perf(pid: int) -> subprocess.Popen[str]:
+    """`perf stat` counting the user-space instructions of serving (all its threads): a
+    figure of work that a busy machine does not inflate, unlike CPU time."""
+    return subprocess.Popen(
+        ["perf", "stat", "-x,", "-e", "instructions:u", "-p", str(pid)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
+def stop_perf(perf: subprocess.Popen[str]) -> float:
+    perf.send_signal(2)  # SIGINT: perf prints its counts and exits
+    _, err = perf.communicate(timeout=30)
+    for line in err.splitlines():
+        fields = line.split(",")
+        if len(fields) > 2 and fields[2].startswith("instructions"):
+            return float(fields[0])
+    raise RuntimeError(f"perf stat printed no instruction count: {err[-500:]}")
 
 
 def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -277,6 +307,9 @@ def table(results: list[dict[str, Any]]) -> str:
         "predict | per request µs: parse / queue |\n"
         "|---:|---:|---:|---:|---:|---|---:|---|---|---|"
     )
+    counted = bool(results) and "serving_kinstr_per_example" in results[0]
+    if counted:  # --instructions: serving's user-space instructions per example
+        head = head.replace(" |\n", " | serving k-instructions/example |\n") + "---:|"
     rows = [head]
     for r in results:
         b, q = r["stage_us_per_batch"], r["stage_us_per_request"]
@@ -287,6 +320,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['serving_us_per_example']:.0f} + {r['cube_us_per_example']:.0f} + "
             f"{r['client_us_per_example']:.0f} | {b['cube']:.0f} / {b['pool']:.0f} / "
             f"{b['predict']:.0f} | {q['parse']:.0f} / {q['queue']:.0f} |"
+            + (f" {r['serving_kinstr_per_example']:,.0f} |" if counted else "")
         )
     return "\n".join(rows)
 
@@ -350,6 +384,13 @@ def main() -> int:
         default=[],
         help="'LABEL[@TREE]:SERVING ARGS', e.g. 'before@/tmp/old:--workers 2'; repeatable",
     )
+    p.add_argument(
+        "--feedback", action="store_true", help="each variant with impression logging off and on"
+    )
+    p.add_argument(
+        "--instructions", action="store_true",
+        help="also count serving's user-space instructions per example (perf stat)",
+    )  # fmt: skip
     p.add_argument("--json", help="also write the results here")
     # the load generator's own arguments
     p.add_argument("--loadgen", action="store_true", help=argparse.SUPPRESS)
@@ -370,10 +411,26 @@ def main() -> int:
     build_server()
     build_parser()
     own = ["--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)]
-    variants = [parse_variant(v) for v in args.variant] or [("this tree", REPO, own)]
+    plain = [parse_variant(v) for v in args.variant] or [("this tree", REPO, own)]
+    variants: list[tuple[str, Path, list[str], dict[str, str]]] = [
+        (label, tree, extra, {}) for label, tree, extra in plain
+    ]
+    broker = None
+    if args.feedback:
+        from tests.support.kafka import create_topics
+        from tests.support.services import KafkaBroker
+
+        broker = KafkaBroker().start()
+        create_topics(broker.bootstrap, {"elasticctr-impressions": 3, "elasticctr-clicks": 3})
+        on = {"KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap}
+        variants = [
+            (f"{label}, logging {state}", tree, extra, env)
+            for label, tree, extra, _ in variants
+            for state, env in (("off", {}), ("on", on))
+        ]
     load_before = os.getloadavg()
     started = time.time()
-    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _ in variants}
+    runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _, _ in variants}
     references: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
         root = Path(tmp)
@@ -385,12 +442,12 @@ def main() -> int:
             publish(cluster, [1], slots=slots, fc_sizes=fc, keys=args.keys)
             cluster.wait_result(1, timeout=120)
             servers: dict[str, tuple[Serving, int]] = {}
-            for i, (label, tree, extra) in enumerate(variants):
+            for i, (label, tree, extra, env) in enumerate(variants):
                 pythonpath = os.pathsep.join(
                     str(tree / "images" / d) for d in ("serving", "client", "cube", "common")
                 )
                 serving = Serving(procs, f"serving{i}", cluster, *extra,
-                                  env={"PYTHONPATH": pythonpath})  # fmt: skip
+                                  env={"PYTHONPATH": pythonpath, **env})  # fmt: skip
                 serving.wait_version(1)
                 servers[label] = serving, procs.procs[f"serving{i}"].pid
             cube_pids = [procs.procs[f"server{s}"].pid for s in range(3)]
@@ -421,6 +478,8 @@ def main() -> int:
                             print(json.dumps(runs[label][-1]), file=sys.stderr, flush=True)
         finally:
             procs.stop_all()
+            if broker is not None:
+                broker.close()
     print(
         f"{time.strftime('%Y-%m-%d %H:%M', time.localtime(started))}; load average before "
         f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; {os.cpu_count()} CPUs; model: "
@@ -428,13 +487,14 @@ def main() -> int:
         f"cell (medians; p99 of each run in brackets)"
     )
     summary: dict[str, list[dict[str, Any]]] = {}
-    for label, tree, extra in variants:
+    for label, tree, extra, env in variants:
         cells: dict[tuple[int, int], list[dict[str, Any]]] = {}
         for r in runs[label]:
             cells.setdefault((r["batch"], r["concurrency"]), []).append(r)
         summary[label] = [median_of(cell) for cell in cells.values()]
         where = "" if tree == REPO else f" (code from {tree})"
-        print(f"\n{label}: serving {' '.join(extra)}{where}\n")
+        given = "".join(f" {k}={v}" for k, v in env.items())
+        print(f"\n{label}: serving {' '.join(extra)}{given}{where}\n")
         print(table(summary[label]))
     loads = [r["load"] for label in runs for r in runs[label]]
     predictor = {b: statistics.median(r["predictor_us"][b] for r in references) for b in (1, 8, 64)}

@@ -47,11 +47,14 @@ def train_local(
 ) -> dict[str, float]:
     import paddle
     from elasticctr_common.trainer_json import HyperParameters
-    from elasticctr_trainer.model import SPARSE_TABLE, build_ctr_dnn
+    from elasticctr_trainer.model import SPARSE_TABLE, build_ctr_model
+    from elasticctr_trainer.networks import load_network
 
     paddle.enable_static()
-    hyper = HyperParameters()
-    net = build_ctr_dnn(slots, sparse_dim, hyper.embedding_dim, hyper.fc_sizes)
+    hyper = HyperParameters(model="dnn")
+    net = build_ctr_model(
+        slots, sparse_dim, hyper.embedding_dim, hyper.fc_sizes, load_network("dnn", None)
+    )
     main, startup = paddle.static.default_main_program(), paddle.static.default_startup_program()
     localize_sparse_table([main, startup], SPARSE_TABLE)
     paddle.optimizer.Adam(learning_rate=hyper.learning_rate, lazy_mode=True).minimize(net.loss)

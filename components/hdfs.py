@@ -124,6 +124,7 @@ class HdfsArgs:
     datanode_storage: str = "50Gi"
     cpu: float = 0.5  # per namenode or datanode pod
     mem: float = 1
+    clients: tuple[str, ...] = ("trainer",)  # components that read or write (the joiner)
 
 
 class Hdfs(pulumi.ComponentResource):
@@ -189,12 +190,13 @@ class Hdfs(pulumi.ComponentResource):
             account.metadata["name"],
             depends_on=[namenode],
         )
-        # Trainers read (metadata from the namenode, blocks from datanodes); datanodes
+        # Trainers read (metadata from the namenode, blocks from datanodes), the joiner
+        # writes its partitions; datanodes
         # register with the namenode and copy blocks among themselves (replication
         # pipeline, block recovery over IPC). The web UIs (9870, 9864) are for people
         # (kubectl port-forward), the client's upload writes through a port-forward too.
         rpc, data, ipc = NAMENODE_RPC_PORT, DATANODE_PORTS["data"], DATANODE_PORTS["ipc"]
-        clients = ["trainer", "hdfs-datanode"]
+        clients = [*args.clients, "hdfs-datanode"]
         for policy, component, port, peers in (
             ("allow-hdfs-namenode", "hdfs-namenode", rpc, clients),
             ("allow-hdfs-datanode", "hdfs-datanode", data, clients),

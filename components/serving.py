@@ -17,10 +17,12 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 from elasticctr_common.contract import CUBE_CONF, SERVING_PORT, SLOT_CONF, ServingEnv
+from elasticctr_common.feedback import FeedbackEnv
 
 from components import kube
 from components.bucket_access import MODELS, BucketUser
 from components.generated_secret import GeneratedCredential
+from components.kafka import KafkaClient
 from components.kube import KubeTarget
 from components.network import ANYWHERE, Outside, Peer, Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
@@ -58,6 +60,10 @@ class ServingArgs:
     auth: bool  # clients send the generated bearer token
     cube_routes: tuple[Route, ...] = ()  # cube's lookups and the transfer's status
     service_annotations: dict[str, str] | None = None  # the cloud's load balancer options
+    # The feedback loop (feedback.enabled): impressions and clicks to this stream.
+    feedback: KafkaClient | None = None
+    feedback_sample_rate: float = 1.0
+    feedback_buffer_records: int = 100000
 
 
 class Serving(pulumi.ComponentResource):
@@ -87,6 +93,16 @@ class Serving(pulumi.ComponentResource):
                 opts=target.opts(self),
             )
             token_env = kube.secret_env(secret.metadata["name"], [TOKEN_KEY])
+        feedback_env: list[k8s.core.v1.EnvVarArgsDict] = []
+        if args.feedback is not None:
+            feedback_env = [
+                *kube.env({
+                    FeedbackEnv.SAMPLE_RATE: repr(args.feedback_sample_rate),
+                    FeedbackEnv.BUFFER_RECORDS: str(args.feedback_buffer_records),
+                }),
+                *args.feedback.env,
+            ]  # fmt: skip
+        feedback_routes = args.feedback.routes if args.feedback is not None else ()
         container = kube.container(
             target,
             "serving",
@@ -106,13 +122,14 @@ class Serving(pulumi.ComponentResource):
                 ),
                 *args.store.env(),
                 *token_env,
+                *feedback_env,
             ],
             ports={"http": PORT},
             cpu=args.cpu,
             mem=args.mem,
             readiness=kube.http_probe("/readyz", PORT, 5),
             liveness=kube.http_probe("/healthz", PORT, 20),
-            mounts=[kube.CONFIG_MOUNT],
+            mounts=[kube.CONFIG_MOUNT, *(args.feedback.mounts if args.feedback else [])],
         )
         account = kube.service_account(target, SERVICE_ACCOUNT, "serving", self)
         deployment = k8s.apps.v1.Deployment(
@@ -130,7 +147,10 @@ class Serving(pulumi.ComponentResource):
                 "template": kube.pod_template(
                     "serving",
                     [container],
-                    [kube.config_volume(args.cube_conf_map, args.slot_conf_map)],
+                    [
+                        kube.config_volume(args.cube_conf_map, args.slot_conf_map),
+                        *(args.feedback.volumes if args.feedback else []),
+                    ],
                     service_account=account.metadata["name"],
                     annotations={"elasticctr.io/cube-conf-sha256": args.cube_conf_hash},
                     node_pool=args.node_pool,
@@ -197,7 +217,11 @@ class Serving(pulumi.ComponentResource):
         clients: list[Peer] = [Outside(cidr) for cidr in args.source_ranges] or [ANYWHERE]
         allow_ingress(target, f"{name}-ingress", "serving", [PORT], clients, self)
         allow_egress(
-            target, f"{name}-egress", "serving", [*args.cube_routes, *args.store.routes], self
+            target,
+            f"{name}-egress",
+            "serving",
+            [*args.cube_routes, *args.store.routes, *feedback_routes],
+            self,
         )
 
         if args.service_type == "LoadBalancer":

@@ -79,6 +79,9 @@ class TrainingArgs:
     # What trainers reach besides the pservers and the bucket: HDFS, MLflow (their routes).
     services: tuple[Route, ...] = ()
     depends_on: tuple[pulumi.Resource, ...] = ()  # e.g. the Volcano release (its CRDs)
+    # model custom with a .py file of the project: its text, shipped in the training
+    # ConfigMap as network.py (contract.NETWORK_FILE in the pods); None: no file to ship.
+    network_text: str | None = None
 
 
 def bucket_user(*datasets: str) -> BucketUser:
@@ -137,7 +140,8 @@ class Training(pulumi.ComponentResource):
             data={
                 "trainer.json": pulumi.Output.all(args.train_data_uri, args.eval_data_uri).apply(
                     lambda uris: trainer_config(args, *uris).to_json()
-                )
+                ),
+                **({"network.py": args.network_text} if args.network_text is not None else {}),
             },
             opts=target.opts(self),
         )

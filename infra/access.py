@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pulumi
 
-from components import cube, mlflow, serving, training
+from components import cube, joiner, mlflow, serving, training
 from components.bucket_access import BucketUser
 from infra.config import StackConfig
 from infra.load_config import as_secret
@@ -16,13 +16,20 @@ from infra.load_config import as_secret
 def bucket_users(config: StackConfig) -> tuple[BucketUser, ...]:
     paths = (config.data.dataset_path, config.training.eval_path)
     datasets = [p.strip("/") for p in paths if p] if config.data.source == "storage" else []
-    users = (
+    users: tuple[BucketUser, ...] = (
         training.bucket_user(*datasets),
         cube.SHARD_BUCKET_USER,
         cube.TRANSFER_BUCKET_USER,
         serving.BUCKET_USER,
     )
-    return users + ((mlflow.BUCKET_USER,) if config.mlflow.enabled else ())
+    users += (mlflow.BUCKET_USER,) if config.mlflow.enabled else ()
+    if joins_into_bucket(config):  # the joiner writes the partitions the trainer reads
+        users += (joiner.bucket_user(config.data.dataset_path.strip("/")),)
+    return users
+
+
+def joins_into_bucket(config: StackConfig) -> bool:
+    return config.feedback.enabled and config.data.source == "storage"
 
 
 def workload_keys(config: StackConfig) -> dict[str, tuple[pulumi.Output[str], pulumi.Output[str]]]:

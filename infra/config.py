@@ -17,7 +17,9 @@ from urllib.parse import urlsplit
 
 from elasticctr_common.contract import CUBE_BASE_EVERY, CUBE_KEEP_VERSIONS, CUBE_MAX_CHAIN_FRACTION
 from elasticctr_common.cube.conf import CubeConf, LoadBalancer
-from elasticctr_common.trainer_json import HyperParameters, Mode, Model, Runner
+from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, PARTITION_MINUTES
+from elasticctr_common.lines import LABEL, MAX_DENSE_DIM
+from elasticctr_common.trainer_json import DataFormat, HyperParameters, Mode, Model, Runner
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -107,6 +109,25 @@ def _ugi(value: SecretStr) -> SecretStr:
     return value
 
 
+# A PEM bundle as `pulumi config set --path ... -- "$(cat ca.pem)"` stores it: lines of one
+# or more certificates; the one string value whose newlines are meant.
+PEM_BUNDLE = re.compile(
+    r"(-----BEGIN CERTIFICATE-----\r?\n[A-Za-z0-9+/=\r\n]+-----END CERTIFICATE-----\r?\n?)+"
+)
+
+
+def _pem_bundle(value: str) -> str:
+    if value and not PEM_BUNDLE.fullmatch(value):
+        raise Problem(
+            "",
+            "must be PEM certificates (-----BEGIN CERTIFICATE----- ... -----END "
+            f'CERTIFICATE-----; set it with -- "$(cat ca.pem)"), got {shown(value)}',
+        )
+    return value
+
+
+PEM_CHECK = AfterValidator(_pem_bundle)
+PemBundle = Annotated[str, PEM_CHECK]
 Quantity = Annotated[
     str, _allowed(QUANTITY, "a Kubernetes quantity > 0 such as 10Gi"), AfterValidator(_positive)
 ]
@@ -198,7 +219,10 @@ class Section(BaseModel):
     def _strict_scalars(cls, value: Any, info: ValidationInfo) -> Any:
         if info.field_name is None:
             return value
-        return _strict_scalar(cls.model_fields[info.field_name].annotation, value)
+        field = cls.model_fields[info.field_name]
+        if PEM_CHECK in field.metadata:
+            return value  # lines are what a PEM bundle is: its own check reads it
+        return _strict_scalar(field.annotation, value)
 
 
 # Pulumi hands every top-level value to the program as a string ("4", "0.5", "true").
@@ -470,6 +494,38 @@ class HdfsConfig(Section):
             )
 
 
+DENSE_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
+# model custom: a Python module name importable in the trainer image, or a .py file of the
+# project (shipped to the pods in the training ConfigMap).
+NETWORK_MODULE = r"^$|^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$|^[^/].*\.py$"
+
+
+class DenseFeatureConfig(Section):
+    """A dense feature of PaddleRec's slot format: `dim` values, tokens `<name>:<value>`."""
+
+    name: Annotated[
+        str, _allowed(DENSE_NAME, "letters, digits and _, not starting with a digit")
+    ] = Field(
+        "dense_feature", description="its token name (PaddleRec's Criteo data: dense_feature)"
+    )
+    dim: int = Field(13, ge=1, le=MAX_DENSE_DIM, description="values per line (Criteo: 13)")
+
+
+def _dense_names(features: list[Any]) -> list[Any]:
+    names = [feature.name for feature in features]
+    problems = []
+    for index, name in enumerate(names):
+        if name == LABEL:
+            problems.append(Problem(f"{index}.name", f"must not be {shown(LABEL)} (the label)"))
+        elif names.index(name) != index:
+            problems.append(
+                Problem(f"{index}.name", f"must be unique among dense features, got {shown(name)}")
+            )
+    if problems:
+        raise Problems(problems)
+    return features
+
+
 class DataConfig(Section):
     """Training data: hour directories DATASET_PATH/YYYYMMDD/HH with a donefile (data.config)."""
 
@@ -506,6 +562,27 @@ class DataConfig(Section):
         le=3600,
         description="how often trainers look for a new hour's donefile",
     )
+    format: DataFormat = Field(
+        Runner.data_format,
+        description="the lines' format: elasticctr ('<show> <click> <feasign>:<slot> ...') or "
+        "paddlerec (PaddleRec's slot format, 'click:<0|1> <dense>:<value> ... <slot>:<feasign> "
+        "...', which can carry dense features)",
+    )
+    dense_features: Annotated[list[DenseFeatureConfig], AfterValidator(_dense_names)] = Field(
+        [],
+        description="format paddlerec: the dense features every line carries in full, in "
+        "the network's order (a line without them is a bad line)",
+    )
+
+    @checks
+    def _dense_needs_slot_format(self) -> Iterator[Problem]:
+        if self.dense_features and self.format != "paddlerec":
+            yield Problem(
+                "dense_features",
+                f"need format paddlerec (ElasticCTR lines have no place for them), got format "
+                f"{self.format}",
+                reads=("format",),
+            )
 
     @field_validator("start", "end")
     @classmethod
@@ -543,6 +620,9 @@ class ImagesConfig(Section):
     )
     hadoop: PinnedImage = Field(
         "apache/hadoop:3.4.1", description="HDFS image (namenode, datanodes)"
+    )
+    kafka: PinnedImage = Field(
+        "apache/kafka:4.1.1", description="Kafka image (feedback.kafka.mode in-cluster)"
     )
     pull_policy: Literal["IfNotPresent", "Always", "Never"] = Field(
         "IfNotPresent", description="imagePullPolicy"
@@ -586,6 +666,10 @@ class WorkloadKeys(Section):
         default_factory=KeyPair, description="cube-transfer: read models/, write and delete cube/"
     )
     mlflow: KeyPair = Field(default_factory=KeyPair, description="MLflow: write and delete mlflow/")
+    joiner: KeyPair = Field(
+        default_factory=KeyPair,
+        description="the feedback joiner: write the dataset prefix (data.source storage)",
+    )
 
     def given(self) -> dict[str, KeyPair]:
         """The workloads with keys of their own, by workload name (cube_transfer:
@@ -841,6 +925,100 @@ class CubeConfig(Section):
             )
 
 
+class KafkaConfig(Section):
+    """The stream of the feedback loop: a KRaft broker in the cluster, or an external one."""
+
+    mode: Literal["in-cluster", "external"] = Field(
+        "in-cluster", description="in-cluster: a Kafka StatefulSet; external: bootstrap_servers"
+    )
+    bootstrap_servers: str = Field(
+        "", description="external: host:port[,host:port...] (MSK, Huawei DMS, Baidu Kafka)"
+    )
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        "PLAINTEXT", description="external: how clients connect"
+    )
+    sasl_mechanism: Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"] = Field(
+        "PLAIN", description="external, SASL_*: the mechanism"
+    )
+    username: SecretStr | None = Field(None, description="external, SASL_*: user (secret)")
+    password: SecretStr | None = Field(None, description="external, SASL_*: password (secret)")
+    ca_cert: PemBundle = Field(
+        "", description="external, SSL/SASL_SSL: PEM CA bundle (empty: the image's CAs)"
+    )
+    impressions_topic: str = Field(IMPRESSIONS_TOPIC, min_length=1, description="topic name")
+    clicks_topic: str = Field(CLICKS_TOPIC, min_length=1, description="topic name")
+    topic_partitions: int = Field(
+        3, ge=1, le=1000, description="partitions of a topic the joiner creates"
+    )
+    retention_hours: int = Field(
+        72, ge=1, le=8760, description="in-cluster: how long the broker keeps records"
+    )
+    storage: Quantity = Field("10Gi", description="in-cluster: the broker's volume size")
+    cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="in-cluster: CPU cores of the broker")
+    mem: float = Field(1, ge=0.5, le=256, description="in-cluster: memory in GiB of the broker")
+
+    @model_validator(mode="after")
+    def _external(self) -> KafkaConfig:
+        if self.mode == "external" and not self.bootstrap_servers:
+            raise Problem("bootstrap_servers", 'must be set in mode external, got ""')
+        for server in filter(None, self.bootstrap_servers.split(",")):
+            host, _, port = server.strip().rpartition(":")
+            if not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise Problem(
+                    "bootstrap_servers",
+                    f"must be host:port[,host:port...], got {json.dumps(self.bootstrap_servers)}",
+                )
+        if self.mode == "in-cluster" and self.bootstrap_servers:
+            raise Problem("bootstrap_servers", "is for mode external")
+        if self.mode == "in-cluster" and self.security_protocol != "PLAINTEXT":
+            raise Problem(
+                "security_protocol",
+                "must be PLAINTEXT in mode in-cluster (its NetworkPolicies admit only the "
+                "stack's serving and joiner)",
+            )
+        sasl = self.security_protocol.startswith("SASL")
+        if sasl and (self.username is None or self.password is None):
+            raise Problem(
+                "username",
+                f"and password must be set (with --secret) with {self.security_protocol}",
+            )
+        if not sasl and (self.username is not None or self.password is not None):
+            raise Problem("username", f"and password are for SASL_*, got {self.security_protocol}")
+        return self
+
+
+class FeedbackConfig(Section):
+    """The feedback loop (docs/feedback.md): serving logs impressions, takes clicks, the
+    joiner writes labelled partitions where the trainer reads (data.dataset_path)."""
+
+    enabled: bool = Field(False, description="log impressions, take clicks, run the joiner")
+    sample_rate: float = Field(1.0, ge=0, le=1, description="share of requests logged")
+    join_window: int = Field(
+        600, ge=0, le=86400, description="seconds after a partition's end clicks still join it"
+    )
+    partition_minutes: int = Field(
+        60, description="partition length: 60 (hour directories) or N dividing an hour"
+    )
+    buffer_records: int = Field(
+        100000,
+        ge=100,
+        le=10_000_000,
+        description="serving: records (a request's impressions, a click) held while the "
+        "stream is away; past it they are dropped and counted",
+    )
+    joiner_cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores of the joiner")
+    joiner_mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB of the joiner")
+    kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="the stream")
+
+    @field_validator("partition_minutes")
+    @classmethod
+    def _divides_an_hour(cls, value: int) -> int:
+        if value not in PARTITION_MINUTES:
+            allowed = ", ".join(map(str, PARTITION_MINUTES))
+            raise Problem("", f"must divide an hour ({allowed}), got {value}")
+        return value
+
+
 class TrainingConfig(Section):
     """trainer.json's settings (their defaults are the contract's, elasticctr_common
     .trainer_json): each goes into trainer.json under its own name (infra/program.py,
@@ -870,7 +1048,17 @@ class TrainingConfig(Section):
     model: Model = Field(
         HyperParameters.model,
         description="wide_deep: per-id weights (a logistic regression on the ids) plus the "
-        "DNN, for long-tailed ids (most real logs); dnn: the seeds' CTR-DNN alone",
+        "DNN, for long-tailed ids (most real logs); dnn: the seeds' CTR-DNN alone; deepfm, "
+        "dcn: DeepFM, Deep & Cross; custom: your own network (network_module)",
+    )
+    network_module: Annotated[
+        str,
+        _allowed(NETWORK_MODULE, "empty, a module name (a.b.c) or a relative path to a .py file"),
+    ] = Field(
+        "",
+        description="model custom: your network, a .py file of the project (relative to it; "
+        "shipped to the pods) or a module name your trainer image holds; its build(inputs) "
+        'returns the click logit (docs/trainer.md, "Your own network")',
     )
     embedx_threshold: int = Field(
         HyperParameters.embedx_threshold,
@@ -925,6 +1113,22 @@ class TrainingConfig(Section):
         "", description="pservers and trainers on nodes labelled elasticctr.io/pool=<name>"
     )
 
+    @checks
+    def _network_module(self) -> Iterator[Problem]:
+        if self.model == "custom" and not self.network_module:
+            yield Problem(
+                "network_module",
+                "is required with model custom (a .py file of the project or a module name)",
+                reads=("model",),
+            )
+        if self.model != "custom" and self.network_module:
+            yield Problem(
+                "network_module",
+                f"is only for model custom, got {shown(self.network_module)} with model "
+                f"{self.model}",
+                reads=("model",),
+            )
+
 
 # TrainingConfig's keys that are the program's (the job, its queue, its pool; eval_path
 # becomes runner.eval_data_uri), not trainer.json's.
@@ -976,6 +1180,9 @@ class StackConfig(Section):
     )
     volcano: VolcanoConfig = Field(
         default_factory=VolcanoConfig, description="Volcano installation"
+    )
+    feedback: FeedbackConfig = Field(
+        default_factory=FeedbackConfig, description="impressions + clicks -> training data"
     )
 
     @field_validator("namespace")
@@ -1136,6 +1343,8 @@ class StackConfig(Section):
             )
         workloads = {"training", "serving", "cube", "cube-transfer"}
         workloads |= {"mlflow"} if self.mlflow.enabled else set()
+        if self.feedback.enabled and self.data.source == "storage":
+            workloads |= {"joiner"}
         if (
             storage.mode == "cloud"
             and self.cloud != Cloud.AWS
@@ -1165,5 +1374,6 @@ REQUIRED_PER_CLOUD: dict[Cloud, tuple[str, ...]] = {
 # Config keys whose values hold secrets, with the key path inside them.
 SECRET_FIELDS: dict[str, tuple[str, ...]] = {
     "data": ("ugi",),
+    "feedback": ("kafka.username", "kafka.password"),
     "storage": ("access_key", "secret_key", "workload_keys"),
 }

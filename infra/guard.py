@@ -112,6 +112,12 @@ RULES = (
         _NEW_MODEL,
     ),
     Rule("slot_conf", lambda c: c.slots, _CHECKPOINTS, _NEW_MODEL),
+    Rule(
+        "data.dense_features",
+        lambda c: [[f.name, f.dim] for f in c.stack.data.dense_features] or None,
+        _CHECKPOINTS,
+        _NEW_MODEL,
+    ),
 )
 
 

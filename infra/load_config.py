@@ -53,6 +53,9 @@ class LoadedConfig:
     stack: StackConfig
     slots: list[int]  # slot ids of slot.conf, in model input order
     slot_conf_text: str
+    # training.network_module's text when it names a .py file of the project (shipped to
+    # the pods in the training ConfigMap), else None
+    network_text: str | None = None
 
 
 def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
@@ -68,9 +71,13 @@ def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     problems += [line for line in written if line.split(" ", 1)[0] not in refused]
     slot_conf = known.get("slot_conf") if ("slot_conf",) not in failed else None
     slots, slot_text = _read_slots(stack.slot_conf if stack else slot_conf, project_dir, problems)
+    network = stack.training.network_module if stack else ""
+    network_text = _read_network(network, project_dir, problems)
     if problems or stack is None:
         raise ConfigError(problems)
-    return LoadedConfig(stack=stack, slots=slots, slot_conf_text=slot_text)
+    return LoadedConfig(
+        stack=stack, slots=slots, slot_conf_text=slot_text, network_text=network_text
+    )
 
 
 Path_ = tuple[str, ...]
@@ -302,7 +309,7 @@ def _plaintext_secrets(raw: dict[str, Any], secret_keys: set[str]) -> list[str]:
             f"{NAMESPACE}:{path} must be set as a secret: "
             f"pulumi config set --secret --path {path} <value>"
             for field in fields
-            for path in _set_leaves(value.get(field), f"{key}.{field}")
+            for path in _set_leaves(_raw_at(value, field.split(".")), f"{key}.{field}")
         ]
     return problems
 
@@ -341,6 +348,30 @@ def _read_slots(slot_conf: Any, project_dir: Path, problems: list[str]) -> tuple
     except SlotConfError as err:
         problems += [f"{NAMESPACE}:slot_conf {line}" for line in str(err).splitlines()]
     return [], ""
+
+
+def _read_network(module: str, project_dir: Path, problems: list[str]) -> str | None:
+    """The text of training.network_module when it is a .py file of the project."""
+    if not module.endswith(".py"):
+        return None
+    key = f"{NAMESPACE}:training.network_module"
+    try:
+        text = (project_dir / module).read_text(encoding="utf-8")
+    except OSError as err:
+        problems.append(f'{key} must name a readable file, got "{module}" ({err.strerror})')
+        return None
+    except UnicodeDecodeError as err:
+        problems.append(
+            f'{key} must be UTF-8 Python source, got "{module}" with a byte that is not UTF-8 '
+            f"at offset {err.start}"
+        )
+        return None
+    try:
+        compile(text, module, "exec")
+    except SyntaxError as err:
+        problems.append(f'{key} "{module}" is not Python: line {err.lineno}: {err.msg}')
+        return None
+    return text
 
 
 def _problems_of(

@@ -6,12 +6,17 @@ from dataclasses import fields
 from typing import Any
 
 import pulumi
+from elasticctr_common.contract import NETWORK_FILE
+from elasticctr_common.lines import DenseFeature
 from elasticctr_common.trainer_json import HyperParameters, Runner
 
 from components.bucket_access import BucketUser
 from components.cluster import ClusterResult
 from components.cube import SHARD_ACCOUNT, TRANSFER_ACCOUNT, Cube, CubeArgs
 from components.hdfs import Hdfs, HdfsArgs, client_routes
+from components.joiner import SERVICE_ACCOUNT as JOINER_ACCOUNT
+from components.joiner import Joiner, JoinerArgs
+from components.kafka import Kafka, KafkaArgs
 from components.kube import KubeTarget
 from components.mlflow import SERVICE_ACCOUNT as MLFLOW_ACCOUNT
 from components.mlflow import Mlflow, MlflowArgs
@@ -24,7 +29,7 @@ from components.training import SERVICE_ACCOUNT as TRAINING_ACCOUNT
 from components.training import Training, TrainingArgs
 from components.volcano import Volcano, VolcanoArgs
 from infra import guard, load_config, outputs, preflight
-from infra.access import bucket_users, workload_keys
+from infra.access import bucket_users, joins_into_bucket, workload_keys
 from infra.clusters import build_cluster
 from infra.config import PROGRAM_SETTINGS, StackConfig
 from infra.images import project_images
@@ -45,9 +50,21 @@ def trainer_settings(config: StackConfig) -> tuple[HyperParameters, dict[str, An
         "end_date_hr": data.end if config.training.mode == "offline" else None,
         "data_wait_seconds": data.wait_minutes * 60,
         "online_poll_seconds": data.poll_seconds,
+        "data_format": data.format,
+        # With the feedback loop the job follows the joiner's partitions.
+        "partition_minutes": (
+            config.feedback.partition_minutes
+            if config.feedback.enabled
+            else Runner.partition_minutes
+        ),
     }
     model = {key: value for key, value in training.items() if key not in runner_keys}
-    return HyperParameters(sparse_dim=data.sparse_dim, **model), runner
+    # A .py file of the project is mounted in the pods (the training ConfigMap); a module
+    # name is the trainer image's.
+    module = model["network_module"]
+    model["network_module"] = NETWORK_FILE if module.endswith(".py") else module or None
+    dense = [DenseFeature(f.name, f.dim) for f in data.dense_features]
+    return HyperParameters(sparse_dim=data.sparse_dim, dense_features=dense, **model), runner
 
 
 def _storage_args(
@@ -152,6 +169,7 @@ def main() -> None:
                 datanode_storage=config.hdfs.datanode_storage,
                 cpu=config.hdfs.cpu,
                 mem=config.hdfs.mem,
+                clients=("trainer", "joiner") if config.feedback.enabled else ("trainer",),
             ),
         ).address
 
@@ -200,6 +218,7 @@ def main() -> None:
             image=images["trainer"],
             store=stores[TRAINING_ACCOUNT],
             slot_conf_map=namespace.slot_conf_map,
+            network_text=loaded.network_text,
             job_name=config.training.job_name,
             trainers=config.trainers,
             pservers=config.pservers,
@@ -217,6 +236,59 @@ def main() -> None:
             depends_on=scheduler,
         ),
     )
+
+    feedback = config.feedback
+    kafka: Kafka | None = None
+    if feedback.enabled:
+        k = feedback.kafka
+        kafka = Kafka(
+            "kafka",
+            KafkaArgs(
+                target=target,
+                mode=k.mode,
+                impressions_topic=k.impressions_topic,
+                clicks_topic=k.clicks_topic,
+                image=config.images.kafka,
+                storage=k.storage,
+                cpu=k.cpu,
+                mem=k.mem,
+                retention_hours=k.retention_hours,
+                bootstrap_servers=k.bootstrap_servers,
+                security_protocol=k.security_protocol,
+                sasl_mechanism=k.sasl_mechanism,
+                username=as_secret(k.username),
+                password=as_secret(k.password),
+                ca_cert=k.ca_cert,
+            ),
+        )
+        into_bucket = joins_into_bucket(config)
+        hdfs_mode = config.hdfs.mode
+        assert into_bucket or hdfs_mode != "none"  # data.source hdfs needs an HDFS (config)
+        Joiner(
+            "joiner",
+            JoinerArgs(
+                target=target,
+                image=images["serving"],
+                kafka=kafka.client,
+                dataset_uri=train_data_uri,
+                partition_minutes=feedback.partition_minutes,
+                join_window=feedback.join_window,
+                topic_partitions=k.topic_partitions,
+                cpu=feedback.joiner_cpu,
+                mem=feedback.joiner_mem,
+                store=stores[JOINER_ACCOUNT] if into_bucket else None,
+                data_routes=(
+                    stores[JOINER_ACCOUNT].routes
+                    if into_bucket
+                    else client_routes(
+                        "external" if hdfs_mode == "external" else "in-cluster",
+                        config.hdfs.address,
+                        config.hdfs.datanode_port,
+                    )
+                ),
+                hdfs_ugi=None if into_bucket else as_secret(config.data.ugi),
+            ),
+        )
 
     serving = Serving(
         "serving",
@@ -244,6 +316,9 @@ def main() -> None:
                 if config.serving.service_type == "LoadBalancer"
                 else None
             ),
+            feedback=kafka.client if kafka is not None else None,
+            feedback_sample_rate=feedback.sample_rate,
+            feedback_buffer_records=feedback.buffer_records,
         ),
     )
 

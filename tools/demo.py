@@ -1,6 +1,7 @@
 """The whole ElasticCTR pipeline on this machine, as processes, without a cluster:
 
-    .venv/bin/python tools/demo.py [--work-dir DIR] [--keep-running]
+    .venv/bin/python tools/demo.py [--work-dir DIR] [--keep-running] [--profile criteo]
+    .venv/bin/python tools/demo.py --data DIR ...         # your own data, either format
 
 generated data -> 2 pservers + 2 trainers (local mode), 2 passes -> versions 1 and 2
 exported -> cube (3 shard servers + agents + transfer) rolls each out -> serving follows
@@ -8,6 +9,12 @@ exported -> cube (3 shard servers + agents + transfer) rolls each out -> serving
 commands as in the cluster, with file:// storage and loopback ports. About 40 s on 2
 cores; needs cargo once, to build the native cube-server. Every process it starts is
 stopped at the end (Ctrl-C too).
+
+`--profile criteo` generates Criteo-shaped data instead (13 dense features, 26 slots, in
+PaddleRec's slot format). `--data DIR` reads ElasticCTR lines or PaddleRec's slot format,
+told apart by the first line (`click:` starts a slot-format line); the slot format's dense
+features (their names and sizes) and, without DIR/slot.conf, its slots are read off the
+first lines too, and printed.
 """
 
 from __future__ import annotations
@@ -127,8 +134,12 @@ class Demo:
         a = self.args
         if a.data:  # the user's own: nothing to generate, no known best AUC
             return {}
-        self.say(f"generating data: {a.slots} slots, {a.hours} hours x {a.examples} examples")
+        what = "Criteo-shaped" if a.profile == "criteo" else f"{a.slots} slots,"
+        self.say(f"generating data: {what} {a.hours} hours x {a.examples} examples")
         out = self.work / "generate.json"
+        shape = ["--slots", str(a.slots), "--vocab", str(a.vocab)]
+        if a.profile == "criteo":
+            shape = ["--profile", "criteo", "--start", "20191221/00", "--seed", str(a.seed)]
         self.run(
             "generate",
             self.python(
@@ -137,10 +148,7 @@ class Demo:
                 "generate",
                 "--out",
                 f"file://{self.work}/data",
-                "--slots",
-                str(a.slots),
-                "--vocab",
-                str(a.vocab),
+                *shape,
                 "--hours",
                 str(a.hours),
                 "--examples-per-hour",
@@ -150,7 +158,7 @@ class Demo:
                 "--heldout",
                 str(a.heldout),
             ),
-            timeout=300,
+            timeout=900,
         )
         summary: dict[str, Any] = json.loads(
             (self.logs / "generate.log").read_text().strip().splitlines()[-1]
@@ -248,9 +256,46 @@ class Demo:
 
     @property
     def slot_conf(self) -> Path:
-        return (
-            Path(self.args.slot_conf).resolve() if self.args.slot_conf else self.data / "slot.conf"
-        )
+        if self.args.slot_conf:
+            return Path(self.args.slot_conf).resolve()
+        given = self.data / "slot.conf"
+        if given.exists() or not self.args.data:
+            return given
+        found = self.work / "slot.conf"  # read off the data (`sniff`)
+        return found
+
+    def sniff(self) -> dict[str, Any]:
+        """trainer.json settings for the data's format: `runner.data_format` and, for the
+        slot format, the dense features of its first line; without DIR/slot.conf, a
+        slot.conf of the slots its first lines use."""
+        from elasticctr_common.lines import LABEL
+
+        first = sorted(p for p in (self.data / "train").rglob("*") if _is_data_file(p))
+        if not first:
+            raise SystemExit(f"{self.data}/train: no data files under the hour directories")
+        lines = _first_lines(first[0], 1000)
+        if not lines or not lines[0].startswith(f"{LABEL}:"):
+            self.say("data: ElasticCTR lines")
+            return {"data_format": "elasticctr"}
+        dense: dict[str, int] = {}
+        for token in lines[0].split():
+            name = token.split(":", 1)[0]
+            if name != LABEL and not name.lstrip("-").isdigit():
+                dense[name] = dense.get(name, 0) + 1
+        features = [{"name": n, "dim": d} for n, d in dense.items()]
+        slots = {
+            int(name)
+            for line in lines
+            for name in (t.split(":", 1)[0] for t in line.split())
+            if name.isdigit()
+        }
+        self.say(f"data: PaddleRec's slot format, dense features {features or 'none'}")
+        if not (self.data / "slot.conf").exists() and not self.args.slot_conf:
+            (self.work / "slot.conf").write_text("".join(f"{s}\n" for s in sorted(slots)))
+            self.say(
+                f"no slot.conf in {self.data}: using the slots of its first lines, {sorted(slots)}"
+            )
+        return {"data_format": "paddlerec", "dense_features": features}
 
     @property
     def heldout(self) -> Path | None:
@@ -285,7 +330,15 @@ class Demo:
         # A small sparse_dim keeps the export quick (it scans every key).
         hyper = HyperParameters(sparse_dim=a.sparse_dim, learning_rate=0.003, batch_size=64)
         config = TrainerConfig(runner, hyper).to_dict()
+        form = self.sniff() if a.data else self.generated_format()
+        config["runner"]["data_format"] = form["data_format"]
+        if "dense_features" in form:
+            config["hyper_parameters"]["dense_features"] = form["dense_features"]
         apply_settings(config, a.set)
+        module = config["hyper_parameters"].get("network_module")
+        if isinstance(module, str) and module.endswith(".py"):
+            # Your network file as you named it (relative to here), not to the trainers' cwd.
+            config["hyper_parameters"]["network_module"] = str(Path(module).resolve())
         path = self.work / "trainer.json"
         path.write_text(json.dumps(config, indent=1))
         self.say("training: 2 pservers + 2 trainers (python -m elasticctr_trainer local)")
@@ -315,6 +368,13 @@ class Demo:
             f"{meta.get('eval_auc', float('nan')):.4f}"
         )
         return last
+
+    def generated_format(self) -> dict[str, Any]:
+        summary = json.loads((self.work / "generate.json").read_text())
+        form: dict[str, Any] = {"data_format": summary["format"]}
+        if summary["dense_features"]:
+            form["dense_features"] = summary["dense_features"]
+        return form
 
     def serve(self, conf: Path) -> str:
         url = f"http://127.0.0.1:{free_port()}"
@@ -398,6 +458,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--work-dir", help="keep everything here (default: a temporary directory)")
     p.add_argument("--keep-running", action="store_true", help="leave cube and serving up")
+    p.add_argument(
+        "--profile",
+        choices=("simple", "criteo"),
+        default="simple",
+        help="generated data: the simple profile, or Criteo-shaped (13 dense features, 26 "
+        "slots, PaddleRec's slot format)",
+    )
+    p.add_argument("--seed", type=int, default=7, help="of the generated data (--profile criteo)")
     p.add_argument("--slots", type=int, default=8)
     p.add_argument("--vocab", type=int, default=100, help="feasigns per slot")
     p.add_argument("--hours", type=int, default=2)
@@ -428,6 +496,25 @@ def main() -> int:
         return _run(work, args)
     with tempfile.TemporaryDirectory(prefix="elasticctr-demo-") as tmp:
         return _run(Path(tmp), args)
+
+
+def _is_data_file(path: Path) -> bool:
+    return path.is_file() and path.name != "donefile" and not path.name.startswith((".", "_"))
+
+
+def _first_lines(path: Path, count: int) -> list[str]:
+    """The first non-blank lines of a data file, read as the trainer reads it (compressed
+    files decompressed)."""
+    from elasticctr_common.datafiles import data_lines
+
+    lines = []
+    with open(path, "rb") as stream:
+        for _, line in data_lines(stream):
+            if line.strip():
+                lines.append(line)
+            if len(lines) >= count:
+                break
+    return lines
 
 
 def _run(work: Path, args: argparse.Namespace) -> int:

@@ -72,6 +72,8 @@ echo "set-up: $("$checkov_venv/bin/checkov" --version | sed 's/^/checkov /') in 
 
 ./tools/hadoop-minicluster.sh fetch >/dev/null
 echo "set-up: Hadoop minicluster jars cached"
+./tools/kafka-broker.sh fetch >/dev/null
+echo "set-up: Kafka broker jars cached (the feedback loop tests)"
 
 if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
   ./tools/build-tools.sh >/dev/null

@@ -7,6 +7,7 @@ import json
 from typing import Any
 
 import pytest
+from elasticctr_common.contract import NETWORK_FILE
 from elasticctr_common.trainer_json import HyperParameters, parse_config
 
 from components.kube import KubeTarget
@@ -164,3 +165,14 @@ def test_pserver_endpoints_follow_volcano_host_names() -> None:
 def test_bad_counts_fail_before_any_child(trainers: int, pservers: int) -> None:
     with pytest.raises(ValueError, match="trainers and pservers must be >= 1"):
         run_component(lambda t: Training("training", args(t, trainers=trainers, pservers=pservers)))
+
+
+def test_a_network_file_is_shipped_beside_trainer_json() -> None:
+    hyper = HyperParameters(sparse_dim=1000001, model="custom", network_module=NETWORK_FILE)
+    _, graph = job_of(hyper_parameters=hyper, network_text="def build(inputs): ...\n")
+    data = graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]
+    assert data["network.py"] == "def build(inputs): ...\n"
+    config = parse_config(json.loads(data["trainer.json"]))
+    assert config.hyper_parameters.network_module == NETWORK_FILE
+    _, plain = job_of()
+    assert "network.py" not in plain.one("kubernetes:core/v1:ConfigMap").inputs["data"]

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from infra.load_config import ConfigError
+from infra.load_config import ConfigError, _read_network
 from infra.program import main
 from tests.support import pulumi_harness as harness
 from tests.support.stacks import run_stack
@@ -113,7 +115,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"data": {"strat": "20191221/00"}},
-            "elasticctr:data.strat is not a known key (did you mean start?); allowed: source, dataset_path, start, end, sparse_dim, ugi, wait_minutes, poll_seconds",
+            "elasticctr:data.strat is not a known key (did you mean start?); allowed: source, dataset_path, start, end, sparse_dim, ugi, wait_minutes, poll_seconds, format, dense_features",
         ),
         (
             {"images": {"tags": {"trainer": "latest"}}},
@@ -148,8 +150,51 @@ def test_structured_values_set_with_path() -> None:
             "elasticctr:training.learning_rate must be a number > 0, got 0",
         ),
         (
-            {"training": {"model": "deepfm"}},
-            'elasticctr:training.model must be one of wide_deep, dnn, got "deepfm"',
+            {"training": {"model": "xdeepfm"}},
+            "elasticctr:training.model must be one of wide_deep, dnn, deepfm, dcn, custom, got "
+            '"xdeepfm"',
+        ),
+        (
+            {"training": {"model": "custom"}},
+            "elasticctr:training.network_module is required with model custom (a .py file of "
+            "the project or a module name)",
+        ),
+        (
+            {"training": {"network_module": "nets.mine"}},
+            'elasticctr:training.network_module is only for model custom, got "nets.mine" with '
+            "model wide_deep",
+        ),
+        (
+            {"training": {"model": "custom", "network_module": "/abs/net.py"}},
+            "elasticctr:training.network_module must be empty, a module name (a.b.c) or a "
+            'relative path to a .py file, got "/abs/net.py"',
+        ),
+        (
+            {"training": {"model": "custom", "network_module": "nets/missing.py"}},
+            'elasticctr:training.network_module must name a readable file, got "nets/missing.py" '
+            "(No such file or directory)",
+        ),
+        (
+            {"data": {"format": "csv"}},
+            'elasticctr:data.format must be one of elasticctr, paddlerec, got "csv"',
+        ),
+        (
+            {"data": {"dense_features": [{"name": "dense_feature", "dim": 13}]}},
+            "elasticctr:data.dense_features need format paddlerec (ElasticCTR lines have no place "
+            "for them), got format elasticctr",
+        ),
+        (
+            {"data": {"format": "paddlerec", "dense_features": [{"name": "click", "dim": 1}]}},
+            'elasticctr:data.dense_features.0.name must not be "click" (the label)',
+        ),
+        (
+            {"data": {"format": "paddlerec", "dense_features": [{"name": "d"}, {"name": "d"}]}},
+            'elasticctr:data.dense_features.1.name must be unique among dense features, got "d"',
+        ),
+        (
+            {"data": {"format": "paddlerec", "dense_features": [{"name": "1d", "dim": 1}]}},
+            "elasticctr:data.dense_features.0.name must be letters, digits and _, not starting "
+            'with a digit, got "1d"',
         ),
         (
             {"training": {"show_click_decay_rate": 1.5}},
@@ -170,7 +215,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"trainerz": "3"},
-            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano",
+            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback",
         ),
     ],
 )
@@ -209,6 +254,44 @@ def test_bad_secret_values_are_never_echoed() -> None:
         {"elasticctr:storage": {"access_key": ["not", "a", "string"]}}, ("elasticctr:storage",)
     )
     assert problems == ["elasticctr:storage.access_key must be a valid string, got <secret>"]
+
+
+def test_a_criteo_format_stack_and_a_user_network_reach_trainer_json() -> None:
+    graph = harness.run(
+        main,
+        {
+            "elasticctr:data": {
+                "format": "paddlerec",
+                "dense_features": [{"name": "dense_feature", "dim": 13}],
+            },
+            "elasticctr:training": {
+                "model": "custom",
+                "network_module": "tests/images/trainer/nets/two_tower.py",
+            },
+        },
+    )
+    data = graph.one("kubernetes:core/v1:ConfigMap", "training-config").inputs["data"]
+    config = json.loads(data["trainer.json"])
+    assert config["runner"]["data_format"] == "paddlerec"
+    hyper = config["hyper_parameters"]
+    assert hyper["dense_features"] == [{"name": "dense_feature", "dim": 13}]
+    assert hyper["model"] == "custom" and hyper["network_module"] == "/etc/elasticctr/network.py"
+    shipped = Path("tests/images/trainer/nets/two_tower.py").read_text()
+    assert data["network.py"] == shipped
+
+
+def test_a_network_file_that_is_not_python_is_named(tmp_path: Any) -> None:
+    (tmp_path / "net.py").write_text("def build(inputs):\n    return inputs.\n")
+    (tmp_path / "latin1.py").write_bytes(b"# caf\xe9\n")
+    problems: list[str] = []
+    assert _read_network("net.py", tmp_path, problems) is None
+    assert _read_network("latin1.py", tmp_path, problems) is None
+    assert _read_network("nets.mine", tmp_path, problems) is None  # the image's module
+    assert problems == [
+        'elasticctr:training.network_module "net.py" is not Python: line 2: invalid syntax',
+        'elasticctr:training.network_module must be UTF-8 Python source, got "latin1.py" with '
+        "a byte that is not UTF-8 at offset 5",
+    ]
 
 
 def test_slot_conf_content_is_checked() -> None:
@@ -365,6 +448,69 @@ def test_a_slot_conf_that_is_not_utf8_is_named(encoding: str) -> None:
     assert problem.startswith(
         f'elasticctr:slot_conf must be UTF-8 text (one slot id per line), got "{name}"'
     )
+
+
+@pytest.mark.parametrize(
+    ("feedback", "expected"),
+    [
+        (
+            {"enabled": True, "partition_minutes": 7},
+            "elasticctr:feedback.partition_minutes must divide an hour (1, 2, 3, 4, 5, 6, 10, "
+            "12, 15, 20, 30, 60), got 7",
+        ),
+        (
+            {"sample_rate": 1.5},
+            "elasticctr:feedback.sample_rate must be a number <= 1, got 1.5",
+        ),
+        (
+            {"kafka": {"mode": "external"}},
+            'elasticctr:feedback.kafka.bootstrap_servers must be set in mode external, got ""',
+        ),
+        (
+            {"kafka": {"mode": "external", "bootstrap_servers": "b-1.msk:9096,b-2.msk"}},
+            "elasticctr:feedback.kafka.bootstrap_servers must be host:port[,host:port...], "
+            'got "b-1.msk:9096,b-2.msk"',
+        ),
+        (
+            {"kafka": {"mode": "in-cluster", "security_protocol": "SASL_SSL"}},
+            "elasticctr:feedback.kafka.security_protocol must be PLAINTEXT in mode in-cluster "
+            "(its NetworkPolicies admit only the stack's serving and joiner)",
+        ),
+        # A CA bundle is lines (the one value whose newlines are meant), but certificates.
+        (
+            {
+                "kafka": {
+                    "mode": "external",
+                    "bootstrap_servers": "b-1.msk:9094",
+                    "security_protocol": "SSL",
+                    "ca_cert": "/etc/ssl/ca.pem",
+                }
+            },
+            "elasticctr:feedback.kafka.ca_cert must be PEM certificates (-----BEGIN "
+            'CERTIFICATE----- ... -----END CERTIFICATE-----; set it with -- "$(cat ca.pem)"), '
+            'got "/etc/ssl/ca.pem"',
+        ),
+    ],
+)
+def test_feedback_values_are_named(feedback: dict[str, Any], expected: str) -> None:
+    assert problems_of({"elasticctr:feedback": feedback}) == [expected]
+
+
+def test_kafka_credentials_are_secrets_and_required_with_sasl() -> None:
+    external = {"mode": "external", "bootstrap_servers": "b-1.msk:9096"}
+    sasl = {**external, "security_protocol": "SASL_SSL"}
+    problems = problems_of(
+        {"elasticctr:feedback": {"kafka": {**sasl, "username": "u", "password": "hunter2"}}}
+    )
+    assert problems == [
+        f"elasticctr:feedback.kafka.{key} must be set as a secret: pulumi config set --secret "
+        f"--path feedback.kafka.{key} <value>"
+        for key in ("username", "password")
+    ]
+    assert "hunter2" not in "".join(problems)
+    assert problems_of({"elasticctr:feedback": {"kafka": sasl}}, ("elasticctr:feedback",)) == [
+        "elasticctr:feedback.kafka.username and password must be set (with --secret) with SASL_SSL"
+    ]
 
 
 # Values the config took and Kubernetes, the trainer or a user's eyes refused later, or that

@@ -4,6 +4,7 @@ bounded, unprivileged and non-root."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jsonschema
@@ -278,3 +279,48 @@ def test_every_pod_has_its_own_service_account(stack_graph: tuple[str, harness.G
     for owner, template in all_pods(graph):
         name = template["spec"].get("serviceAccountName")
         assert name and name != "default" and name in accounts, owner
+
+
+def test_the_feedback_loop_opens_exactly_its_connections() -> None:
+    """dev with feedback on: Kafka takes serving and the joiner only; the joiner reaches
+    the stream and HDFS (where it writes the partitions), nothing else; the rest as before."""
+    from tests.infra.test_pod_contract import feedback_graph
+
+    manifests = feedback_graph("dev").manifests()
+    works = {str(p) for p in network_paths.connections(manifests) if p.port != 53}
+    feedback = {
+        "serving -> kafka:9092",
+        "joiner -> kafka:9092",
+        "joiner -> hdfs-namenode:8020",
+        "joiner -> hdfs-datanode:9866",
+    }
+    assert works == COMMON_PATHS | STACK_PATHS["dev"] | feedback
+    ingress, _ = network_paths.allowed(manifests, "Ingress")
+    pods = network_paths.components(manifests)
+    assert {str(p) for p in ingress if p.client not in pods} == {"* -> serving:8010"}
+    for _, template in all_pods(feedback_graph("dev")):
+        for container in template["spec"]["containers"]:
+            if container["name"] in ("kafka", "joiner"):
+                assert container["resources"]["limits"] and container["resources"]["requests"]
+                assert container["securityContext"]["readOnlyRootFilesystem"] is True
+                assert template["spec"]["securityContext"]["runAsNonRoot"] is True
+
+
+def test_the_feedback_loop_external_stream_and_its_secrets() -> None:
+    """aws-prod with MSK: no broker pod; serving and the joiner reach the bootstrap port;
+    the SASL credentials are a Secret's, never in a pod spec or a ConfigMap."""
+    from tests.infra.test_pod_contract import feedback_graph
+
+    graph = feedback_graph("aws-prod")
+    manifests = graph.manifests()
+    assert not any(m["kind"] == "StatefulSet" and m["metadata"]["name"] == "kafka"
+                   for m in manifests)  # fmt: skip
+    works = {str(p) for p in network_paths.connections(manifests) if p.port != 53}
+    assert {"serving -> *:9096", "joiner -> *:9096"} <= works
+    text = json.dumps([m for m in manifests if m["kind"] != "Secret"])
+    assert "kafka-password-1" not in text and "joiner-user" not in text
+    (secret,) = [m for m in manifests if m["kind"] == "Secret"
+                 and m["metadata"]["name"] == "kafka-client"]  # fmt: skip
+    assert set(secret.get("stringData") or secret.get("data") or {}) == {
+        "KAFKA_SASL_USERNAME", "KAFKA_SASL_PASSWORD",
+    }  # fmt: skip

@@ -16,15 +16,18 @@ import functools
 import os
 import subprocess
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
-from elasticctr_common.contract import CubeEnv, TrainerEnv
+from elasticctr_common.contract import NETWORK_FILE, CubeEnv, TrainerEnv
 from elasticctr_common.slotconf import read_slot_conf
 
+from infra.program import main
 from tests.support import pulumi_harness as harness
 from tests.support.manifests import pod_templates
+from tests.support.stacks import config_with_secrets
 
 PLACEHOLDER = "from-a-secret"
 
@@ -154,7 +157,16 @@ def check_training(pod: Pod) -> dict[str, Any]:
     config = load_config(pod.file(pod.args[pod.args.index("--config") + 1]))
     assert read_slot_conf(str(pod.file(config.runner.slot_conf)))
     assert config.runner.model_uri and config.runner.checkpoint_uri
-    return {"pserver": role.is_server}
+    hyper = config.hyper_parameters
+    module = hyper.network_module
+    if module is not None and module.endswith(".py"):
+        # The user's network as the pod has it (the ConfigMap's file), loaded and run on
+        # a probe batch by the trainer's own check, the first thing every pod does.
+        from elasticctr_trainer.networks import checked_network
+
+        local = replace(hyper, network_module=str(pod.file(module)))
+        checked_network(local, len(read_slot_conf(str(pod.file(config.runner.slot_conf)))))
+    return {"pserver": role.is_server, "network": module}
 
 
 CHECKS: dict[str, Callable[[Pod], dict[str, Any]]] = {
@@ -208,3 +220,131 @@ def test_the_pods_reach_each_other_where_they_listen(
     ports = {(n.port, n.agent_port) for _, _, n in conf.servers()}
     assert ports == {(server[0], agent[0])}, f"{stack}: cube.conf {ports}, pods {server} {agent}"
     assert transfer_url.endswith(f":{transfer['port']}"), f"{stack}: {transfer_url}"
+
+
+USER_NETWORK = "tests/images/trainer/nets/two_tower.py"
+
+
+def custom_stack(network: str) -> harness.Graph:
+    """The dev stack on Criteo-shaped data with the user's own network `network`."""
+    config, secrets = config_with_secrets("dev")
+    config["elasticctr:training"] = {
+        **config.get("elasticctr:training", {}), "model": "custom", "network_module": network,
+    }  # fmt: skip
+    config["elasticctr:data"] = {
+        **config.get("elasticctr:data", {}),
+        "format": "paddlerec",
+        "dense_features": [{"name": "dense_feature", "dim": 13}],
+    }
+    return harness.run(main, config, secrets, stack="dev")
+
+
+def test_a_users_network_reaches_every_training_pod_and_builds_there(tmp_path: Path) -> None:
+    read = read_every_pod("dev + custom", custom_stack(USER_NETWORK), tmp_path)
+    assert {r["network"] for r in read["trainer"] + read["pserver"]} == {NETWORK_FILE}
+    assert {r["pserver"] for r in read["trainer"] + read["pserver"]} == {True, False}
+
+
+def test_a_network_that_builds_the_wrong_logit_fails_the_pods_check(tmp_path: Path) -> None:
+    graph = custom_stack("tests/images/trainer/nets/wrong_shape.py")
+    with pytest.raises(pytest.fail.Exception, match=r"the logit must have shape \[batch, 1\]"):
+        read_every_pod("dev + wrong_shape", graph, tmp_path)
+
+
+# The feedback loop, on a stack of each kind of stream: dev with Kafka in the cluster,
+# aws-prod with an external one (SASL over TLS, a CA bundle, credentials as secrets).
+FEEDBACK_STACKS: dict[str, dict[str, Any]] = {
+    "dev": {"enabled": True, "partition_minutes": 5, "join_window": 120},
+    "aws-prod": {
+        "enabled": True,
+        "partition_minutes": 15,
+        "kafka": {
+            "mode": "external",
+            "bootstrap_servers": "b-1.msk.example:9096,b-2.msk.example:9096",
+            "security_protocol": "SASL_SSL",
+            "sasl_mechanism": "SCRAM-SHA-512",
+            "username": "joiner-user",
+            "password": "kafka-password-1",
+            "ca_cert": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+        },
+    },
+}
+
+
+@functools.cache
+def feedback_graph(stack: str) -> harness.Graph:
+    from infra.program import main
+    from tests.support.stacks import config_with_secrets
+
+    config, secrets = config_with_secrets(stack, {"elasticctr:feedback": FEEDBACK_STACKS[stack]})
+    return harness.run(main, config, (*secrets, "elasticctr:feedback"), stack=stack)
+
+
+def check_joiner(pod: Pod) -> dict[str, Any]:
+    from elasticctr_common.feedback import kafka_client_config
+    from elasticctr_joiner.__main__ import parse_args
+
+    args = pod.parse(parse_args)
+    assert args.kafka == kafka_client_config(pod.env)
+    return {
+        "dataset": args.dataset_uri,
+        "minutes": args.partition_minutes,
+        "kafka": args.kafka,
+        "topics": (args.impressions_topic, args.clicks_topic),
+        "ca": args.kafka.get("ssl.ca.location"),
+        "files": pod.files,
+    }
+
+
+def check_feedback_serving(pod: Pod) -> dict[str, Any]:
+    from elasticctr_common.feedback import FeedbackEnv, kafka_client_config, topics
+
+    check_serving(pod)
+    rate = float(pod.env[FeedbackEnv.SAMPLE_RATE])
+    assert 0 <= rate <= 1 and int(pod.env[FeedbackEnv.BUFFER_RECORDS]) > 0
+    kafka = kafka_client_config(pod.env)
+    return {"kafka": kafka, "topics": topics(pod.env), "files": pod.files}
+
+
+@pytest.mark.parametrize("stack", sorted(FEEDBACK_STACKS))
+def test_the_feedback_loop_pods_agree_on_stream_topics_and_partitions(
+    stack: str, tmp_path: Path
+) -> None:
+    graph = feedback_graph(stack)
+    checks = {"joiner": check_joiner, "serving": check_feedback_serving, "trainer": check_training}
+    read: dict[str, list[dict[str, Any]]] = {name: [] for name in checks}
+    kafka_conf = []
+    for where, pod, container in containers(graph):
+        files = config_files(graph, pod, tmp_path / where.replace("/", "_"))
+        if container["name"] == "kafka":
+            kafka_conf.append(files["/etc/kafka-conf/server.properties"].read_text())
+        if container["name"] in checks:
+            read[container["name"]].append(checks[container["name"]](Pod(container, files)))
+    (joiner,) = read["joiner"]
+    (serving,) = read["serving"]
+    assert serving["kafka"] == joiner["kafka"], "serving and the joiner reach one stream"
+    assert serving["topics"] == joiner["topics"]
+    # The trainers follow the joiner's partitions, where the joiner writes them.
+    trainer = next(p for p in containers(graph) if p[2]["name"] == "trainer")
+    files = config_files(graph, trainer[1], tmp_path / "trainer-json")
+    from elasticctr_common.trainer_json import load_config
+
+    runner = load_config(files["/etc/elasticctr/trainer.json"]).runner
+    assert (runner.train_data_uri, runner.partition_minutes) == (
+        joiner["dataset"], FEEDBACK_STACKS[stack]["partition_minutes"],
+    )  # fmt: skip
+    assert joiner["minutes"] == runner.partition_minutes and runner.mode in ("online", "offline")
+    if FEEDBACK_STACKS[stack].get("kafka", {}).get("mode") == "external":
+        assert not kafka_conf, "no broker in the cluster with an external stream"
+        assert joiner["kafka"]["security.protocol"] == "SASL_SSL"
+        assert joiner["kafka"]["sasl.username"] == PLACEHOLDER  # from the Secret
+        for reader in (joiner, serving):
+            ca = reader["kafka"]["ssl.ca.location"]
+            assert "BEGIN CERTIFICATE" in reader["files"][ca].read_text()
+    else:
+        (properties,) = kafka_conf
+        advertised = next(
+            line.split("=", 1)[1] for line in properties.splitlines()
+            if line.startswith("advertised.listeners=")
+        )  # fmt: skip
+        assert advertised == f"PLAINTEXT://{joiner['kafka']['bootstrap.servers']}"

@@ -1,4 +1,5 @@
-"""Real servers for tests, each a subprocess on 127.0.0.1: S3 (moto), HDFS (MiniDFSCluster), MLflow.
+"""Real servers for tests, each a subprocess on 127.0.0.1: S3 (moto), HDFS (MiniDFSCluster),
+MLflow, Kafka (a KRaft broker).
 
 Every server runs in its own process group and is stopped through that group (TERM, wait,
 KILL), so helpers it forks (MLflow's uvicorn workers) go too. A failed start raises
@@ -341,16 +342,7 @@ def _hadoop_classpath_cached() -> bool:
 
 def fetch_hadoop_jars(timeout: float = 900.0) -> Path:
     """Run tools/hadoop-minicluster.sh fetch (instant once cached); the classpath file."""
-    try:
-        done = subprocess.run(
-            [str(HADOOP_SCRIPT), "fetch"], capture_output=True, text=True, timeout=timeout
-        )
-    except subprocess.TimeoutExpired as err:
-        raise ServerStartError(f"{HADOOP_SCRIPT} fetch took over {timeout:.0f}s") from err
-    if done.returncode != 0:
-        tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
-        raise ServerStartError(f"{HADOOP_SCRIPT} fetch failed ({done.returncode}):\n{tail}")
-    return Path(done.stdout.strip().splitlines()[-1])
+    return _fetch(HADOOP_SCRIPT, timeout)
 
 
 class MlflowServer(ServerProcess):
@@ -403,3 +395,122 @@ class MlflowServer(ServerProcess):
 
     def _ready(self) -> bool:
         return _http_answers(self.tracking_uri + "/health")
+
+
+KAFKA_SCRIPT = REPO / "tools" / "kafka-broker.sh"
+
+
+class KafkaBroker(ServerProcess):
+    """One KRaft Kafka node (broker and controller in one JVM) on 127.0.0.1, from the jars
+    tools/kafka-broker.sh caches. Its log dirs outlive `kill()`: `restart()` brings the
+    same broker back on the same port with what it had written, as a pod delete does."""
+
+    name = "kafka"
+    startup_timeout = 180.0  # ~15 s idle; a JVM on 2 busy cores takes longer
+    fetch_timeout = 900.0
+    cluster_id = "ElasticctrTestsKafka01"  # 22 characters: a base64 UUID's length
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.port = free_port()
+        self.controller_port = free_port()
+        self.data_dir = Path(tempfile.mkdtemp(prefix="elasticctr-kafka-data-"))
+
+    @staticmethod
+    def missing_prerequisite() -> str | None:
+        if shutil.which("java") is None:
+            return "no `java` on PATH (KafkaBroker runs Kafka's broker)"
+        cached = subprocess.run([str(KAFKA_SCRIPT), "cached"]).returncode == 0
+        if shutil.which("mvn") is None and not cached:
+            return "no `mvn` on PATH and no cached Kafka jars (tools/kafka-broker.sh)"
+        return None
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def env(self) -> dict[str, str]:
+        """What a client process needs (elasticctr_common.feedback.FeedbackEnv)."""
+        return {"KAFKA_BOOTSTRAP_SERVERS": self.bootstrap}
+
+    def start(self) -> Self:
+        _fetch(KAFKA_SCRIPT, self.fetch_timeout)
+        return super().start()
+
+    def _pick_new_port(self) -> bool:
+        if any(self.data_dir.iterdir()):
+            return False  # a formatted broker keeps its ports
+        self.port, self.controller_port = free_port(), free_port()
+        return True
+
+    def _properties(self) -> Path:
+        assert self.workdir is not None
+        path = self.workdir / "server.properties"
+        path.write_text(
+            "process.roles=broker,controller\n"
+            "node.id=1\n"
+            f"controller.quorum.voters=1@127.0.0.1:{self.controller_port}\n"
+            f"listeners=PLAINTEXT://127.0.0.1:{self.port},"
+            f"CONTROLLER://127.0.0.1:{self.controller_port}\n"
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{self.port}\n"
+            "controller.listener.names=CONTROLLER\n"
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT\n"
+            f"log.dirs={self.data_dir / 'logs'}\n"
+            "offsets.topic.replication.factor=1\n"
+            "transaction.state.log.replication.factor=1\n"
+            "transaction.state.log.min.isr=1\n"
+            "group.initial.rebalance.delay.ms=0\n"
+            "auto.create.topics.enable=false\n"
+        )
+        return path
+
+    def _command(self) -> list[str]:
+        props = self._properties()
+        script = str(KAFKA_SCRIPT)
+        # Formatting is skipped when the log dirs already are (a restart).
+        return [
+            "sh", "-c", '"$0" format "$1" "$2" && exec "$0" run "$1"',
+            script, str(props), self.cluster_id,
+        ]  # fmt: skip
+
+    def _env(self) -> dict[str, str]:
+        return {**os.environ, "KAFKA_JAVA_OPTS": "-Xmx384m -Xms64m -XX:+UseSerialGC"}
+
+    def _ready(self) -> bool:
+        try:
+            return "Kafka Server started" in self.log_path.read_text(errors="replace")
+        except OSError:
+            return False
+
+    def kill(self) -> None:
+        """SIGKILL the broker (no clean shutdown), keeping its log dirs."""
+        proc = self.proc
+        assert proc is not None, "kafka is not running"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        self.stop()
+
+    def restart(self) -> Self:
+        return self.start()
+
+    def close(self) -> None:
+        """Stop and remove the log dirs too."""
+        self.stop()
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fetch(script: Path, timeout: float) -> Path:
+    """Run `script fetch` (instant once cached); the classpath file it prints."""
+    try:
+        done = subprocess.run(
+            [str(script), "fetch"], capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired as err:
+        raise ServerStartError(f"{script} fetch took over {timeout:.0f}s") from err
+    if done.returncode != 0:
+        tail = "\n".join((done.stdout + done.stderr).splitlines()[-40:])
+        raise ServerStartError(f"{script} fetch failed ({done.returncode}):\n{tail}")
+    return Path(done.stdout.strip().splitlines()[-1])

@@ -86,13 +86,14 @@ def test_every_image_a_stack_names_has_a_recipe(section: dict[str, Any]) -> None
         reference = f"{config.registry}/{name}:{getattr(config.tags, name)}"
         recipe = recipes.recipe_for(everything, reference)
         assert recipe is not None and recipe.reference == reference
-    for third_party in (config.minio, config.hadoop):
+    for third_party in (config.minio, config.hadoop, config.kafka):
         assert recipes.recipe_for(everything, third_party) is not None, third_party
     assert everything["pause"].reference == "registry.k8s.io/pause:3.10"
 
 
 def test_recipe_for_a_reference() -> None:
     everything = catalog()
+    assert recipes.recipe_for(everything, "apache/kafka:4.1.1") == everything["kafka"]
     assert recipes.recipe_for(everything, "apache/hadoop:3.4.1") == everything["hadoop"]
     assert (
         recipes.recipe_for(everything, "localhost/elasticctr-standin/hadoop:3.4.1")
@@ -156,6 +157,7 @@ def test_copy_sources_are_what_the_dockerfile_reads_from_its_context() -> None:
         "common",
         "serving/requirements.txt",
         "serving/elasticctr_serving",
+        "serving/elasticctr_joiner",
     ]  # not the parser library: that comes --from the build stage
     assert inputs.copy_sources(ROOT / "images" / "mlflow" / "Dockerfile") == []
 

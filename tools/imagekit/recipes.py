@@ -4,7 +4,7 @@ Three kinds:
   base     stand-ins tagged with exactly the names the project's Dockerfiles use in FROM
            (python, rust, mlflow-base) and their common Debian base;
   project  images/<name>/Dockerfile, unchanged, as <registry>/<name>:<tag>;
-  standin  third-party images the cluster runs (pause, MinIO, Hadoop, Volcano), named under
+  standin  third-party images the cluster runs (pause, MinIO, Hadoop, Kafka, Volcano), named under
            a local prefix, except pause, whose name containerd's config fixes.
 Each stand-in's recipe is tools/standins/<name>/ (Containerfile + README saying how it
 differs from the real image).
@@ -38,6 +38,8 @@ MLFLOW = f"ghcr.io/mlflow/mlflow:v{MLFLOW_VERSION}"
 PAUSE = "registry.k8s.io/pause:3.10"
 HADOOP_VERSION = "3.4.1"
 HADOOP_UPSTREAM = f"apache/hadoop:{HADOOP_VERSION}"
+KAFKA_VERSION = "4.1.1"  # tools/kafka-broker.sh's, the tests' broker
+KAFKA_UPSTREAM = f"apache/kafka:{KAFKA_VERSION}"
 # Images of images/ the stack deploys (their tags are config keys), and the client, which
 # users run (tagged with the project's version).
 PROJECT_IMAGES = ("trainer", "cube", "serving", "client", "mlflow")
@@ -195,6 +197,10 @@ def _runtime_standins(options: Options) -> list[Recipe]:
         _standin(
             "hadoop", f"{STANDIN_PREFIX}/hadoop:{HADOOP_VERSION}", "standin", HADOOP_UPSTREAM,
             stagers=(staging.HadoopJars(HADOOP_VERSION, cache_root() / "downloads"),),
+        ),
+        _standin(
+            "kafka", f"{STANDIN_PREFIX}/kafka:{KAFKA_VERSION}", "standin", KAFKA_UPSTREAM,
+            stagers=(staging.KafkaJars(KAFKA_VERSION, cache_root() / "downloads"),),
         ),
     ]  # fmt: skip
     minio = toolbins.find("minio", ("minio", "mc"), options.minio_bin_dir)

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from infra.config import ImagesConfig, VolcanoConfig
+from infra.config import FeedbackConfig, ImagesConfig, VolcanoConfig
 from tools.imagekit.recipes import STANDIN_PREFIX, Options, Recipe, catalog, normalise, recipe_for
 
 STACKS_DIR = Path(__file__).resolve().parents[2] / "stacks"
@@ -46,7 +46,11 @@ def _check_standins(
     stack: str, config: dict[str, Any], images: ImagesConfig, recipes: dict[str, Recipe]
 ) -> None:
     problems = []
-    for key, reference in (("images.minio", images.minio), ("images.hadoop", images.hadoop)):
+    named = [("images.minio", images.minio), ("images.hadoop", images.hadoop)]
+    feedback = FeedbackConfig.model_validate(config.get("elasticctr:feedback") or {})
+    if feedback.enabled and feedback.kafka.mode == "in-cluster":
+        named.append(("images.kafka", images.kafka))
+    for key, reference in named:
         recipe = recipe_for(recipes, reference)
         if recipe is None or recipe.reference != normalise(reference):
             built = recipe.reference if recipe else "nothing"

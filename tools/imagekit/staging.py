@@ -228,3 +228,68 @@ class HadoopJars:
         for jar in sorted((home / "lib").glob("*.jar")):
             link_or_copy(jar, context / "lib" / jar.name)
         shutil.copytree(home / "webapps", context / "webapps")
+
+
+@dataclass(frozen=True)
+class KafkaJars:
+    """Kafka's broker jars (kafka_2.13 and its runtime dependencies, with the log4j 2
+    binding the distribution ships) from Maven Central into libs/, resolved once per
+    version into the cache, as tools/kafka-broker.sh resolves the tests' broker."""
+
+    version: str
+    cache: Path
+    log4j: str = "2.25.3"
+    slf4j: str = "2.0.17"
+
+    def pom(self) -> str:
+        def dep(group: str, artifact: str, version: str) -> str:
+            return (
+                f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+                f"<version>{version}</version></dependency>"
+            )
+
+        dependencies = "\n".join([
+            dep("org.apache.kafka", "kafka_2.13", self.version),
+            dep("org.slf4j", "slf4j-api", self.slf4j),
+            dep("org.apache.logging.log4j", "log4j-slf4j2-impl", self.log4j),
+            dep("org.apache.logging.log4j", "log4j-core", self.log4j),
+        ])  # fmt: skip
+        return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
+  <modelVersion>4.0.0</modelVersion>
+  <groupId>elasticctr.images</groupId>
+  <artifactId>kafka-standin-jars</artifactId>
+  <version>1</version>
+  <packaging>pom</packaging>
+  <dependencies>
+{dependencies}
+  </dependencies>
+</project>
+"""
+
+    def fingerprint(self, fp: Fingerprint) -> None:
+        fp.text("kafka-pom", self.pom())
+
+    def _resolved(self) -> Path:
+        home = self.cache / f"kafka-{self.version}"
+        if (home / "done").is_file():
+            return home
+        shutil.rmtree(home, ignore_errors=True)
+        home.mkdir(parents=True)
+        (home / "pom.xml").write_text(self.pom())
+        say(f"resolving Kafka {self.version} jars from Maven Central")
+        run(
+            [
+                "mvn", "-B", "-q", "-f", home / "pom.xml",
+                f"-Dmaven.repo.local={home / 'repository'}",
+                "dependency:copy-dependencies", f"-DoutputDirectory={home / 'libs'}",
+                "-DincludeScope=runtime", "-Dstyle.color=never",
+            ],
+            nice=True,
+        )  # fmt: skip
+        (home / "done").write_text(self.version)
+        return home
+
+    def fill(self, context: Path) -> None:
+        home = self._resolved()
+        for jar in sorted((home / "libs").glob("*.jar")):
+            link_or_copy(jar, context / "libs" / jar.name)

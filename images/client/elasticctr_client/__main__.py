@@ -1,4 +1,4 @@
-"""python -m elasticctr_client predict|logs|status|upload (docs/serving.md, "Client").
+"""python -m elasticctr_client predict|click|logs|status|upload (docs/serving.md, "Client").
 
 Endpoints come from flags, else from `pulumi stack output --json` of --stack (or the
 current stack) run in the current directory. Serving's bearer token (serving.auth token)
@@ -47,12 +47,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = p.add_subparsers(dest="command", required=True)
 
-    pr = commands.add_parser("predict", help="predict ElasticCTR lines; print the AUC")
-    pr.add_argument("files", nargs="+", help="files of ElasticCTR lines ('-': stdin)")
+    pr = commands.add_parser("predict", help="predict example lines; print the AUC")
+    pr.add_argument("files", nargs="+", help="files of example lines ('-': stdin)")
+    pr.add_argument(
+        "--format",
+        choices=("elasticctr", "paddlerec"),
+        help="the lines' format: ElasticCTR lines or PaddleRec's slot format (default: the "
+        "served model's)",
+    )
     pr.add_argument("--serving-url")
     pr.add_argument("--batch-size", type=int, default=64)
     pr.add_argument("--output", help="write line, label, prob1, version rows (TSV) here")
     pr.add_argument("--no-progress", action="store_true")
+
+    ck = commands.add_parser(
+        "click", help="send clicks on answered instances (the feedback loop, docs/feedback.md)"
+    )
+    ck.add_argument(
+        "clicks", nargs="+", metavar="REQUEST_ID:INSTANCE",
+        help="the request_id a prediction answered with, and the instance's index in it",
+    )  # fmt: skip
+    ck.add_argument("--serving-url")
 
     lg = commands.add_parser(
         "logs", help="follow trainer 0, cube-transfer and failed pods of the job"
@@ -89,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     needs_stack = {
         "predict": not args.serving_url if args.command == "predict" else False,
+        "click": not args.serving_url if args.command == "click" else False,
         "logs": args.command == "logs" and not (args.namespace and args.job),
         "status": args.command == "status"
         and not (args.mlflow_url and args.serving_url and args.transfer_url),
@@ -139,6 +155,7 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
             out,
             progress=not args.no_progress,
             token=token,
+            data_format=args.format,
         )
     except (PredictError, BadFile) as err:
         print(f"error: {err}", file=sys.stderr)
@@ -148,6 +165,39 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
             out.close()
     report(summary, time.monotonic() - started)
     return 0 if summary.examples and not summary.failed else 1
+
+
+MAX_CLICKS = 1000  # per request (serving's limit)
+
+
+def run_click(args: argparse.Namespace, outputs: StackOutputs) -> int:
+    from elasticctr_common.feedback import CLICK_PATH, valid_request_id
+
+    from .predict import PredictError, post_json
+
+    clicks = []
+    for item in args.clicks:
+        request_id, _, index = item.rpartition(":")
+        if not valid_request_id(request_id) or not index.isdigit():
+            print(
+                f"error: {item!r} is not REQUEST_ID:INSTANCE (the request id an answer "
+                "carried, a colon, the instance's index from 0)",
+                file=sys.stderr,
+            )
+            return 2
+        clicks.append({"request_id": request_id, "instance": int(index)})
+    url = outputs.get(args.serving_url, SERVING_URL, "--serving-url").rstrip("/") + CLICK_PATH
+    token = _token(args, outputs)
+    accepted = 0
+    try:
+        for start in range(0, len(clicks), MAX_CLICKS):
+            body = {"clicks": clicks[start : start + MAX_CLICKS]}
+            accepted += int(post_json(url, body, args.timeout, token)["accepted"])
+    except PredictError as err:
+        print(f"error: {err} ({accepted} of {len(clicks)} clicks accepted)", file=sys.stderr)
+        return 1
+    print(f"{accepted} clicks accepted")
+    return 0
 
 
 def _token(args: argparse.Namespace, outputs: StackOutputs) -> str | None:
@@ -240,7 +290,13 @@ def run_upload(args: argparse.Namespace, outputs: StackOutputs) -> int:
     return 0
 
 
-COMMANDS = {"predict": run_predict, "logs": run_logs, "status": run_status, "upload": run_upload}
+COMMANDS = {
+    "predict": run_predict,
+    "click": run_click,
+    "logs": run_logs,
+    "status": run_status,
+    "upload": run_upload,
+}
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,12 +1,16 @@
-"""`predict`: ElasticCTR lines -> serving, in batches; probabilities and AUC.
+"""`predict`: example lines -> serving, in batches; probabilities and AUC.
 
-Lines are `<show> <click> <feasign>:<slot> ...` (docs/architecture.md). Each batch is one
-`POST /ElasticCTRPredictionService/inference`, with the slots in ElasticCTR's client form
-(a slot with no feasign in the line is left out: serving treats it as padding). Lines
-that are not examples, or use a slot the served model does not have, are skipped and
-counted, like the trainer does. The label of a line is click > 0. An example serving
-answers with its own error (err_code 207 for the batch) has no probability: it is left
-out of the AUC and the rows, counted by cause and named in the report.
+Lines are ElasticCTR's `<show> <click> <feasign>:<slot> ...` or PaddleRec's slot format
+`click:<0|1> <dense>:<value> ... <slot>:<feasign> ...` (docs/architecture.md), read as the
+trainer reads them (elasticctr_common.lines): the format the served model was trained on
+(its /status `data_format`) unless one is given, with the served model's dense features.
+Each batch is one `POST /ElasticCTRPredictionService/inference`, with the slots in
+ElasticCTR's client form (a slot with no feasign in the line is left out: serving treats it
+as padding) and the dense values under `dense`. Lines that are not examples, or use a slot
+the served model does not have, are skipped and counted, like the trainer does. The label
+of a line is click > 0. An example serving answers with its own error (err_code 207 for
+the batch) has no probability: it is left out of the AUC and the rows, counted by cause
+and named in the report.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
-from elasticctr_common.lines import BadLine, split_line
+from elasticctr_common.lines import BadLine, DenseFeature, LineFormat, dense_value
 
 from .endpoints import auth_header, unreachable_hint
 from .progress import Progress
@@ -37,6 +41,15 @@ class Example:
     line_number: int
     label: int
     slots: dict[str, list[int]]
+    dense: dict[str, list[float]] = field(default_factory=dict)
+
+
+@dataclass
+class Served:
+    """What the client needs to know of the served model (its /status)."""
+
+    slots: set[str] | None = None  # None: serving did not say
+    form: LineFormat = field(default_factory=LineFormat)
 
 
 PARTIAL = 207  # serving's err_code when some instances failed (each says why)
@@ -58,11 +71,14 @@ class Summary:
         return auc(self.labels, self.probabilities)
 
 
-def parse_line(line: str, number: int, slots: set[str] | None) -> Example | str:
+def parse_line(
+    line: str, number: int, slots: set[str] | None, form: LineFormat | None = None
+) -> Example | str:
     """An Example, or the reason the line is skipped (the trainer's reading of lines,
     elasticctr_common.lines, so both skip the same lines for the same reasons)."""
+    form = form or LineFormat()
     try:
-        parsed = split_line(line)
+        parsed = form.split(line)
     except BadLine as bad:
         return bad.reason
     grouped: dict[str, list[int]] = {}
@@ -71,16 +87,19 @@ def parse_line(line: str, number: int, slots: set[str] | None) -> Example | str:
         if slots is not None and name not in slots:
             return f"unknown slot {name}"
         grouped.setdefault(name, []).append(feasign)
-    return Example(number, parsed.label, grouped)
+    dense: dict[str, list[float]] = {}
+    start = 0
+    for feature in form.dense:
+        dense[feature.name] = [dense_value(v) for v in parsed.dense[start : start + feature.dim]]
+        start += feature.dim
+    return Example(number, parsed.label, grouped, dense)
 
 
-def read_examples(
-    lines: Iterable[str], slots: set[str] | None, summary: Summary
-) -> Iterator[Example]:
+def read_examples(lines: Iterable[str], served: Served, summary: Summary) -> Iterator[Example]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        parsed = parse_line(line, number, slots)
+        parsed = parse_line(line, number, served.slots, served.form)
         if isinstance(parsed, str):
             summary.skipped[parsed] = summary.skipped.get(parsed, 0) + 1
         else:
@@ -101,22 +120,34 @@ def post_json(
     except urllib.error.HTTPError as err:
         detail = err.read().decode(errors="replace")
         with contextlib.suppress(ValueError):
-            detail = json.loads(detail).get("err_msg") or detail
+            answer = json.loads(detail)
+            detail = answer.get("err_msg") or answer.get("error") or detail
         raise PredictError(f"serving answered {err.code}: {detail}") from None
     except (OSError, ValueError) as err:
         raise PredictError(f"{url}: {err}{unreachable_hint(url)}") from None
 
 
-def served_slots(serving_url: str, timeout: float, token: str | None = None) -> set[str] | None:
-    """The slots of the model serving now (its /status), or None if it does not say."""
+def served_model(
+    serving_url: str, timeout: float, token: str | None = None, data_format: str | None = None
+) -> Served:
+    """The slots, line format and dense features of the model serving now (its /status);
+    `data_format` (the user's) over the served one. A serving that does not say: ElasticCTR
+    lines, any slot."""
     url = serving_url.rstrip("/") + "/status"
     try:
         request = urllib.request.Request(url, headers=auth_header(token))
         with urllib.request.urlopen(request, timeout=timeout) as r:
-            slots = json.loads(r.read()).get("slots")
+            status = json.loads(r.read())
     except (OSError, ValueError):
-        return None
-    return {str(s) for s in slots} if slots else None
+        status = {}
+    slots = status.get("slots")
+    dense = tuple(DenseFeature(f["name"], f["dim"]) for f in status.get("dense_features") or [])
+    name = data_format or status.get("data_format") or "elasticctr"
+    try:
+        form = LineFormat(name, dense)
+    except ValueError as err:
+        raise PredictError(f"lines of format {name}: {err}") from None
+    return Served({str(s) for s in slots} if slots else None, form)
 
 
 def predict(
@@ -128,13 +159,16 @@ def predict(
     out: TextIO | None = None,
     progress: bool = True,
     token: str | None = None,
+    data_format: str | None = None,
 ) -> Summary:
-    """Send every example; write `<line>\t<label>\t<prob1>\t<version>` rows to `out`."""
+    """Send every example; write `<line>\t<label>\t<prob1>\t<version>` rows to `out`.
+    `data_format`: the lines' format (default: the served model's)."""
     url = serving_url.rstrip("/") + INFERENCE_PATH
     summary = Summary()
     bar = Progress(total, "examples", enabled=progress)
     batch: list[Example] = []
-    examples = read_examples(lines, served_slots(serving_url, timeout, token), summary)
+    served = served_model(serving_url, timeout, token, data_format)
+    examples = read_examples(lines, served, summary)
     for example in _with_end(examples):
         if example is not None:
             batch.append(example)
@@ -153,9 +187,14 @@ def _with_end(items: Iterator[Example]) -> Iterator[Example | None]:
 
 def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out: TextIO | None,
           token: str | None = None) -> None:  # fmt: skip
-    instances = [
-        {"slots": [{"slot_name": s, "feasigns": f} for s, f in e.slots.items()]} for e in batch
-    ]
+    instances: list[dict[str, Any]] = []
+    for example in batch:
+        instance: dict[str, Any] = {
+            "slots": [{"slot_name": s, "feasigns": f} for s, f in example.slots.items()]
+        }
+        if example.dense:
+            instance["dense"] = example.dense
+        instances.append(instance)
     answer = post_json(url, {"instances": instances}, timeout, token)
     if answer.get("err_code", 0) not in (0, PARTIAL):
         raise PredictError(f"serving: {answer.get('err_msg')}")

@@ -16,6 +16,9 @@ CONFIG_DIR: Final = "/etc/elasticctr"
 TRAINER_JSON: Final = f"{CONFIG_DIR}/trainer.json"
 CUBE_CONF: Final = f"{CONFIG_DIR}/cube.conf"
 SLOT_CONF: Final = f"{CONFIG_DIR}/slot.conf"
+# model custom with a .py file of the project: the program ships it in the training
+# ConfigMap, trainer.json's network_module names it here.
+NETWORK_FILE: Final = f"{CONFIG_DIR}/network.py"
 # Local scratch of the trainer and cube images (their Dockerfiles create it).
 DATA_DIR: Final = "/var/lib/elasticctr"
 

@@ -17,9 +17,14 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .contract import DATA_DIR, HOUR_FORMAT
+from .feedback import PARTITION_MINUTES, parse_partition
+from .lines import FORMATS, DenseFeature, LineFormat, dense_feature_problems
 
 Mode = Literal["offline", "online"]
-Model = Literal["wide_deep", "dnn"]
+# The built-in networks (elasticctr_trainer/networks.py), or "custom": the module that
+# `network_module` names.
+Model = Literal["wide_deep", "dnn", "deepfm", "dcn", "custom"]
+DataFormat = Literal["elasticctr", "paddlerec"]
 MODES: tuple[str, ...] = get_args(Mode)
 MODELS: tuple[str, ...] = get_args(Model)
 
@@ -36,6 +41,9 @@ class Runner:
     model_uri: str
     checkpoint_uri: str
     mode: Mode = "offline"  # offline: train START..END `passes` times; online: one pass per hour
+    # The data's time partitions: 60 reads hour directories YYYYMMDD/HH; N < 60 (dividing
+    # an hour) reads N-minute ones YYYYMMDD/HHMM, as the feedback joiner writes them.
+    partition_minutes: int = 60
     end_date_hr: str | None = None  # required offline; online stops after it when set
     passes: int = 1
     max_bad_line_fraction: float = 0.01
@@ -53,6 +61,9 @@ class Runner:
     # serving version's by more than this is kept (uploaded, no donefile line), not published.
     publish_margin: float = 0.002
     publish_every_version: bool = False  # true: no gate, every version that passes its check
+    # The data's line format (elasticctr_common.lines): ElasticCTR's line, or PaddleRec's
+    # slot format (which can carry hyper_parameters.dense_features).
+    data_format: DataFormat = "elasticctr"
 
 
 @dataclass(frozen=True)
@@ -64,7 +75,13 @@ class HyperParameters:
     batch_size: int = 32
     sparse_learning_rate: float = 0.05  # AdaGrad of the sparse table (CTR accessor)
     sparse_initial_range: float = 0.0001
-    model: Model = "wide_deep"  # or "dnn" (model.py)
+    model: Model = "wide_deep"  # a built-in network (networks.py) or "custom"
+    # model "custom": the user's network, a Python file (path ending .py) or an importable
+    # module name, with `build(inputs) -> logit` (networks.py, docs/trainer.md).
+    network_module: str | None = None
+    # Dense features of PaddleRec's slot format, [{"name": ..., "dim": ...}], in the order
+    # the network gets them; each line must carry every one in full.
+    dense_features: list[DenseFeature] = field(default_factory=list)
     # The CTR accessor (model.py): an id's score is (shows - clicks) * nonclk_coeff + clicks *
     # click_coeff; with both 1 it counts shows. Below embedx_threshold an id has only its
     # per-id weight (embed_w), no embedding vector. After every pass the scores decay by
@@ -161,33 +178,64 @@ def parse_config(data: Any) -> TrainerConfig:
     if unknown:
         raise ConfigError(f"trainer.json: unknown key(s) {', '.join(unknown)}")
     runner, problems = _build(Runner, "runner", data.get("runner"))
-    hyper, more = _build(HyperParameters, "hyper_parameters", data.get("hyper_parameters", {}))
+    hyper_data = data.get("hyper_parameters", {})
+    if isinstance(hyper_data, dict) and "dense_features" in hyper_data:
+        hyper_data = {**hyper_data, "dense_features": _dense_features(hyper_data["dense_features"])}
+    hyper, more = _build(HyperParameters, "hyper_parameters", hyper_data)
     if problems or more:
         raise ConfigError("\n".join(problems + more))
     _check(runner, hyper)
     return TrainerConfig(runner, hyper)
 
 
+def _dense_features(data: Any) -> list[DenseFeature]:
+    key = "hyper_parameters.dense_features"
+    if not isinstance(data, list):
+        raise ConfigError(f'{key}: expected a list of {{"name": ..., "dim": ...}}')
+    features = []
+    for item in data:
+        if isinstance(item, DenseFeature):
+            features.append(item)
+            continue
+        if not isinstance(item, dict) or set(item) != {"name", "dim"}:
+            raise ConfigError(f'{key}: expected {{"name": ..., "dim": ...}}, got {item!r}')
+        if not isinstance(item["name"], str) or type(item["dim"]) is not int:
+            raise ConfigError(f"{key}: name must be a string and dim an integer, got {item!r}")
+        features.append(DenseFeature(item["name"], item["dim"]))
+    problems = dense_feature_problems(features)
+    if problems:
+        raise ConfigError(f"{key}: {'; '.join(problems)}")
+    return features
+
+
 def _check(runner: Runner, hyper: HyperParameters) -> None:
     if runner.mode not in MODES:
         raise ConfigError(f"runner.mode: expected {' or '.join(MODES)}, got {runner.mode!r}")
+    minutes = runner.partition_minutes
+    if type(minutes) is not int or minutes not in PARTITION_MINUTES:
+        allowed = ", ".join(map(str, PARTITION_MINUTES))
+        raise ConfigError(
+            f"runner.partition_minutes: must divide an hour ({allowed}), got {minutes!r}"
+        )
     for key in ("start_date_hr", "end_date_hr"):
         value = getattr(runner, key)
         if value is not None:
             try:
-                parse_hour(value)
+                parse_partition(value, minutes)
             except ValueError as err:
                 raise ConfigError(f"runner.{key}: {err}") from None
     if runner.mode == "offline" and runner.end_date_hr is None:
         raise ConfigError("runner.end_date_hr: required in offline mode")
-    if runner.end_date_hr is not None and parse_hour(runner.end_date_hr) < parse_hour(
-        runner.start_date_hr
-    ):
+    if runner.end_date_hr is not None and parse_partition(
+        runner.end_date_hr, minutes
+    ) < parse_partition(runner.start_date_hr, minutes):
         raise ConfigError("runner.end_date_hr: before runner.start_date_hr")
     if runner.passes < 1:
         raise ConfigError(f"runner.passes: must be >= 1, got {runner.passes}")
     if runner.mode == "online" and runner.passes != 1:
-        raise ConfigError("runner.passes: online mode trains each hour once (one pass per hour)")
+        raise ConfigError(
+            "runner.passes: online mode trains each partition once (one pass per partition)"
+        )
     if not 0 <= runner.max_bad_line_fraction <= 1:
         raise ConfigError("runner.max_bad_line_fraction: must be within [0, 1]")
     if not runner.max_abs_weight > 0:
@@ -220,6 +268,25 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         raise ConfigError("hyper_parameters.batch_size: must be >= 1")
     if hyper.model not in MODELS:
         raise ConfigError(f"hyper_parameters.model: expected one of {MODELS}, got {hyper.model!r}")
+    if hyper.model == "custom" and not hyper.network_module:
+        raise ConfigError(
+            "hyper_parameters.network_module: required with model custom (a .py file or a "
+            "module name whose build(inputs) returns the click logit)"
+        )
+    if hyper.model != "custom" and hyper.network_module is not None:
+        raise ConfigError(
+            f"hyper_parameters.network_module: only with model custom, got "
+            f"{hyper.network_module!r} with model {hyper.model}"
+        )
+    if runner.data_format not in FORMATS:
+        raise ConfigError(
+            f"runner.data_format: expected one of {FORMATS}, got {runner.data_format!r}"
+        )
+    if hyper.dense_features and runner.data_format != "paddlerec":
+        raise ConfigError(
+            "hyper_parameters.dense_features: need runner.data_format paddlerec (ElasticCTR "
+            "lines have no place for dense features)"
+        )
     for key in ("embedx_threshold", "nonclk_coeff", "click_coeff", "delete_threshold", "dense_l2"):
         if getattr(hyper, key) < 0:
             raise ConfigError(f"hyper_parameters.{key}: must be >= 0, got {getattr(hyper, key)}")
@@ -230,6 +297,11 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         )
     if runner.publish_margin < 0:
         raise ConfigError(f"runner.publish_margin: must be >= 0, got {runner.publish_margin}")
+
+
+def line_format(config: TrainerConfig) -> LineFormat:
+    """How the job's data lines are written."""
+    return LineFormat(config.runner.data_format, tuple(config.hyper_parameters.dense_features))
 
 
 def load_config(path: str | Path) -> TrainerConfig:

@@ -2,7 +2,9 @@
 
 Options default to the environment the Pulumi program sets (components/serving.py):
 MODEL_URI, CUBE_CONF, CUBE_TRANSFER_URL, SLOT_CONF, SPARSE_DIM. SERVING_AUTH_TOKEN (from a
-Secret), when set, is the bearer token every client must send (app.py).
+Secret), when set, is the bearer token every client must send (app.py). With
+KAFKA_BOOTSTRAP_SERVERS set, impressions and clicks go to the stream (feedback.py;
+elasticctr_common.feedback.FeedbackEnv names the rest).
 """
 
 from __future__ import annotations
@@ -105,11 +107,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from .app import ServingApp
     from .batcher import Batcher
+    from .feedback import FeedbackLog
     from .metrics import ServingMetrics
     from .rollout import ModelManager
 
     conf = CubeConf.load(args.cube_conf)
     metrics = ServingMetrics()
+    feedback = FeedbackLog.from_env(os.environ, metrics)
     manager = ModelManager(
         open_store(args.model_uri),
         conf,
@@ -138,19 +142,21 @@ def main(argv: list[str] | None = None) -> int:
         max_body_bytes=args.max_body_bytes,
         max_instances=args.max_instances,
         token=os.environ.get(ServingEnv.AUTH_TOKEN, ""),
+        feedback=feedback,
         failure_log_seconds=args.failure_log_seconds,
     )
     application = app.build()
     app.stop_on_signal(application, args.shutdown_delay)
     manager.start()
     logging.getLogger("elasticctr_serving").info(
-        "serving on %s:%d, models %s, cube %d shards, transfer %s, %s",
+        "serving on %s:%d, models %s, cube %d shards, transfer %s, %s, feedback %s",
         args.host,
         args.port,
         args.model_uri,
         conf.shard,
         args.cube_transfer_url or "(none)",
         "bearer token required" if os.environ.get(ServingEnv.AUTH_TOKEN) else "no authentication",
+        f"to {feedback.impressions_topic}" if feedback else "off",
     )
     try:
         web.run_app(
@@ -165,6 +171,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         manager.stop()
         batcher.stop()
+        if feedback is not None:
+            feedback.close()
     return 0
 
 

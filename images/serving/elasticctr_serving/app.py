@@ -3,7 +3,11 @@
 
 - POST /ElasticCTRPredictionService/inference  ElasticCTR's client contract
 - POST /predict                                 plain JSON
+- POST /click                                   clicks on answered instances (feedback.py)
 - GET  /healthz  /readyz  /status  /metrics
+
+Every answer carries its request id (`request_id` in the body, `X-Request-Id`); with the
+feedback loop on, each instance answered is an impression under that id (feedback.py).
 
 Given a token (SERVING_AUTH_TOKEN), every request but the kubelet's probes (/healthz,
 /readyz) must carry `Authorization: Bearer <token>` (RFC 6750), compared in constant time;
@@ -27,18 +31,21 @@ import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_runner import GracefulExit
+from elasticctr_common.feedback import CLICK_PATH, REQUEST_ID_HEADER, valid_request_id
 
 from . import native
 from .batcher import Batcher, Prediction, Unavailable
 from .feasign_check import ReducedFeasignCheck
-from .instances import BadRequest, parse_request
+from .feedback import FeedbackLog, RequestIds
+from .instances import BadRequest, load_json, parse_request
 from .metrics import ServingMetrics
 from .recent import INTERNAL, LOG_PERIOD_SECONDS, NO_MODEL, Failure, FailureLog, RecentRequests
 from .rollout import ModelManager
 
 log = logging.getLogger("elasticctr_serving.app")
 INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
-PATHS = {INFERENCE_PATH, "/predict", "/healthz", "/readyz", "/status", "/metrics"}
+PATHS = {INFERENCE_PATH, "/predict", CLICK_PATH, "/healthz", "/readyz", "/status", "/metrics"}
+MAX_CLICKS = 1000  # per /click request
 PROBES = {"/healthz", "/readyz"}  # the kubelet's: no credentials
 PREDICTIONS = {INFERENCE_PATH, "/predict"}  # what users call: counted in /status
 # Why an answer is a 5xx, as the handler knew it, for the counting in `_errors`.
@@ -46,8 +53,12 @@ FAILURE = web.ResponseKey("elasticctr_failure", Failure)
 REALM = 'Bearer realm="elasticctr-serving"'
 
 
-def _json(body: object, status: int = 200, version: int | None = None) -> web.Response:
-    headers = {"X-Model-Version": str(version)} if version is not None else None
+def _json(
+    body: object, status: int = 200, version: int | None = None, request_id: str = ""
+) -> web.Response:
+    headers = {"X-Model-Version": str(version)} if version is not None else {}
+    if request_id:
+        headers[REQUEST_ID_HEADER] = request_id
     return web.Response(
         body=orjson.dumps(body), status=status, content_type="application/json", headers=headers
     )
@@ -66,13 +77,19 @@ def _failures(prediction: Prediction) -> list[tuple[int, str, str]]:
     ]
 
 
-def elasticctr_answer(prediction: Prediction) -> web.Response:
+def elasticctr_answer(prediction: Prediction, request_id: str) -> web.Response:
     predictions: list[dict[str, object]] = [
         {"prob0": p0, "prob1": p1} for p0, p1 in prediction.probabilities.tolist()
     ]
-    body = {"predictions": predictions, "err_code": 0, "err_msg": "", "version": prediction.version}
+    body = {
+        "predictions": predictions,
+        "err_code": 0,
+        "err_msg": "",
+        "version": prediction.version,
+        "request_id": request_id,
+    }
     if not prediction.failures:
-        return _json(body, version=prediction.version)
+        return _json(body, version=prediction.version, request_id=request_id)
     failed = _failures(prediction)
     for i, cause, message in failed:
         predictions[i] = {"err_code": INSTANCE_ERROR, "err_msg": message, "cause": cause}
@@ -81,23 +98,27 @@ def elasticctr_answer(prediction: Prediction) -> web.Response:
         f"{len(failed)} of {len(predictions)} instances failed, each answered with its "
         f"err_code and err_msg; the first: {failed[0][2]}"
     )
-    return _json(body, PARTIAL, prediction.version)
+    return _json(body, PARTIAL, prediction.version, request_id)
 
 
 def elasticctr_error(status: int, message: str) -> web.Response:
     return _json({"predictions": [], "err_code": status, "err_msg": message}, status)
 
 
-def plain_answer(prediction: Prediction) -> web.Response:
+def plain_answer(prediction: Prediction, request_id: str) -> web.Response:
     scores: list[float | None] = prediction.probabilities[:, 1].tolist()
-    body: dict[str, object] = {"version": prediction.version, "predictions": scores}
+    body: dict[str, object] = {
+        "version": prediction.version,
+        "predictions": scores,
+        "request_id": request_id,
+    }
     if not prediction.failures:
-        return _json(body, version=prediction.version)
+        return _json(body, version=prediction.version, request_id=request_id)
     failed = _failures(prediction)
     for i, _, _ in failed:
         scores[i] = None
     body["errors"] = [{"instance": i, "cause": c, "error": m} for i, c, m in failed]
-    return _json(body, PARTIAL, prediction.version)
+    return _json(body, PARTIAL, prediction.version, request_id)
 
 
 def plain_error(status: int, message: str) -> web.Response:
@@ -118,9 +139,12 @@ class ServingApp:
         max_body_bytes: int,
         max_instances: int,
         token: str = "",
+        feedback: FeedbackLog | None = None,
         failure_log_seconds: float = LOG_PERIOD_SECONDS,
     ) -> None:
         self.manager, self.batcher, self.metrics = manager, batcher, metrics
+        self.feedback = feedback
+        self.ids = feedback.ids if feedback is not None else RequestIds()
         self.recent = RecentRequests()
         self.failure_log = FailureLog(log, failure_log_seconds)
         self.max_body_bytes, self.max_instances = max_body_bytes, max_instances
@@ -136,6 +160,7 @@ class ServingApp:
         )
         app.router.add_post(INFERENCE_PATH, self.inference)
         app.router.add_post("/predict", self.predict)
+        app.router.add_post(CLICK_PATH, self.click)
         app.router.add_get("/healthz", self.healthz)
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/status", self.status)
@@ -223,7 +248,7 @@ class ServingApp:
         self,
         request: web.Request,
         plain: bool,
-        answer: Callable[[Prediction], web.Response],
+        answer: Callable[[Prediction, str], web.Response],
         error: Callable[[int, str], web.Response],
     ) -> web.Response:
         self.batcher.arrive()
@@ -251,7 +276,16 @@ class ServingApp:
                 )
             future = self.batcher.submit(parsed, model)
             queued = True
-            return answer(await future)
+            prediction = await future
+            request_id = self.ids.next()
+            if self.feedback is not None:
+                scores: list[float | None] = prediction.probabilities[:, 1].tolist()
+                for i in prediction.failures:
+                    scores[i] = None
+                self.feedback.log_request(
+                    request_id, parsed, model.space.slots, prediction.version, scores
+                )
+            return answer(prediction, request_id)
         except BadRequest as err:
             return error(err.status, str(err))
         except Unavailable as err:
@@ -265,6 +299,30 @@ class ServingApp:
     def _too_large(self, length: int | None) -> str:
         size = f"{length} bytes" if length is not None else "the body"
         return f"{size} is over the request body limit of {self.max_body_bytes} bytes"
+
+    async def click(self, request: web.Request) -> web.Response:
+        """{"request_id": ID, "instance": I} or {"clicks": [...]} -> 202 {"accepted": n}.
+        Whether the id was answered is the joiner's to tell (it counts unknown ids)."""
+        if self.feedback is None:
+            return plain_error(404, "the feedback loop is off on this serving (feedback.enabled)")
+        length = request.content_length
+        if length is not None and length > self.max_body_bytes:
+            return plain_error(413, self._too_large(length))
+        try:
+            clicks = _clicks(await request.read())
+        except BadRequest as err:
+            self.metrics.clicks.inc(1, "rejected")
+            return plain_error(err.status, str(err))
+        accepted = 0
+        for request_id, index in clicks:
+            if not self.feedback.click(request_id, index):
+                message = (
+                    f"the click buffer is full (the stream is unreachable?): {accepted} of "
+                    f"{len(clicks)} clicks accepted, send the rest again"
+                )
+                return _json({"error": message, "accepted": accepted}, 503)
+            accepted += 1
+        return _json({"accepted": accepted}, 202)
 
     async def healthz(self, request: web.Request) -> web.Response:
         return _json({"status": "ok"})
@@ -305,6 +363,7 @@ class ServingApp:
                 "retries": stats.retries,
                 "hedges": stats.hedges,
             },
+            "feedback": self.feedback.status() if self.feedback else {"enabled": False},
         }
         return _json(body)
 
@@ -316,3 +375,32 @@ class ServingApp:
                 "X-Content-Type-Options": "nosniff",
             },
         )
+
+
+def _clicks(body: bytes) -> list[tuple[str, int]]:
+    """(request id, instance) of each click in a /click body; BadRequest naming the bad one."""
+    request = load_json(body)
+    if isinstance(request, dict) and "clicks" in request:
+        items = request["clicks"]
+        if not isinstance(items, list) or not items:
+            raise BadRequest('"clicks" must be a non-empty list of {"request_id", "instance"}')
+        if len(items) > MAX_CLICKS:
+            raise BadRequest(f"{len(items)} clicks in one request, more than {MAX_CLICKS}", 413)
+    else:
+        items = [request]
+    clicks = []
+    for n, item in enumerate(items):
+        where = f"click {n}: " if len(items) > 1 else ""
+        if not isinstance(item, dict):
+            raise BadRequest(f'{where}expected an object {{"request_id": ..., "instance": ...}}')
+        request_id, index = item.get("request_id"), item.get("instance")
+        if not valid_request_id(request_id):
+            raise BadRequest(
+                f"{where}request_id must be the id serving answered with (letters, digits, "
+                f"'.', '_', ':', '-', at most 64), got {request_id!r:.80}"
+            )
+        if type(index) is not int or index < 0:
+            raise BadRequest(f"{where}instance must be an integer >= 0, got {index!r:.40}")
+        assert isinstance(request_id, str)
+        clicks.append((request_id, index))
+    return clicks

@@ -256,10 +256,11 @@ class Batcher:
     ) -> list[tuple[_Pending, Prediction | BaseException]]:
         now = time.monotonic()
         self.metrics.stage_seconds.inc(sum(now - p.queued for p in pending), "queue")
-        count, keys, slots, rows = merge([p.parsed for p in pending])
+        batch = merge([p.parsed for p in pending])
+        count = batch.count
         for attempt in range(2):
             try:
-                probabilities, failures = self._infer(worker, model, count, keys, slots, rows)
+                probabilities, failures = self._infer(worker, model, batch)
                 break
             except CubeVersionError as err:
                 self.on_version_error(model.version)
@@ -291,15 +292,10 @@ class Batcher:
         return outcomes
 
     def _infer(
-        self,
-        worker: int,
-        model: DenseModel,
-        count: int,
-        keys: NDArray[np.uint64],
-        slots: NDArray[np.int32],
-        rows: NDArray[np.int32],
+        self, worker: int, model: DenseModel, batch: Parsed
     ) -> tuple[NDArray[np.float32], dict[int, InstanceFailure]]:
         """[count, 2] probabilities, and the instances (rows) that have none."""
+        count, keys, slots, rows = batch.count, batch.keys, batch.slots, batch.rows
         stage = self.metrics.stage_seconds
         started = time.perf_counter()
         native = parser()
@@ -331,7 +327,7 @@ class Batcher:
             failures = _nonfinite_inputs(model, pooled, result.values, unique, inverse, slots, rows)
         pooled_at = time.perf_counter()
         stage.inc(pooled_at - looked_up, "pool")
-        probabilities = model.predict(worker, pooled)
+        probabilities = model.predict(worker, pooled, batch.dense)
         stage.inc(time.perf_counter() - pooled_at, "predict")
         if not np.isfinite(probabilities).all():  # finite inputs that overflow in the model
             for row in np.flatnonzero(~np.isfinite(probabilities).all(axis=1)).tolist():

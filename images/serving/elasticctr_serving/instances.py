@@ -1,9 +1,14 @@
-"""Request bodies -> parsed instances: sparse keys with the (slot, instance) each belongs to.
+"""Request bodies -> parsed instances: sparse keys with the (slot, instance) each belongs to,
+and each instance's dense feature values when the model has dense features.
 
 Two request forms (docs/serving.md):
 
-- ElasticCTR's: {"instances": [{"slots": [{"slot_name": "101", "feasigns": [...]}, ...]}]}
-- plain /predict: {"instances": [{"101": [...], "102": [...]}, ...]}
+- ElasticCTR's: {"instances": [{"slots": [{"slot_name": "101", "feasigns": [...]}, ...],
+  "dense": {"dense_feature": [0.05, ...]}}]}
+- plain /predict: {"instances": [{"101": [...], "102": [...], "dense_feature": [...]}, ...]}
+
+A model's dense features (meta.json `dense_features`) are required in every instance, each
+with exactly its `dim` JSON numbers, finite as float32; a model without them refuses any.
 
 A feasign becomes the sparse key `feasign % sparse_dim` (docs/architecture.md). Key 0 is
 the padding key, whose vector is zero: it is never looked up. A slot given twice in one
@@ -27,6 +32,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from elasticctr_common.lines import F32_OVERFLOW, DenseFeature
 from numpy.typing import NDArray
 
 from .native import parser
@@ -51,31 +57,54 @@ class Parsed:
     slots: NDArray[np.int32]  # slot index (model input order) of each key
     rows: NDArray[np.int32]  # instance index of each key
     largest_feasign: int = 0  # before the mapping (feasign_check.py)
+    # [count, the dense features' dims summed] float32, in the model's order; None without
+    dense: NDArray[np.float32] | None = None
+    # Every feasign as sent (padding included) with its slot index and instance, in
+    # instance order: what an impression record holds (feedback.py).
+    raw: NDArray[np.uint64] | None = None
+    raw_slots: NDArray[np.int32] | None = None
+    raw_rows: NDArray[np.int32] | None = None
 
 
 class SlotSpace:
-    """What parsing needs from the model being served: its slots (input order), sparse_dim."""
+    """What parsing needs from the model being served: its slots (input order), sparse_dim,
+    its dense features (input order)."""
 
-    def __init__(self, slots: list[int] | tuple[int, ...], sparse_dim: int) -> None:
+    def __init__(
+        self,
+        slots: list[int] | tuple[int, ...],
+        sparse_dim: int,
+        dense: tuple[DenseFeature, ...] = (),
+    ) -> None:
         self.slots = tuple(slots)
         self.sparse_dim = sparse_dim
+        self.dense = tuple(dense)
+        self.dense_dim = sum(f.dim for f in self.dense)
         self.index = {str(s): i for i, s in enumerate(self.slots)}
+        self.dense_index = {f.name: f for f in self.dense}
         self.names = "\n".join(str(s) for s in self.slots).encode()  # for the native parser
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, SlotSpace):
             return NotImplemented
-        return (self.slots, self.sparse_dim) == (other.slots, other.sparse_dim)
+        mine, theirs = (
+            (self.slots, self.sparse_dim, self.dense),
+            (other.slots, other.sparse_dim, other.dense),
+        )
+        return mine == theirs
 
     def __hash__(self) -> int:
-        return hash((self.slots, self.sparse_dim))
+        return hash((self.slots, self.sparse_dim, self.dense))
+
+    def describe_dense(self) -> str:
+        return ", ".join(f"{f.name}[{f.dim}]" for f in self.dense) or "none"
 
 
 def parse_request(body: bytes, space: SlotSpace, max_instances: int, plain: bool) -> Parsed:
     """A request body of ElasticCTR's form (or the plain one): natively when the native
     parser takes it, else with orjson and the Python code."""
     native = parser()
-    if native is not None:
+    if native is not None and not space.dense:  # dense values: the Python code reads them
         got = native.parse(body, space.names, plain, max_instances)
         if got is not None:
             count, raw, slots, rows = got
@@ -113,7 +142,12 @@ def parse_elasticctr(
     """`quick=False` when the body may hold JSON booleans (which pass as integers in the
     quick path): the careful loop checks every value's type."""
     instances = instances_of(request, max_instances)
-    if quick:
+    # Dense values (or a "dense" member the model has no use for: refused) take the loop.
+    if (
+        quick
+        and not space.dense
+        and not any(isinstance(i, dict) and "dense" in i for i in instances)
+    ):
         try:
             return _parse_elasticctr_quickly(instances, space)
         except (KeyError, TypeError, AttributeError, OverflowError, BadRequest):
@@ -121,6 +155,7 @@ def parse_elasticctr(
     index = space.index
     feasigns: list[Any] = []  # JSON values, checked when converted
     entries: list[Entry] = []  # (instance, slot index, count, slot name)
+    dense = _DenseValues(space, len(instances))
     for i, instance in enumerate(instances):
         slots = instance.get("slots") if isinstance(instance, dict) else None
         if not isinstance(slots, list):
@@ -131,9 +166,19 @@ def parse_elasticctr(
                 raise BadRequest(f'instance {i}: each slot must be an object with "slot_name"')
             name = entry["slot_name"]
             _add(feasigns, entries, index, i, name, entry.get("feasigns"), space)
-        if len(feasigns) == before:
+        given = instance.get("dense")
+        if given is not None or space.dense:
+            if not isinstance(given, dict):
+                raise BadRequest(
+                    f'instance {i}: expected "dense", an object of dense feature -> values '
+                    f"(the model's dense features: {space.describe_dense()})"
+                )
+            for name, values in given.items():
+                dense.add(i, name, values)
+        dense.complete(i)
+        if len(feasigns) == before and not space.dense:
             raise BadRequest(f"instance {i} is empty: no slot has a feasign")
-    return _finish(len(instances), feasigns, entries, space)
+    return _finish(len(instances), feasigns, entries, space, dense.values)
 
 
 def _parse_elasticctr_quickly(instances: list[Any], space: SlotSpace) -> Parsed:
@@ -171,15 +216,71 @@ def parse_plain(
     index = space.index
     feasigns: list[Any] = []  # JSON values, checked when converted
     entries: list[Entry] = []
+    dense = _DenseValues(space, len(instances))
     for i, instance in enumerate(instances):
         if not isinstance(instance, dict):
             raise BadRequest(f"instance {i}: expected an object of slot -> feasign list")
         before = len(feasigns)
         for name, values in instance.items():
-            _add(feasigns, entries, index, i, name, values, space)
-        if len(feasigns) == before:
+            if name in space.dense_index:
+                dense.add(i, name, values)
+            else:
+                _add(feasigns, entries, index, i, name, values, space)
+        dense.complete(i)
+        if len(feasigns) == before and not space.dense:
             raise BadRequest(f"instance {i} is empty: no slot has a feasign")
-    return _finish(len(instances), feasigns, entries, space)
+    return _finish(len(instances), feasigns, entries, space, dense.values)
+
+
+class _DenseValues:
+    """The dense feature values of a request's instances, checked as they are added."""
+
+    def __init__(self, space: SlotSpace, count: int) -> None:
+        self.space = space
+        self.values = np.zeros((count, space.dense_dim), dtype=np.float32) if space.dense else None
+        self.offsets: dict[str, int] = {}
+        offset = 0
+        for feature in space.dense:
+            self.offsets[feature.name] = offset
+            offset += feature.dim
+        self.given: set[str] = set()
+
+    def add(self, i: int, name: object, values: object) -> None:
+        feature = self.space.dense_index.get(name) if isinstance(name, str) else None
+        if feature is None or self.values is None:
+            raise BadRequest(
+                f"instance {i}: unknown dense feature {name!r} (the model's dense features: "
+                f"{self.space.describe_dense()})"
+            )
+        if not isinstance(values, list) or len(values) != feature.dim:
+            got = f"{len(values)} values" if isinstance(values, list) else type(values).__name__
+            raise BadRequest(
+                f"instance {i}, dense feature {feature.name}: expected a list of "
+                f"{feature.dim} numbers, got {got}"
+            )
+        for value in values:
+            if type(value) not in (int, float):
+                raise BadRequest(
+                    f"instance {i}, dense feature {feature.name}: value {value!r} is not a number"
+                )
+            if not abs(value) < F32_OVERFLOW:
+                raise BadRequest(
+                    f"instance {i}, dense feature {feature.name}: value {value!r} is not finite "
+                    "as a float32"
+                )
+        start = self.offsets[feature.name]
+        self.values[i, start : start + feature.dim] = values
+        self.given.add(feature.name)
+
+    def complete(self, i: int) -> None:
+        """Every dense feature was given for instance i (then the next instance's start)."""
+        missing = [f.name for f in self.space.dense if f.name not in self.given]
+        if missing:
+            raise BadRequest(
+                f"instance {i}: dense feature(s) {', '.join(missing)} missing (every instance "
+                f"needs the model's dense features: {self.space.describe_dense()})"
+            )
+        self.given = set()
 
 
 def _add(
@@ -201,14 +302,22 @@ def _add(
     entries.append((i, slot, len(values), str(name)))
 
 
-def _finish(count: int, feasigns: list[Any], entries: list[Entry], space: SlotSpace) -> Parsed:
-    raw = _as_uint64(feasigns)
+def _finish(
+    count: int,
+    feasigns: list[Any],
+    entries: list[Entry],
+    space: SlotSpace,
+    dense: NDArray[np.float32] | None = None,
+) -> Parsed:
+    raw = _as_uint64(feasigns) if feasigns else np.zeros(0, dtype=np.uint64)
     if raw is None:
         raw = _convert_slowly(feasigns, entries)
     counts = np.fromiter((e[2] for e in entries), np.int64, len(entries))
     slots = np.repeat(np.fromiter((e[1] for e in entries), np.int32, len(entries)), counts)
     rows = np.repeat(np.fromiter((e[0] for e in entries), np.int32, len(entries)), counts)
-    return _keys(count, raw, slots, rows, space)
+    parsed = _keys(count, raw, slots, rows, space)
+    parsed.dense = dense
+    return parsed
 
 
 def _keys(
@@ -220,9 +329,13 @@ def _keys(
 ) -> Parsed:
     keys = raw % np.uint64(space.sparse_dim)
     real = keys != 0
+    kept_slots, kept_rows = slots, rows
     if not real.all():
-        keys, slots, rows = keys[real], slots[real], rows[real]
-    return Parsed(count, keys, slots, rows, int(raw.max()) if raw.size else 0)
+        keys, kept_slots, kept_rows = keys[real], slots[real], rows[real]
+    largest = int(raw.max()) if raw.size else 0
+    return Parsed(
+        count, keys, kept_slots, kept_rows, largest, raw=raw, raw_slots=slots, raw_rows=rows
+    )
 
 
 def _as_uint64(feasigns: list[Any]) -> NDArray[np.uint64] | None:
@@ -266,15 +379,20 @@ def _feasign(value: object) -> int | None:
     return None
 
 
-def merge(
-    parts: list[Parsed],
-) -> tuple[int, NDArray[np.uint64], NDArray[np.int32], NDArray[np.int32]]:
-    """One batch of several requests: (instances, keys, slots, rows), rows renumbered."""
+def merge(parts: list[Parsed]) -> Parsed:
+    """One batch of several requests (parsed for the same model), rows renumbered."""
     if len(parts) == 1:
-        p = parts[0]
-        return p.count, p.keys, p.slots, p.rows
+        return parts[0]
     offsets = np.cumsum([0] + [p.count for p in parts[:-1]])
     rows = np.concatenate([p.rows + np.int32(o) for p, o in zip(parts, offsets, strict=True)])
     keys = np.concatenate([p.keys for p in parts])
     slots = np.concatenate([p.slots for p in parts])
-    return int(sum(p.count for p in parts)), keys, slots, rows
+    dense = [p.dense for p in parts if p.dense is not None]
+    return Parsed(
+        int(sum(p.count for p in parts)),
+        keys,
+        slots,
+        rows,
+        max(p.largest_feasign for p in parts),
+        np.concatenate(dense) if dense else None,
+    )

@@ -134,6 +134,19 @@ class ServingMetrics:
             "instances answered with an error instead of a prediction, by cause",
             ("cause",),
         )
+        self.impressions = Counter(
+            r,
+            p + "impressions_total",
+            "impressions by outcome (feedback.py): queued, sampled_out, dropped_buffer_full, "
+            "delivered, failed",
+            ("outcome",),
+        )
+        self.clicks = Counter(
+            r,
+            p + "clicks_total",
+            "clicks received by outcome (as impressions, and rejected)",
+            ("outcome",),
+        )
         for cause in FAILURE_CAUSES:  # every series exists from the start, at 0
             self.failed_instances.inc(0, cause)
         self.model_version.set(-1)

@@ -2,7 +2,9 @@
 
 The trainer exports `<model_uri>/<V>/dense/{model.pdmodel, model.pdiparams, meta.json}`;
 the program's inputs are the pooled slot embeddings (`meta.feed_names`, one [n, dim] input
-per slot in slot.conf order) and its output the softmax [n, 2] (`meta.fetch_name`).
+per slot in slot.conf order), then one [n, dim] input per dense feature (`meta
+.dense_features`, none for a model without), and its output the softmax [n, 2]
+(`meta.fetch_name`).
 
 Files are read into memory and handed to Paddle as buffers. Paddle crashes the whole
 process (SIGSEGV) on some corrupt programs instead of raising, so a new version is first
@@ -26,6 +28,7 @@ and output handles are looked up once per predictor.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -39,6 +42,7 @@ from typing import Any
 
 import numpy as np
 import paddle.inference as paddle_infer
+from elasticctr_common.lines import DenseFeature
 from elasticctr_common.storage import Store
 from elasticctr_common.versions import MODEL_FILE, MODEL_META, PARAMS_FILE, dense_path
 from google.protobuf.message import DecodeError
@@ -73,8 +77,11 @@ class DenseModel:
             tuple[int, bool], tuple[list[paddle_infer.Tensor], paddle_infer.Tensor]
         ] = {}
 
-    def predict(self, worker: int, pooled: NDArray[np.float32]) -> NDArray[np.float32]:
-        """[slots, n, dim] pooled embeddings -> [n, 2] class probabilities."""
+    def predict(
+        self, worker: int, pooled: NDArray[np.float32], dense: NDArray[np.float32] | None = None
+    ) -> NDArray[np.float32]:
+        """[slots, n, dim] pooled embeddings and [n, dense dims summed] dense values (None
+        for a model without dense features) -> [n, 2] class probabilities."""
         one = pooled.shape[1] == 1 and bool(self.single)
         predictor = self.single[worker] if one else self.predictors[worker]
         handles = self._handles.get((worker, one))
@@ -83,12 +90,26 @@ class DenseModel:
             output = predictor.get_output_handle(self._output_name(predictor))
             handles = self._handles[worker, one] = (inputs, output)
         inputs, output = handles
-        fed = [flatten(pooled)] if self.fused_input else pooled
+        fed: list[NDArray[np.float32]] | NDArray[np.float32]
+        if self.fused_input:  # the concat's order: the slots, then the dense features
+            flat = flatten(pooled)
+            fed = [flat if dense is None else np.ascontiguousarray(np.hstack([flat, dense]))]
+        elif dense is None:
+            fed = pooled
+        else:
+            fed = [*pooled, *self._split_dense(dense)]
         for handle, values in zip(inputs, fed, strict=True):
             handle.copy_from_cpu(values)  # sets the shape too
         predictor.run()
         probabilities: NDArray[np.float32] = output.copy_to_cpu()
         return probabilities
+
+    def _split_dense(self, dense: NDArray[np.float32]) -> list[NDArray[np.float32]]:
+        offsets = np.cumsum([0, *(f.dim for f in self.space.dense)])
+        return [
+            np.ascontiguousarray(dense[:, begin:end])
+            for begin, end in itertools.pairwise(offsets.tolist())
+        ]
 
     @property
     def input_names(self) -> list[str]:
@@ -129,9 +150,11 @@ def load_model(
             f"version {version}: trained with sparse_dim {meta['sparse_dim']}, "
             f"serving maps feasigns with {sparse_dim}"
         )
-    if len(meta["feed_names"]) != len(model_slots):
+    dense = dense_features(version, meta)
+    if len(meta["feed_names"]) != len(model_slots) + len(dense):
         raise ModelError(
-            f"version {version}: {len(meta['feed_names'])} feed names for {len(model_slots)} slots"
+            f"version {version}: {len(meta['feed_names'])} feed names for {len(model_slots)} "
+            f"slots and {len(dense)} dense features"
         )
     try:
         program = models.read_bytes(dense_path(version, meta.get("model_file", MODEL_FILE)))
@@ -149,7 +172,7 @@ def load_model(
     model = DenseModel(
         version=version,
         meta=meta,
-        space=SlotSpace(model_slots, int(meta["sparse_dim"])),
+        space=SlotSpace(model_slots, int(meta["sparse_dim"]), dense),
         embedding_dim=int(meta["embedding_dim"]),
         predictors=predictors,
         loaded_at=time.time(),
@@ -172,6 +195,19 @@ ONEDNN_FUSES = (
     "conv_activation_mkldnn_fuse_pass",
     "operator_scale_onednn_fuse_pass",
 )
+
+
+def dense_features(version: int, meta: dict[str, Any]) -> tuple[DenseFeature, ...]:
+    """The version's dense features (meta.json `dense_features`; none before they existed)."""
+    try:
+        return tuple(
+            DenseFeature(str(f["name"]), int(f["dim"])) for f in meta.get("dense_features") or []
+        )
+    except (KeyError, TypeError, ValueError):
+        raise ModelError(
+            f"version {version}: meta.json dense_features is not a list of {{name, dim}}: "
+            f"{meta.get('dense_features')!r}"
+        ) from None
 
 
 def served_program(program: bytes, meta: dict[str, Any]) -> tuple[bytes, str | None]:
@@ -223,8 +259,9 @@ def _smoke_test(model: DenseModel) -> None:
         raise ModelError(f"version {model.version}: the program has no input(s) {absent}")
     for n in (2, 1):  # both predictors: batch 1 runs on its own
         probe = np.zeros((len(model.space.slots), n, model.embedding_dim), dtype=np.float32)
+        dense = np.zeros((n, model.space.dense_dim), np.float32) if model.space.dense else None
         try:
-            out = model.predict(0, probe)
+            out = model.predict(0, probe, dense)
         except Exception as err:
             raise ModelError(f"version {model.version}: a probe prediction failed: {err}") from None
         if out.shape != (n, 2):
@@ -312,7 +349,9 @@ def _child_main(directory: str, version: int) -> None:
     model = DenseModel(
         version,
         meta,
-        SlotSpace([int(s) for s in meta["slots"]], int(meta["sparse_dim"])),
+        SlotSpace(
+            [int(s) for s in meta["slots"]], int(meta["sparse_dim"]), dense_features(version, meta)
+        ),
         int(meta["embedding_dim"]),
         [predictor],
         time.time(),

@@ -236,6 +236,10 @@ class ModelManager:
             "version": active.version if active else None,
             "slots": list(active.space.slots) if active else None,
             "sparse_dim": active.space.sparse_dim if active else None,
+            "dense_features": (
+                [{"name": f.name, "dim": f.dim} for f in active.space.dense] if active else None
+            ),
+            "data_format": active.meta.get("data_format", "elasticctr") if active else None,
             "embedding_dim": active.embedding_dim if active else None,
             "loaded_at": active.loaded_at if active else None,
             "cube_committed": self.cube_version,

@@ -14,6 +14,7 @@ import zlib  # noqa: F401
 # The exit code of a trainer whose pass failed its checks (bad lines or unusable data files
 # over `runner.max_bad_line_fraction`, or a model version refused before publishing), and
 # of a pserver or trainer whose model does not fit the checkpoint it would resume
-# (checkpoint.CheckpointMismatch): the Volcano Job ends on it instead of restarting into
-# the same failure (components/training.py keeps the same number).
+# (checkpoint.CheckpointMismatch) or whose network module cannot be used
+# (networks.NetworkError): the Volcano Job ends on it instead of restarting into the same
+# failure (components/training.py keeps the same number).
 BAD_DATA_EXIT_CODE = 3

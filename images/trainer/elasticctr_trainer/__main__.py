@@ -1,4 +1,5 @@
-"""python -m elasticctr_trainer run|local|generate|pserver-sync (see docs/trainer.md)."""
+"""python -m elasticctr_trainer run|local|generate|simulate|pserver-sync (docs/trainer.md,
+docs/feedback.md)."""
 
 from __future__ import annotations
 
@@ -27,8 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     gen = commands.add_parser("generate", help="write synthetic ElasticCTR data")
     gen.add_argument("--out", required=True, help="storage URI (file://, s3://, hdfs://)")
     gen.add_argument(
-        "--profile", choices=("simple", "realistic"), default="simple",
+        "--profile", choices=("simple", "realistic", "criteo"), default="simple",
         help="realistic: 20 Zipf slots, multi-hot, an interaction, 4%% clicks (realistic.py); "
+        "criteo: 13 dense features, 26 slots of Criteo's cardinalities scaled down, in "
+        "PaddleRec's slot format (synth.py); "
         "its defaults: --start 20191221/20 --hours 8 --heldout 60000",
     )  # fmt: skip
     gen.add_argument(
@@ -53,6 +56,26 @@ def main(argv: list[str] | None = None) -> int:
     gen.add_argument("--seed", type=int, default=7)
     gen.add_argument("--missing-hour", action="append", default=[], help="write no donefile")
 
+    sim = commands.add_parser(
+        "simulate", help="users of serving: predict requests and clicks under a drifting truth"
+    )
+    sim.add_argument("--serving-url", required=True)
+    sim.add_argument("--token", default=os.environ.get("ELASTICCTR_SERVING_TOKEN", ""))
+    sim.add_argument("--truth", help="generate's truth.json (URI or path); else made from:")
+    sim.add_argument("--slots", type=int, default=8)
+    sim.add_argument("--first-slot", type=int, default=101)
+    sim.add_argument("--vocab", type=int, default=200)
+    sim.add_argument("--seed", type=int, default=7, help="the truth's (generate's) seed")
+    sim.add_argument("--seconds", type=float, default=60.0, help="how long to send requests")
+    sim.add_argument("--qps", type=float, default=20.0, help="requests a second")
+    sim.add_argument("--batch", type=int, default=4, help="instances a request")
+    sim.add_argument("--threads", type=int, default=2)
+    sim.add_argument("--click-delay", type=float, default=5.0, help="mean seconds to a click")
+    sim.add_argument("--late-share", type=float, default=0.05, help="clicks sent late")
+    sim.add_argument("--late-after", type=float, default=60.0, help="seconds (past the window)")
+    sim.add_argument("--drift-at", type=float, help="seconds after the start the truth drifts")
+    sim.add_argument("--record", default="", help="write every impression here (JSON lines)")
+
     sync = commands.add_parser("pserver-sync", help="internal: a pserver's checkpoint uploader")
     sync.add_argument("--checkpoint-uri", required=True)
     sync.add_argument("--rank", type=int, required=True)
@@ -74,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
         code = 0
         from . import BAD_DATA_EXIT_CODE
         from .checkpoint import CheckpointMismatch
+        from .networks import NetworkError
 
         try:
             if role.is_server:
@@ -87,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
                     run_trainer(config, role)
                 except PassFailed:  # logged by the trainer already; Volcano's code of its own
                     code = BAD_DATA_EXIT_CODE
-        except CheckpointMismatch as err:  # every attempt would meet it: no restart
+        # A checkpoint the model does not fit, a network module that cannot be used: every
+        # attempt would meet it, so no restart.
+        except (CheckpointMismatch, NetworkError) as err:
             logging.getLogger("elasticctr_trainer").error("%s", err)
             code = BAD_DATA_EXIT_CODE
         # Done, and everything is written: leave without the interpreter's teardown, where
@@ -105,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
         from .generate import run_generate
 
         run_generate(args)
+        return 0
+    if args.command == "simulate":
+        from .simulate import run_simulate
+
+        run_simulate(args)
         return 0
     from .checkpoint import serve_uploads
 

@@ -20,7 +20,7 @@ from numpy.typing import NDArray
 from .feed import feed_dict
 from .lines import BadLine, Example, LineParser, is_blank
 from .metrics import auc
-from .model import CtrDnn
+from .model import CtrModel
 
 BATCH = 1000
 
@@ -43,18 +43,19 @@ def read_examples(data: Store, parser: LineParser) -> list[Example]:
     return examples
 
 
-def predict(exe: Any, test_program: Any, net: CtrDnn, examples: list[Example]) -> NDArray[Any]:
+def predict(exe: Any, test_program: Any, net: CtrModel, examples: list[Example]) -> NDArray[Any]:
     names = [v.name for v in net.feed_order]
+    dims = [int(v.shape[1]) for v in net.dense]
     out = []
     for start in range(0, len(examples), BATCH):
-        feed = feed_dict(names, examples[start : start + BATCH])
+        feed = feed_dict(names, examples[start : start + BATCH], dims)
         (prob,) = exe.run(test_program, feed=feed, fetch_list=[net.prob])
         out.append(np.asarray(prob)[:, 1])
     return np.concatenate(out) if out else np.zeros(0, dtype=np.float32)
 
 
 def evaluate(
-    exe: Any, test_program: Any, net: CtrDnn, data: Store, parser: LineParser
+    exe: Any, test_program: Any, net: CtrModel, data: Store, parser: LineParser
 ) -> dict[str, Any]:
     examples = read_examples(data, parser)
     predictions = predict(exe, test_program, net, examples)

@@ -56,7 +56,7 @@ from paddle.base import core
 
 from .delta import ExportDiff, Snapshot
 from .feed import lod_tensor
-from .model import SHOW_CLICK_COLUMNS, CtrDnn
+from .model import SHOW_CLICK_COLUMNS, CtrModel
 from .modelcheck import EmbeddingScan
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ PULL_CHUNK = 100_000
 RECORDS_PER_PART = 1_000_000
 
 
-def pull_rows(exe: Any, dump_program: Any, net: CtrDnn, keys: NDArray[Any]) -> NDArray[Any]:
+def pull_rows(exe: Any, dump_program: Any, net: CtrModel, keys: NDArray[Any]) -> NDArray[Any]:
     """Rows `[show, click, embed_w, embedx...]` of `keys`, pulled from the pservers."""
     feed = {v.name: lod_tensor([[0]]) for v in net.slot_ids[1:]}
     # One example holding every key, straight from the array: through lists (feed.py's
@@ -123,7 +123,7 @@ class SparseParts:
 def dump_sparse(
     exe: Any,
     dump_program: Any,
-    net: CtrDnn,
+    net: CtrModel,
     sparse_dim: int,
     parts: SparseParts,
     embeddings: EmbeddingScan,
@@ -165,14 +165,16 @@ def next_version(models: Store) -> int:
     return max(ids, default=0) + 1
 
 
-def save_dense(exe: Any, test_program: Any, net: CtrDnn, directory: Path) -> dict[str, object]:
-    """The inference model whose inputs are the pooled slot embeddings."""
+def save_dense(exe: Any, test_program: Any, net: CtrModel, directory: Path) -> dict[str, object]:
+    """The inference model whose inputs are the pooled slot embeddings, then the dense
+    features."""
     prefix = str(directory / Path(MODEL_FILE).stem)
+    inputs = net.inference_inputs
     paddle.static.save_inference_model(
-        prefix, net.pooled, [net.prob], exe, program=test_program.clone()
+        prefix, inputs, [net.prob], exe, program=test_program.clone()
     )
     return {
-        "feed_names": [v.name for v in net.pooled],
+        "feed_names": [v.name for v in inputs],
         "fetch_name": net.prob.name,
         "model_file": MODEL_FILE,
         "params_file": PARAMS_FILE,
@@ -204,7 +206,7 @@ def prepare_version(
     exe: Any,
     test_program: Any,
     dump_program: Any,
-    net: CtrDnn,
+    net: CtrModel,
     sparse_dim: int,
     directory: Path,
     max_abs_weight: float = math.inf,

@@ -6,6 +6,8 @@ Paddle's C++ dataset instead.
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from paddle.base import core
 
@@ -23,9 +25,14 @@ def lod_tensor(key_lists: list[list[int]]) -> core.LoDTensor:
     return tensor
 
 
-def feed_dict(names: list[str], examples: list[Example]) -> dict[str, object]:
-    """`names` in `CtrDnn.feed_order` order: label, show, click, then the slots."""
-    label, show, click, *slots = names
+def feed_dict(
+    names: list[str], examples: list[Example], dense_dims: list[int] | None = None
+) -> dict[str, object]:
+    """`names` in `CtrModel.feed_order` order: label, show, click, the slots, then the dense
+    features, of `dense_dims` values each (an example's `dense` holds them in that order)."""
+    dims = dense_dims or []
+    label, show, click, *inputs = names
+    slots, dense = inputs[: len(inputs) - len(dims)], inputs[len(inputs) - len(dims) :]
     feed: dict[str, object] = {
         label: np.array([[e.label] for e in examples], dtype=np.int64),
         show: np.array([[e.show] for e in examples], dtype=np.float32),
@@ -33,4 +40,9 @@ def feed_dict(names: list[str], examples: list[Example]) -> dict[str, object]:
     }
     for index, name in enumerate(slots):
         feed[name] = lod_tensor([e.keys[index] for e in examples])
+    if dense:
+        values = np.array([e.dense for e in examples], dtype=np.float32).reshape(len(examples), -1)
+        offsets = np.cumsum([0, *dims])
+        for name, (begin, end) in zip(dense, itertools.pairwise(offsets.tolist()), strict=True):
+            feed[name] = values[:, begin:end]
     return feed

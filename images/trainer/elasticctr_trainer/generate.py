@@ -1,30 +1,33 @@
-"""Synthetic ElasticCTR data with a known answer.
+"""Synthetic data with a known answer: hour directories with donefiles, a held-out set
+and slot.conf, for the simple profile (below) and the profiles of synth.py (`realistic`,
+`criteo`, the quality matrix's).
 
-Each slot has a vocabulary of random 64-bit feasigns with mildly skewed popularity and a
-weight per feasign; an example takes 0..max feasigns per slot and is clicked with
-probability sigmoid(bias + sum of its feasigns' weights). The true probability of every
-example is known, so the Bayes-optimal AUC of any held-out set is the AUC of those
-probabilities (`bayes_auc`). Writes hour directories with donefiles, a held-out set,
-slot.conf and the model itself (truth.json).
+The simple profile: each slot has a vocabulary of random 64-bit feasigns with mildly
+skewed popularity and a weight per feasign; an example takes 0..max feasigns per slot and
+is clicked with probability sigmoid(bias + sum of its feasigns' weights); the model itself
+goes to truth.json. The true probability of every example is known, so the Bayes-optimal
+AUC of any held-out set is the AUC of those probabilities (`bayes_auc`).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
 from typing import Any, Protocol
 
 import numpy as np
+from elasticctr_common.lines import LineFormat
 from elasticctr_common.storage import Store, open_store
 from elasticctr_common.trainer_json import parse_hour
 from numpy.typing import NDArray
 
-from . import realistic
+from . import realistic, synth
 from .hours import format_hour
 from .metrics import auc
 from .realistic import RealisticModel
+from .synth import Profile, SynthModel
 
 
 @dataclass
@@ -131,18 +134,19 @@ class Generated:
     train: list[str]  # every training line, hours in order
     heldout: list[str]
     heldout_probs: NDArray[np.float64]  # the true click probability of each held-out line
+    format: LineFormat = field(default_factory=LineFormat)
 
     @property
     def bayes_auc(self) -> float:
         """The best AUC any model can reach on the held-out lines."""
-        labels = np.array([int(line.split()[1]) > 0 for line in self.heldout])
+        labels = np.array([self.format.split(line).label for line in self.heldout])
         return auc(labels, self.heldout_probs)
 
 
 def write_data(
     out: Store, slots: list[int], sampler: Sampler, rng: np.random.Generator, start: str,
     hours: int, examples_per_hour: int, files_per_hour: int, heldout: int,
-    missing_hours: list[str] | None = None,
+    missing_hours: list[str] | None = None, form: LineFormat | None = None,
 ) -> Generated:  # fmt: skip
     """slot.conf, the hour directories (with donefiles, except `missing_hours`) and the
     held-out set."""
@@ -161,7 +165,7 @@ def write_data(
     held, probs = sampler.sample(heldout, rng) if heldout else ([], np.zeros(0))
     if heldout:
         out.write_text("heldout/part-00000", "".join(line + "\n" for line in held))
-    return Generated(slots, train, held, probs)
+    return Generated(slots, train, held, probs, form or LineFormat())
 
 
 def generate(
@@ -191,19 +195,41 @@ def generate_simple(
     return model, data
 
 
+def write_profile(
+    out_uri: str, model: SynthModel, start: str, hours: int, examples_per_hour: int,
+    files_per_hour: int, heldout: int, seed: int,
+) -> Generated:  # fmt: skip
+    """Data of a synth.py model; the held-out set's true probabilities go to
+    `truth/heldout-probs.txt`, beside (not in) the held-out directory."""
+    out = open_store(out_uri)
+    data = write_data(
+        out, model.slot_ids, model, np.random.default_rng(seed + 1), start, hours,
+        examples_per_hour, files_per_hour, heldout, form=model.format,
+    )  # fmt: skip
+    out.write_text("truth/heldout-probs.txt", "".join(f"{p:.9g}\n" for p in data.heldout_probs))
+    return data
+
+
+def generate_profile(
+    out_uri: str, profile: Profile, start: str, hours: int, examples_per_hour: int,
+    files_per_hour: int, heldout: int, seed: int, first_slot: int = 101,
+) -> tuple[SynthModel, Generated]:  # fmt: skip
+    model = SynthModel.create(profile, seed, first_slot)
+    data = write_profile(
+        out_uri, model, start, hours, examples_per_hour, files_per_hour, heldout, seed
+    )
+    return model, data
+
+
 def generate_realistic(
     out_uri: str, start: str, hours: int, examples_per_hour: int, files_per_hour: int,
     heldout: int, seed: int, first_slot: int = 101, max_vocab: int = realistic.MAX_VOCAB,
 ) -> tuple[RealisticModel, Generated]:  # fmt: skip
-    """The realistic profile (realistic.py); the held-out set's true probabilities go to
-    `truth/heldout-probs.txt`, beside (not in) the held-out directory."""
-    model = RealisticModel.create(seed, first_slot, max_vocab)
-    out = open_store(out_uri)
-    data = write_data(
-        out, model.slot_ids, model, np.random.default_rng(seed + 1), start, hours,
-        examples_per_hour, files_per_hour, heldout,
-    )  # fmt: skip
-    out.write_text("truth/heldout-probs.txt", "".join(f"{p:.9g}\n" for p in data.heldout_probs))
+    """The realistic profile (realistic.py)."""
+    model = RealisticModel.create_realistic(seed, first_slot, max_vocab)
+    data = write_profile(
+        out_uri, model, start, hours, examples_per_hour, files_per_hour, heldout, seed
+    )
     return model, data
 
 
@@ -211,18 +237,20 @@ def generate_realistic(
 PROFILE_DEFAULTS: dict[str, tuple[str, int, int]] = {
     "simple": ("20191221/00", 2, 5000),
     "realistic": ("20191221/20", 8, 60000),
+    "criteo": ("20191221/00", 8, 40000),
 }
 
 
 def baseline_aucs(
     data: Generated, sparse_dim: int, crosses: list[tuple[int, int]]
 ) -> dict[str, float]:
-    """Held-out AUC of the logistic regressions on the hashed ids, without and with the
-    crossed pairs (baselines.py)."""
-    from .baselines import logistic_baseline
+    """Held-out AUC of the logistic regressions on the hashed ids and the dense values,
+    without and with the crossed pairs (baselines.py)."""
+    from .baselines import logistic_baseline, parse
 
-    plain = logistic_baseline(data.train, data.heldout, sparse_dim)
-    crossed = logistic_baseline(data.train, data.heldout, sparse_dim, crosses)
+    train, heldout = parse(data.train, data.format), parse(data.heldout, data.format)
+    plain = logistic_baseline(train, heldout, sparse_dim)
+    crossed = logistic_baseline(train, heldout, sparse_dim, crosses)
     return {"lr_auc": plain["auc"], "lr_crosses_auc": crossed["auc"]}
 
 
@@ -234,18 +262,29 @@ def run_generate(args: Any) -> dict[str, Any]:
     hours: int = args.hours if args.hours is not None else default_hours
     heldout: int = args.heldout if args.heldout is not None else default_heldout
     crosses: list[tuple[int, int]] = []
+    model: SynthModel
     if args.profile == "realistic":
         model, data = generate_realistic(
             args.out, start, hours, args.examples_per_hour, args.files_per_hour, heldout,
             args.seed, args.first_slot, args.max_vocab,
         )  # fmt: skip
-        crosses = [model.interaction]
+        crosses = model.crosses
+    elif args.profile == "criteo":
+        model, data = generate_profile(
+            args.out, synth.criteo(), start, hours, args.examples_per_hour,
+            args.files_per_hour, heldout, args.seed, first_slot=1,
+        )  # fmt: skip
+        crosses = model.crosses
     else:
         _, data = generate_simple(
             args.out, args.slots, args.vocab, start, hours, args.examples_per_hour,
             args.files_per_hour, heldout, args.seed, args.missing_hour, args.first_slot,
         )  # fmt: skip
-    summary: dict[str, Any] = {"out": args.out, "profile": args.profile, "slots": data.slots}
+    summary: dict[str, Any] = {
+        "out": args.out, "profile": args.profile, "slots": data.slots,
+        "format": data.format.name,
+        "dense_features": [{"name": d.name, "dim": d.dim} for d in data.format.dense],
+    }  # fmt: skip
     if heldout:
         summary["heldout_bayes_auc"] = data.bayes_auc
         if args.baselines:

@@ -1,4 +1,5 @@
-"""ElasticCTR example lines: `<show> <click> <feasign>:<slot> ...` (docs/architecture.md).
+"""Example lines (docs/architecture.md): ElasticCTR's `<show> <click> <feasign>:<slot> ...`
+or PaddleRec's slot format with dense features (elasticctr_common.lines reads both).
 
 A feasign becomes the sparse key `feasign % sparse_dim`; a slot with no feasign in an
 example gets the padding key 0. Malformed lines raise `BadLine` with a short reason that
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from elasticctr_common.lines import MAX_FEASIGN, MAX_SHOW, BadLine, split_line
+from elasticctr_common.lines import MAX_FEASIGN, MAX_SHOW, BadLine, LineFormat
 
 __all__ = [
     "MAX_FEASIGN",
@@ -33,6 +34,7 @@ class Example:
     show: int
     click: int
     keys: list[list[int]]  # per slot, in slot.conf order; [PADDING_KEY] for an empty slot
+    dense: tuple[str, ...] = ()  # the dense features' values as written, in format order
 
     @property
     def label(self) -> int:
@@ -44,31 +46,44 @@ def is_blank(line: str) -> bool:
 
 
 class LineParser:
-    """Parses lines for one slot.conf and sparse_dim."""
+    """Parses lines of one format for one slot.conf and sparse_dim."""
 
-    def __init__(self, slots: list[int], sparse_dim: int) -> None:
+    def __init__(self, slots: list[int], sparse_dim: int, form: LineFormat | None = None) -> None:
         if sparse_dim < 2:
             raise ValueError(f"sparse_dim must be >= 2 (key 0 is padding), got {sparse_dim}")
         self.slots = slots
         self.sparse_dim = sparse_dim
         self.slot_index = {slot: i for i, slot in enumerate(slots)}
+        self.form = form or LineFormat()
+        self.dense_dims = [feature.dim for feature in self.form.dense]
 
     def parse(self, line: str) -> Example:
         """The example of one line (the shared reading, elasticctr_common.lines)."""
-        parsed = split_line(line)
+        parsed = self.form.split(line)
         keys: list[list[int]] = [[] for _ in self.slots]
         for feasign, slot in parsed.features:
             index = self.slot_index.get(slot)
-            if index is None:
-                raise BadLine("unknown slot", f"{feasign}:{slot}")
+            if index is None:  # named as the line's format writes it
+                named = (
+                    f"{slot}:{feasign}" if self.form.name == "paddlerec" else f"{feasign}:{slot}"
+                )
+                raise BadLine("unknown slot", named)
             keys[index].append(feasign % self.sparse_dim)
-        return Example(parsed.show, parsed.click, [k or [PADDING_KEY] for k in keys])
+        return Example(parsed.show, parsed.click, [k or [PADDING_KEY] for k in keys], parsed.dense)
+
+    def multislot(self, example: Example) -> str:
+        return multislot_line(example, self.dense_dims)
 
 
-def multislot_line(example: Example) -> str:
+def multislot_line(example: Example, dense_dims: list[int] | None = None) -> str:
     """The example in Paddle's MultiSlot text format, vars in the order of `model.feed_order`:
-    label, show, click, then one variable-length id list per slot."""
+    label, show, click, one variable-length id list per slot, then each dense feature's
+    `dim` values (as written: Paddle reads them with strtof)."""
     parts = [f"1 {example.label} 1 {example.show} 1 {example.click}"]
     for keys in example.keys:
         parts.append(f"{len(keys)} {' '.join(map(str, keys))}")
+    start = 0
+    for dim in dense_dims or []:
+        parts.append(f"{dim} {' '.join(example.dense[start : start + dim])}")
+        start += dim
     return " ".join(parts)

@@ -1,15 +1,16 @@
-"""CTR-DNN for the parameter server (static graph), as in ElasticCTR and PaddleRec's
-`models/rank/dnn`: one sparse embedding table shared by all slots, sum pooling per slot,
-FC layers with ReLU, softmax over two classes.
+"""The CTR model for the parameter server (static graph), as in ElasticCTR and PaddleRec's
+`models/rank/*`: one sparse embedding table shared by all slots, sum pooling per slot, the
+dense features beside them, a network (networks.py) from those to the click logit, the
+sigmoid as a softmax over two classes [no click, click].
 
 The table holds CTR-accessor rows: each pulled row is `[show, click, embed_w, embedx...]`
 (`embedding_dim + 2` floats). The `cvm` op drops show/click from the forward pass and, in
 the backward pass, writes each example's show/click into the first two gradient columns,
 which is the push layout `[slot, show, click, grads...]` the CtrCommonAccessor expects.
-The pooled slot embeddings (`embedding_dim` floats each) are the inputs of the exported
-dense model; serving sums the per-key vectors the same way.
+The pooled slot embeddings (`embedding_dim` floats each) and the dense features are the
+inputs of the exported dense model; serving sums the per-key vectors the same way.
 
-This module knows nothing of trainer.json: `build_ctr_dnn` takes plain numbers.
+This module knows nothing of trainer.json: `build_ctr_model` takes plain numbers.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import Any
 
 import paddle
 
+from .networks import NetInputs, Network, call_network
+
 SPARSE_TABLE = "embedding"
 SHOW_CLICK_COLUMNS = 2
 AUC_THRESHOLDS = 2**12
@@ -29,11 +32,12 @@ SPARSE_WEIGHT_BOUND = 10.0
 
 
 @dataclass
-class CtrDnn:
+class CtrModel:
     label: paddle.static.Variable
     show: paddle.static.Variable
     click: paddle.static.Variable
     slot_ids: list[paddle.static.Variable]
+    dense: list[paddle.static.Variable]  # per dense feature: [batch, dim]
     pulled: list[paddle.static.Variable]  # per slot: [ids, embedding_dim + 2] rows
     pooled: list[paddle.static.Variable]  # per slot: [batch, embedding_dim]
     prob: paddle.static.Variable  # [batch, 2]
@@ -49,7 +53,12 @@ class CtrDnn:
     @property
     def feed_order(self) -> list[paddle.static.Variable]:
         """Dataset variables, in the order `lines.multislot_line` writes them."""
-        return [self.label, self.show, self.click, *self.slot_ids]
+        return [self.label, self.show, self.click, *self.slot_ids, *self.dense]
+
+    @property
+    def inference_inputs(self) -> list[paddle.static.Variable]:
+        """The exported dense model's inputs: the pooled slots, then the dense features."""
+        return [*self.pooled, *self.dense]
 
     @property
     def pass_state(self) -> list[paddle.static.Variable]:
@@ -62,21 +71,29 @@ def _accumulator(name: str) -> paddle.static.Variable:
     )
 
 
-def build_ctr_dnn(
+def dense_var_name(name: str) -> str:
+    return f"dense_{name}"
+
+
+def build_ctr_model(
     slot_count: int, sparse_dim: int, embedding_dim: int, fc_sizes: list[int],
-    wide: bool = False, dense_l2: float = 0.0,
-) -> CtrDnn:  # fmt: skip
-    """Build the network into the default main/startup programs. `wide`: Wide&Deep, the
-    click logit plus the sum of the example's per-id weights (`embed_w`, column 0 of each
-    pooled slot embedding), a logistic regression on the ids beside the DNN. `dense_l2`:
-    L2 regularisation of the FC weights (not of the sparse table: Paddle's regulariser
-    cannot take its SelectedRows gradient)."""
+    network: tuple[str, Network], dense: list[tuple[str, int]] | None = None,
+    dense_l2: float = 0.0,
+) -> CtrModel:  # fmt: skip
+    """Build the model into the default main/startup programs. `network`: (name, build), the
+    function from the pooled slots and the dense features (`dense`: (name, dim) each) to the
+    click logit (networks.py); `dense_l2`: L2 regularisation of its FC weights (not of the
+    sparse table: Paddle's regulariser cannot take its SelectedRows gradient)."""
     label = paddle.static.data("label", [None, 1], "int64")
     # Not "show"/"click": Paddle's PS pass creates variables with those names.
     show = paddle.static.data("ctr_show", [None, 1], "float32")
     click = paddle.static.data("ctr_click", [None, 1], "float32")
     slot_ids = [
         paddle.static.data(f"slot_{i}", [None, 1], "int64", lod_level=1) for i in range(slot_count)
+    ]
+    dense_vars = [
+        paddle.static.data(dense_var_name(name), [None, dim], "float32")
+        for name, dim in dense or []
     ]
     show_click = paddle.concat([paddle.reshape(show, [-1, 1]), paddle.reshape(click, [-1, 1])], 1)
     show_click.stop_gradient = True
@@ -93,20 +110,11 @@ def build_ctr_dnn(
         embedding = paddle.static.nn.continuous_value_model(rows, show_click, use_cvm=False)
         pooled.append(paddle.static.nn.sequence_lod.sequence_pool(embedding, "sum"))
 
-    hidden = paddle.concat(pooled, axis=1)
-    width = slot_count * embedding_dim
-    layers = [(size, "relu") for size in fc_sizes] + [(2, None)]
-    decay = paddle.regularizer.L2Decay(dense_l2) if dense_l2 else None
-    for size, activation in layers:
-        init = paddle.nn.initializer.Normal(std=1.0 / math.sqrt(width))
-        attr = paddle.ParamAttr(initializer=init, regularizer=decay)
-        hidden = paddle.static.nn.fc(hidden, size, activation=activation, weight_attr=attr)
-        width = size
-    logits = hidden
-    if wide:
-        # The pooled inputs hold the summed embed_w in column 0: serving needs nothing new.
-        wide_logit = paddle.add_n([paddle.slice(p, [1], [0], [1]) for p in pooled])
-        logits = paddle.add(logits, paddle.concat([paddle.zeros_like(wide_logit), wide_logit], 1))
+    name, build = network
+    inputs = NetInputs(pooled, dense_vars, embedding_dim, list(fc_sizes), dense_l2)
+    logit = call_network(name, build, inputs)
+    # Two classes [no click, click]: softmax([0, z]) is [1 - sigmoid(z), sigmoid(z)].
+    logits = paddle.concat([paddle.zeros_like(logit), logit], axis=1)
     prob = paddle.nn.functional.softmax(logits)
     cost = paddle.nn.functional.cross_entropy(logits, label, reduction="none")
     loss = paddle.mean(cost)
@@ -121,8 +129,8 @@ def build_ctr_dnn(
         for p in paddle.static.default_main_program().all_parameters()
         if p.name != SPARSE_TABLE
     )
-    return CtrDnn(
-        label, show, click, slot_ids, pulled, pooled, prob, loss,
+    return CtrModel(
+        label, show, click, slot_ids, dense_vars, pulled, pooled, prob, loss,
         stats[2], stats[3], loss_sum, example_count, dense_values,
     )  # fmt: skip
 

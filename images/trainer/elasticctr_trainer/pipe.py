@@ -1,4 +1,4 @@
-"""The pipe command of Paddle's dataset: ElasticCTR lines on stdin -> MultiSlot lines on stdout.
+"""The pipe command of Paddle's dataset: example lines on stdin -> MultiSlot lines on stdout.
 
 Paddle runs it once per data file as `(<command>) < "<file>"`, so stdin is the file
 itself and `/proc/self/fd/0` names it. gzip, bzip2, xz and zstd data is decompressed first,
@@ -12,6 +12,7 @@ counts it as a bad file. So is a file on which the pipe itself failed (the repor
 written, then the error raised), and a file without a report (the pipe was killed).
 
     python -m elasticctr_trainer.pipe --slot-conf slot.conf --sparse-dim N --report-dir DIR
+        [--format elasticctr|paddlerec] [--dense NAME:DIM ...]
 
 Where `ELASTICCTR_PIPE_BIN` names the native pipe (images/trainer/pipe, installed by the
 image), the trainer runs that instead: same rules, same output, same report, ~0.09 of the
@@ -31,9 +32,10 @@ from typing import IO, Any, BinaryIO
 
 from elasticctr_common.cargo import cargo_build
 from elasticctr_common.datafiles import BadFile, data_lines
+from elasticctr_common.lines import DenseFeature, LineFormat
 from elasticctr_common.slotconf import read_slot_conf
 
-from .lines import BadLine, LineParser, is_blank, multislot_line
+from .lines import BadLine, LineParser, is_blank
 
 FIRST_BAD_KEPT = 5
 NATIVE_PIPE_ENV = "ELASTICCTR_PIPE_BIN"
@@ -81,7 +83,7 @@ def convert(stream: BinaryIO, parser: LineParser, out: IO[str]) -> dict[str, Any
                 if len(first_bad) < FIRST_BAD_KEPT:
                     first_bad.append([number, str(bad)])
                 continue
-            out.write(multislot_line(example))
+            out.write(parser.multislot(example))
             out.write("\n")
     except BadFile as err:
         failed = str(err)
@@ -109,10 +111,16 @@ def main(argv: list[str] | None = None) -> None:
     args.add_argument("--slot-conf", required=True)
     args.add_argument("--sparse-dim", type=int, required=True)
     args.add_argument("--report-dir", required=True)
+    args.add_argument("--format", default="elasticctr", help="elasticctr or paddlerec")
+    args.add_argument(
+        "--dense", action="append", default=[], metavar="NAME:DIM", help="a dense feature"
+    )
     opts = args.parse_args(argv)
     report: dict[str, Any] = {"path": stdin_name()}
     try:
-        parser = LineParser(read_slot_conf(opts.slot_conf), opts.sparse_dim)
+        dense = [DenseFeature(n, int(d)) for n, _, d in (f.rpartition(":") for f in opts.dense)]
+        form = LineFormat(opts.format, tuple(dense))
+        parser = LineParser(read_slot_conf(opts.slot_conf), opts.sparse_dim, form)
         stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115
         out = open(sys.stdout.fileno(), "w", encoding="utf-8", buffering=1 << 20, closefd=False)  # noqa: SIM115
         with stdin, out:

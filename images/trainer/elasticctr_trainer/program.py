@@ -9,7 +9,8 @@ from paddle.distributed import fleet
 from paddle.distributed.fleet.base.role_maker import Role as FleetRole
 from paddle.distributed.fleet.base.role_maker import UserDefinedRoleMaker
 
-from .model import AccessorParams, CtrDnn, async_strategy, build_ctr_dnn
+from .model import AccessorParams, CtrModel, async_strategy, build_ctr_model
+from .networks import checked_network
 from .roles import Role
 
 SHARDS_PER_PSERVER = 8  # sparse table shards: one file each per checkpoint
@@ -29,11 +30,15 @@ def init_fleet(role: Role) -> None:
     fleet.init(maker)
 
 
-def build_training_program(hyper: HyperParameters, slot_count: int, pservers: int) -> CtrDnn:
+def build_training_program(hyper: HyperParameters, slot_count: int, pservers: int) -> CtrModel:
+    """The training program of `hyper`'s network; a user's network module is checked on a
+    probe batch first (networks.NetworkError if it cannot be used)."""
     paddle.enable_static()
-    net = build_ctr_dnn(
-        slot_count, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes,
-        wide=hyper.model == "wide_deep", dense_l2=hyper.dense_l2,
+    network = checked_network(hyper, slot_count)
+    dense = [(feature.name, feature.dim) for feature in hyper.dense_features]
+    net = build_ctr_model(
+        slot_count, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes, network, dense,
+        hyper.dense_l2,
     )  # fmt: skip
     accessor = AccessorParams(
         hyper.embedx_threshold, hyper.nonclk_coeff, hyper.click_coeff,

@@ -9,17 +9,16 @@ What makes real CTR data hard, and what the simple profile (generate.py) lacks:
 - raw 64-bit feasigns; a pairwise interaction between two slots (a weight per pair of
   their ids, beyond the per-id effects); a click rate near 4%.
 
-The truth is logistic: logit = bias + sum of the example's per-id weights + the pair's
-weight. Every example's true probability is known, so the Bayes-optimal AUC of a held-out
-set is the AUC of those probabilities.
+A profile of the synthetic engine (synth.py): the truth is logistic, every example's true
+probability is known, so the Bayes-optimal AUC of a held-out set is the AUC of those
+probabilities.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-
 import numpy as np
-from numpy.typing import NDArray
+
+from .synth import PairSpec, Profile, SlotSpec, SynthModel, per_id_std
 
 SLOT_COUNT = 20
 TARGET_CTR = 0.04
@@ -42,106 +41,38 @@ INTERACTION_STD = 0.8
 TAIL_POWER = 2
 
 
-@dataclass
-class Slot:
-    slot: int
-    feasigns: NDArray[np.uint64]
-    weights: NDArray[np.float64]
-    popularity: NDArray[np.float64]  # probability of each id
-    empty_prob: float
-    max_hot: int
+def profile(max_vocab: int = MAX_VOCAB) -> Profile:
+    """`max_vocab` below 100,000 shrinks the tail (a CI-sized profile)."""
+    vocabs = np.geomspace(4, max_vocab, SLOT_COUNT).round().astype(int)
+    slots = []
+    for position, vocab in enumerate(vocabs.tolist()):
+        max_hot = MAX_HOT if position in MULTI_HOT else 1
+        empty = OFTEN_EMPTY.get(position, 0.05)
+        mean_ids = (1 - empty) * (1 + max_hot) / 2
+        std = per_id_std(LOGIT_STD, SLOT_COUNT, mean_ids, vocab, TAIL_POWER)
+        slots.append(
+            SlotSpec(
+                vocab,
+                0.0 if position == NOISE else std,
+                zipf=ZIPF_EXPONENT,
+                max_hot=max_hot,
+                empty_prob=1.0 if position == NEVER_PRESENT else empty,
+            )
+        )
+    pair = PairSpec(INTERACTION[0], INTERACTION[1], INTERACTION_STD)
+    return Profile(slots=tuple(slots), pairs=(pair,), ctr=TARGET_CTR)
 
 
-@dataclass
-class RealisticModel:
-    slots: list[Slot]
-    pair_weights: NDArray[np.float64]  # [vocab of INTERACTION[0], vocab of INTERACTION[1]]
-    bias: float = 0.0
-    never_present: list[int] = field(default_factory=list)
-
-    @property
-    def slot_ids(self) -> list[int]:
-        return [s.slot for s in self.slots]
-
+class RealisticModel(SynthModel):
     @property
     def interaction(self) -> tuple[int, int]:
         """The slot ids of the interacting pair."""
-        return self.slots[INTERACTION[0]].slot, self.slots[INTERACTION[1]].slot
+        return self.crosses[0]
 
     @classmethod
-    def create(cls, seed: int, first_slot: int = 101, max_vocab: int = MAX_VOCAB) -> RealisticModel:
-        """`max_vocab` below 100,000 shrinks the tail (a CI-sized profile)."""
-        rng = np.random.default_rng(seed)
-        vocabs = np.geomspace(4, max_vocab, SLOT_COUNT).round().astype(int)
-        slots = []
-        for position, vocab in enumerate(vocabs):
-            popularity = 1.0 / np.arange(1, vocab + 1) ** ZIPF_EXPONENT
-            max_hot = MAX_HOT if position in MULTI_HOT else 1
-            empty = OFTEN_EMPTY.get(position, 0.05)
-            mean_ids = (1 - empty) * (1 + max_hot) / 2
-            std = (
-                LOGIT_STD
-                / np.sqrt(SLOT_COUNT * mean_ids)
-                * (3 / (1 + np.log10(vocab))) ** TAIL_POWER
-            )
-            std = 0.0 if position == NOISE else std
-            slots.append(
-                Slot(
-                    slot=first_slot + position,
-                    feasigns=rng.integers(1, 2**64 - 1, vocab, dtype=np.uint64),
-                    weights=rng.normal(0.0, std, vocab),
-                    popularity=popularity / popularity.sum(),
-                    empty_prob=1.0 if position == NEVER_PRESENT else empty,
-                    max_hot=max_hot,
-                )
-            )
-        first, second = (int(vocabs[p]) for p in INTERACTION)
-        model = cls(slots, rng.normal(0.0, INTERACTION_STD, (first, second)))
-        model.never_present = [slots[NEVER_PRESENT].slot]
-        # The bias that gives the target click rate, on a sample of this model's logits.
-        logits = model.draw(50_000, np.random.default_rng(seed + 2))[1]
-        low, high = -10.0, 0.0
-        for _ in range(40):
-            mid = (low + high) / 2
-            low, high = (mid, high) if np.mean(_sigmoid(logits + mid)) < TARGET_CTR else (low, mid)
-        model.bias = (low + high) / 2
+    def create_realistic(
+        cls, seed: int, first_slot: int = 101, max_vocab: int = MAX_VOCAB
+    ) -> RealisticModel:
+        model = cls.create(profile(max_vocab), seed, first_slot)
+        assert isinstance(model, RealisticModel)
         return model
-
-    def draw(
-        self, count: int, rng: np.random.Generator
-    ) -> tuple[list[list[str]], NDArray[np.float64]]:
-        """Per example its `feasign:slot` tokens, and its logit without the bias."""
-        logits = np.zeros(count)
-        tokens: list[list[str]] = [[] for _ in range(count)]
-        first_ids = np.full(count, -1)
-        second_ids = np.full(count, -1)
-        for position, slot in enumerate(self.slots):
-            sizes = rng.integers(1, slot.max_hot + 1, count)
-            sizes[rng.random(count) < slot.empty_prob] = 0
-            picks = rng.choice(len(slot.feasigns), size=int(sizes.sum()), p=slot.popularity)
-            owner = np.repeat(np.arange(count), sizes)
-            np.add.at(logits, owner, slot.weights[picks])
-            if position in INTERACTION:  # single-hot slots: one id or none per example
-                (first_ids if position == INTERACTION[0] else second_ids)[owner] = picks
-            suffix = f":{slot.slot}"
-            for example, feasign in zip(owner.tolist(), slot.feasigns[picks].tolist(), strict=True):
-                tokens[example].append(f"{feasign}{suffix}")
-        both = (first_ids >= 0) & (second_ids >= 0)
-        logits[both] += self.pair_weights[first_ids[both], second_ids[both]]
-        return tokens, logits
-
-    def sample(self, count: int, rng: np.random.Generator) -> tuple[list[str], NDArray[np.float64]]:
-        """`count` lines and their true click probabilities."""
-        tokens, logits = self.draw(count, rng)
-        probs = _sigmoid(logits + self.bias)
-        clicks = (rng.random(count) < probs).astype(int)
-        # A line needs a feasign: an example whose every slot came out empty gets none of
-        # its own, which real logs do not have either; give it the first slot's head id.
-        head = f"{self.slots[0].feasigns[0]}:{self.slots[0].slot}"
-        pairs = zip(clicks.tolist(), tokens, strict=True)
-        lines = [f"1 {c} {' '.join(t) if t else head}" for c, t in pairs]
-        return lines, probs
-
-
-def _sigmoid(x: NDArray[np.float64]) -> NDArray[np.float64]:
-    return np.asarray(1.0 / (1.0 + np.exp(-x)))

@@ -24,16 +24,17 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import paddle
 from elasticctr_common.datafiles import BadFile
+from elasticctr_common.feedback import next_partition
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import Store, open_store
-from elasticctr_common.trainer_json import TrainerConfig
+from elasticctr_common.trainer_json import TrainerConfig, line_format
 from elasticctr_common.versions import MODEL_META, dense_path, read_versions
 from numpy.typing import NDArray
 from paddle.distributed import fleet
@@ -42,7 +43,7 @@ from . import checkpoint as ckpt
 from .delta import SNAPSHOT
 from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
-from .hours import next_hour, wait_for_hours, wait_for_range
+from .hours import wait_for_hours, wait_for_range
 from .lines import LineParser
 from .metrics import MetricsLogger, auc_from_histograms
 from .modelcheck import check_version
@@ -92,11 +93,18 @@ def plan_passes(
             for pass_id in range(done + 1, runner.passes + 1):
                 yield PlannedPass(pass_id, hours)
         return
-    start = next_hour(last.hour) if last and last.hour else runner.start_date_hr
-    for offset, hour in enumerate(
-        wait_for_hours(data, start, runner.end_date_hr, runner.online_poll_seconds)
-    ):
-        yield PlannedPass(done + 1 + offset, [hour])
+    minutes = runner.partition_minutes
+    start = next_partition(last.hour, minutes) if last and last.hour else runner.start_date_hr
+
+    def skipped(partitions: list[str]) -> None:
+        logger.event("skipped_hours", {"hours": partitions, "reason": "a later one is ready"})
+
+    partitions = wait_for_hours(
+        data, start, runner.end_date_hr, runner.online_poll_seconds, minutes=minutes,
+        skipped=skipped,
+    )  # fmt: skip
+    for offset, partition in enumerate(partitions):
+        yield PlannedPass(done + 1 + offset, [partition])
 
 
 def offline_hours(
@@ -130,10 +138,14 @@ def pipe_command(config: TrainerConfig, slots: list[int], report_dir: str) -> st
     """The native pipe where the image installed it, else `python -m elasticctr_trainer.pipe`
     with this process's import path: the same rules, output and report."""
     sparse_dim = str(config.hyper_parameters.sparse_dim)
+    form = line_format(config)
+    format_args = [] if form.name == "elasticctr" else ["--format", form.name]
+    for feature in form.dense:
+        format_args += ["--dense", f"{feature.name}:{feature.dim}"]
     native = native_pipe()
     if native:
         args = [native, "--slots", ",".join(map(str, slots)), "--sparse-dim", sparse_dim,
-                "--report-dir", report_dir]  # fmt: skip
+                "--report-dir", report_dir, *format_args]  # fmt: skip
         return " ".join(shlex.quote(a) for a in args)
     paths = [p for p in sys.path if p and os.path.isdir(p)]
     env = f"PYTHONPATH={shlex.quote(os.pathsep.join(paths))}"
@@ -141,7 +153,7 @@ def pipe_command(config: TrainerConfig, slots: list[int], report_dir: str) -> st
         sys.executable, "-m", "elasticctr_trainer.pipe",
         "--slot-conf", os.path.abspath(config.runner.slot_conf),
         "--sparse-dim", sparse_dim,
-        "--report-dir", report_dir,
+        "--report-dir", report_dir, *format_args,
     ]  # fmt: skip
     return f"{env} {' '.join(shlex.quote(a) for a in args)}"
 
@@ -151,7 +163,9 @@ class Trainer:
         self.config = config
         self.role = role
         self.slots = read_slot_conf(config.runner.slot_conf)
-        self.parser = LineParser(self.slots, config.hyper_parameters.sparse_dim)
+        self.parser = LineParser(
+            self.slots, config.hyper_parameters.sparse_dim, line_format(config)
+        )
         self.models = open_store(config.runner.model_uri)
         self.checkpoints = open_store(config.runner.checkpoint_uri)
         self.data = open_store(config.runner.train_data_uri)
@@ -383,7 +397,14 @@ class Trainer:
         hyper = self.config.hyper_parameters
         dense = self.pull_dense()
         extra_files: dict[str, bytes] = {}
-        extra_meta: dict[str, object] = {"pass": planned.pass_id, "hours": planned.hours}
+        extra_meta: dict[str, object] = {
+            "pass": planned.pass_id,
+            "hours": planned.hours,
+            "model": hyper.model,
+            "network_module": hyper.network_module,
+            "data_format": self.config.runner.data_format,
+            "dense_features": [asdict(feature) for feature in hyper.dense_features],
+        }
         predictions = None
         if self.config.runner.eval_data_uri:
             try:

@@ -31,7 +31,10 @@ from tests.support.trainer_json import RUNNER
             {"fc_sizes": [400, "400"]},
             'hyper_parameters.fc_sizes: expected a list of integers, got [400, "400"]',
         ),
-        ({"model": "deepfm"}, 'hyper_parameters.model: expected wide_deep or dnn, got "deepfm"'),
+        (
+            {"model": "xgboost"},
+            'hyper_parameters.model: expected wide_deep or dnn or deepfm or dcn or custom, got "xgboost"',
+        ),
         ({"embedding_dim": 1}, "hyper_parameters.embedding_dim: must be >= 2, got 1"),
         ({"learning_rate": 0}, "hyper_parameters.learning_rate: must be > 0, got 0"),
     ],

@@ -8,6 +8,7 @@ from functools import partial
 
 import numpy as np
 import pytest
+from elasticctr_common.lines import DenseFeature
 from elasticctr_serving.batcher import pool
 from elasticctr_serving.instances import (
     BadRequest,
@@ -137,7 +138,8 @@ def test_too_many_instances_and_malformed_json():
 def test_merge_renumbers_rows_and_pool_sums_per_slot_and_instance():
     a = parse_plain({"instances": [{"101": [1, 2]}, {"103": [3]}]}, SPACE, 10)
     b = parse_plain({"instances": [{"102": [4], "101": [5]}]}, SPACE, 10)
-    count, keys, slots, rows = merge([a, b])
+    merged = merge([a, b])
+    count, keys, slots, rows = merged.count, merged.keys, merged.slots, merged.rows
     assert count == 3 and keys.tolist() == [1, 2, 3, 4, 5] and rows.tolist() == [0, 0, 1, 2, 2]
     values = np.arange(5 * 2, dtype=np.float32).reshape(5, 2)  # key k -> row k - 1
     pooled = pool(values, slots, rows, 3, count)
@@ -288,3 +290,79 @@ def test_native_unique_and_pool_equal_numpy_bit_for_bit(native_parser):
         assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
     with pytest.raises(RuntimeError, match="elasticctr_pool"):
         native_parser.pool(values, inverse, slots + slot_count, rows, slot_count, count)
+
+
+DENSE_SPACE = SlotSpace(
+    [101, 102], 1000, (DenseFeature("dense_feature", 3), DenseFeature("age", 1))
+)
+
+
+def test_dense_features_are_read_in_both_forms_in_the_models_order():
+    instances = [
+        {"slots": [{"slot_name": "101", "feasigns": [5]}],
+         "dense": {"age": [30], "dense_feature": [0.5, -1, 2e3]}},
+        {"slots": [], "dense": {"dense_feature": [0, 0, 0], "age": [1.25]}},  # no feasign: fine
+    ]  # fmt: skip
+    body = json.dumps({"instances": instances}).encode()
+    parsed = parse_request(body, DENSE_SPACE, 10, plain=False)
+    assert parsed.count == 2 and parsed.keys.tolist() == [5] and parsed.rows.tolist() == [0]
+    assert parsed.dense is not None and parsed.dense.dtype == np.float32
+    np.testing.assert_array_equal(parsed.dense, [[0.5, -1, 2000, 30], [0, 0, 0, 1.25]])
+    plain = parse_request(
+        json.dumps({"instances": [
+            {"101": [5], "age": [30], "dense_feature": [0.5, -1, 2e3]},
+            {"dense_feature": [0, 0, 0], "age": [1.25]},
+        ]}).encode(),
+        DENSE_SPACE, 10, plain=True,
+    )  # fmt: skip
+    assert plain.dense is not None and parsed.dense is not None
+    np.testing.assert_array_equal(plain.dense, parsed.dense)
+    merged = merge([parsed, plain])
+    assert merged.count == 4 and merged.dense is not None and merged.dense.shape == (4, 4)
+    assert merged.rows.tolist() == [0, 2]
+
+
+@pytest.mark.parametrize(
+    ("dense", "message"),
+    [
+        ({"dense_feature": [1, 2, 3]}, "instance 0: dense feature(s) age missing (every instance "
+         "needs the model's dense features: dense_feature[3], age[1])"),
+        ({"dense_feature": [1, 2], "age": [1]}, "instance 0, dense feature dense_feature: "
+         "expected a list of 3 numbers, got 2 values"),
+        ({"dense_feature": "1 2 3", "age": [1]}, "instance 0, dense feature dense_feature: "
+         "expected a list of 3 numbers, got str"),
+        ({"dense_feature": [1, "2", 3], "age": [1]}, "instance 0, dense feature dense_feature: "
+         "value '2' is not a number"),
+        ({"dense_feature": [1, True, 3], "age": [1]}, "instance 0, dense feature dense_feature: "
+         "value True is not a number"),
+        ({"dense_feature": [1, 2, 3], "age": [1e39]}, "instance 0, dense feature age: value "
+         "1e+39 is not finite as a float32"),
+        ({"dense_feature": [1, 2, 3], "age": [1], "height": [2]}, "instance 0: unknown dense "
+         "feature 'height' (the model's dense features: dense_feature[3], age[1])"),
+    ],
+)  # fmt: skip
+def test_a_bad_dense_part_is_refused_naming_the_instance_and_feature(dense, message):
+    body = {"instances": [{"slots": [{"slot_name": "101", "feasigns": [5]}], "dense": dense}]}
+    with pytest.raises(BadRequest) as caught:
+        parse_request(json.dumps(body).encode(), DENSE_SPACE, 10, plain=False)
+    assert str(caught.value) == message and caught.value.status == 400
+    plain = {"instances": [{"101": [5], **dense}]}
+    with pytest.raises(BadRequest) as caught:
+        parse_request(json.dumps(plain).encode(), DENSE_SPACE, 10, plain=True)
+    assert str(caught.value) == message.replace("unknown dense feature", "unknown slot") or (
+        "height" in message and "unknown slot 'height'" in str(caught.value)
+    )
+
+
+def test_no_dense_part_for_a_model_without_dense_features():
+    body = {"instances": [{"slots": [{"slot_name": "101", "feasigns": [5]}], "dense": {"a": [1]}}]}
+    with pytest.raises(BadRequest, match=r"instance 0: unknown dense feature 'a' \(the model's "
+                       r"dense features: none\)"):  # fmt: skip
+        parse_request(json.dumps(body).encode(), SPACE, 10, plain=False)
+    with pytest.raises(BadRequest, match='instance 0: expected "dense"'):
+        parse_request(
+            json.dumps({"instances": [{"slots": [], "dense": [1]}]}).encode(),
+            DENSE_SPACE,
+            10,
+            plain=False,
+        )

@@ -60,8 +60,11 @@ def native() -> str:
     return str(build_native_pipe())
 
 
-def run_both(native: str, tmp_path: Path, data: bytes) -> tuple[tuple, tuple]:
-    """(stdout, report) of the Python and the native pipe, each run as Paddle runs it."""
+def run_both(
+    native: str, tmp_path: Path, data: bytes, form: list[str] | None = None
+) -> tuple[tuple, tuple]:
+    """(stdout, report) of the Python and the native pipe, each run as Paddle runs it;
+    `form`: the format's arguments (default: ElasticCTR lines)."""
     (tmp_path / "slot.conf").write_text("".join(f"{s}\n" for s in SLOTS))
     path = tmp_path / "part-00000"
     path.write_bytes(data)
@@ -73,7 +76,7 @@ def run_both(native: str, tmp_path: Path, data: bytes) -> tuple[tuple, tuple]:
     ):  # fmt: skip
         reports = tmp_path / f"reports-{name}"
         shutil.rmtree(reports, ignore_errors=True)  # a test may run both more than once
-        command += ["--sparse-dim", str(SPARSE_DIM), "--report-dir", str(reports)]
+        command += ["--sparse-dim", str(SPARSE_DIM), "--report-dir", str(reports), *(form or [])]
         with open(path, "rb") as stdin:
             done = subprocess.run(command, stdin=stdin, capture_output=True, env=trainer_env())
         assert done.returncode == 0, (name, done.stderr.decode())
@@ -100,6 +103,68 @@ def test_same_output_and_report_for_random_hostile_lines(native, tmp_path, seed)
     assert ours[0] == python[0]
     good = len(python[0].splitlines())
     assert 100 < good < 2900 and len(python[1]["reasons"]) >= 5  # the corpus is mixed
+
+
+SLOT_FORMAT = ["--format", "paddlerec", "--dense", "d:2", "--dense", "age:1"]
+SLOT_GOOD = [
+    "click:1 d:0.5 age:30 d:-1e3 101:1005 103:7 101:8", "click:0 d:0 d:0 age:.5",
+    "d:1. d:2 7:5 click:0 age:-0", f"click:1 101:{'0' * 30}5 d:{'1' * 30} d:1e-400 age:3",
+    "click:-0\td:1E+3  d:2e-0 age:0.000 102:18446744073709551615",
+]  # fmt: skip
+SLOT_BAD = [
+    "click:1 d:0.5 101:5 age:3", "click:1 d:0.5 d:1 d:2 101:5 age:3", "click:1 101:5 age:3",
+    "click:1 d:x d:1 101:5 age:3", "click:1 d:nan d:1 101:5 age:3", "click:1 d:inf d:1 age:3",
+    "click:1 d:1e39 d:1 101:5 age:3", "click:1 d:1 d:1 101:5 age:3 999:5", "d:1 d:1 age:3",
+    "click:2 d:1 d:1 age:3", "click:0 click:0 d:1 d:1 age:3", "click:0 d:1 d:1 age:3 x:5",
+    "click:0 d:1 d:1 age:3 5", "click:0 d:1 d:1 age:3 101:x", "click:x d:1 d:1 age:3",
+    "click:0 d:1 d:1 age:3 101:18446744073709551616", "click:0 d:1 d:1 age:3 101:-5",
+    "click:0 d:+1 d:1 age:3", "click:0 d:1_0 d:1 age:3", "click:0 d:0x1 d:1 age:3",
+    "click:0 d: d:1 age:3", "click:0 d:- d:1 age:3", "click:0 d:1e d:1 age:3",
+    f"click:0 d:1 d:1 age:3 {'9' * 25}:5", f"click:0 d:1 d:1 age:3 -{'9' * 25}:5",
+    "click:0 d:1 d:1 age:3 :5", "click:0 d:1 d:1 age:3 101::5", "click:0 d:1\r d:1 age:3",
+    "click:0 d:1 d:1 age:3 101:5:5", "click:0 d:\u0667 d:1 age:3", "click:0 D:1 d:1 d:1 age:3",
+    "click:0 d:3.4028236e38 d:1 age:3", "click:0 d:-3.4028236e38 d:1 age:3",
+]  # fmt: skip
+SLOT_PIECES = [
+    "click", "d", "age", "101", "102", "7", "999", ":", ":", ":", " ", " ", "\t", ".", "e",
+    "E", "-", "+", "0", "1", "5", "nan", "inf", "1e39", "\r", "é", "_", "9" * 21,
+]  # fmt: skip
+
+
+def random_slot_line(rng: random.Random) -> str:
+    if rng.random() < 0.5:  # mostly well-formed, with one piece changed
+        dense = [f"d:{rng.uniform(-9, 9):.{rng.randint(0, 8)}g}" for _ in range(2)]
+        tokens = [f"{rng.choice(SLOTS)}:{rng.randint(0, 2**64 - 1)}" for _ in range(5)]
+        parts = [f"click:{rng.randint(0, 1)}", *dense, f"age:{rng.randint(0, 99)}", *tokens]
+        rng.shuffle(parts)
+        line = " ".join(parts)
+        at = rng.randrange(len(line))
+        return line[:at] + rng.choice(SLOT_PIECES) + line[at + 1 :]
+    return "".join(rng.choice(SLOT_PIECES) for _ in range(rng.randint(1, 30)))
+
+
+def test_same_output_and_report_for_every_kind_of_slot_format_line(native, tmp_path):
+    lines = SLOT_GOOD + SLOT_BAD + SLOT_GOOD
+    data = "\n".join(lines).encode() + b"\n"
+    python, ours = run_both(native, tmp_path, data, SLOT_FORMAT)
+    assert ours == python
+    assert python[1]["lines"] == len(lines) and python[1]["bad"] == len(SLOT_BAD)
+    assert python[0].splitlines()[0] == b"1 1 1 1 1 1 2 5 8 1 0 1 7 1 0 2 0.5 -1e3 1 30"
+    reasons = python[1]["reasons"]
+    for reason in ("missing dense feature", "short dense feature", "long dense feature",
+                   "non-numeric dense value", "non-finite dense value"):  # fmt: skip
+        assert reason in reasons, reasons
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_same_output_and_report_for_random_hostile_slot_format_lines(native, tmp_path, seed):
+    rng = random.Random(seed)
+    lines = [random_slot_line(rng) for _ in range(3000)]
+    data = "".join(line + rng.choice(["\n", "\r\n"]) for line in lines).encode()
+    python, ours = run_both(native, tmp_path, data, SLOT_FORMAT)
+    assert ours[1] == python[1]
+    assert ours[0] == python[0]
+    assert 50 < len(python[0].splitlines()) < 2950 and len(python[1]["reasons"]) >= 5
 
 
 @pytest.mark.parametrize(
@@ -184,6 +249,14 @@ def test_the_trainer_runs_the_native_pipe_where_the_image_installed_it(
     monkeypatch.setenv(NATIVE_PIPE_ENV, native)
     command = pipe_command(config, [101, 102], "/r")
     assert command == f"{native} --slots 101,102 --sparse-dim 77 --report-dir /r"
+    slot_format = load_config(write_config(tmp_path / "slot.json", {
+        **config.runner.__dict__, "data_format": "paddlerec",
+    }, {"sparse_dim": 77, "dense_features": [{"name": "dense_feature", "dim": 13}]}))  # fmt: skip
+    command = pipe_command(slot_format, [101, 102], "/r")
+    assert command == (
+        f"{native} --slots 101,102 --sparse-dim 77 --report-dir /r --format paddlerec "
+        "--dense dense_feature:13"
+    )
     monkeypatch.setenv(NATIVE_PIPE_ENV, str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match=f"{NATIVE_PIPE_ENV}=.*missing"):
         pipe_command(config, [101, 102], "/r")

@@ -171,3 +171,24 @@ def test_published_model_keeps_up_with_logistic_regression(seed, tmp_path):
     )
     assert auc >= lr_auc - CI_LR_MARGIN
     assert auc >= data.bayes_auc - CI_BAYES_MARGIN
+
+
+def test_a_matrix_cell_carries_its_yardsticks_and_the_bars_judge_each_pass(tmp_path):
+    """A quality-matrix cell as bench/model_quality.py generates it (the dense cell, at a
+    tenth of its size): data in its format, Bayes above both logistic regressions fitted
+    in the same run; the verdict fails a run if any pass misses either bar."""
+    from elasticctr_trainer.quality import BAYES_MARGIN, CELLS, generate_cell, verdict
+
+    summary = generate_cell(f"file://{tmp_path}", CELLS["dense"], seed=1, scale=0.1)
+    assert summary["train_examples"] == 20_000 and summary["heldout_examples"] == 50_000
+    assert summary["format"] == "paddlerec"
+    assert summary["dense_features"] == [{"name": "dense_feature", "dim": 13}]
+    bayes, lr = summary["heldout_bayes_auc"], summary["lr_auc"]
+    assert bayes > summary["lr_crosses_auc"] and bayes > lr
+    first = next((tmp_path / "train").rglob("part-*")).read_text().splitlines()[0]
+    assert first.startswith("click:") and first.count("dense_feature:") == 13
+    good = max(lr, bayes - BAYES_MARGIN)
+    assert verdict([good, good + 0.001, good], bayes, lr)
+    assert not verdict([good, good, lr - 0.001], bayes, lr)
+    assert not verdict([bayes - BAYES_MARGIN - 0.001, good, good], bayes, lr)
+    assert not verdict([], bayes, lr)

@@ -306,3 +306,38 @@ def test_a_broken_model_is_refused_with_the_reason(damage, message):
     model = good_model()
     damage(model)
     assert any(message in p for p in check_model(**model)), check_model(**model)
+
+
+def test_online_follows_minute_partitions_and_skips_what_will_not_come(tmp_path):
+    data = open_store(f"file://{tmp_path}")
+    data.write_text("20191221/2350/donefile", "")
+    skipped: list[list[str]] = []
+    sleeps = []
+
+    def sleep(seconds):  # the joiner closes 23:55, then 00:05 of the next day (00:00 never)
+        sleeps.append(seconds)
+        if len(sleeps) == 1:
+            data.write_text("20191221/2355/donefile", "")
+        else:
+            data.write_text("20191222/0005/donefile", "")
+
+    parts = list(
+        wait_for_hours(
+            data, "20191221/23", "20191222/0005", 1.0, sleep, minutes=5, skipped=skipped.append
+        )
+    )
+    # START given as an hour is that hour's first partition (23:00): 23:50 is ready and
+    # later, so 23:00..23:45 are skipped at once; 00:00 is skipped once 00:05 is ready.
+    assert parts == ["20191221/2350", "20191221/2355", "20191222/0005"]
+    assert skipped == [
+        [f"20191221/23{m:02d}" for m in range(0, 50, 5)],
+        ["20191222/0000"],
+    ]
+    assert len(sleeps) == 2
+
+
+def test_online_hours_skip_an_hour_once_a_later_one_is_ready(tmp_path):
+    data = open_store(f"file://{tmp_path}")
+    data.write_text("20191221/02/donefile", "")
+    hours = list(wait_for_hours(data, "20191221/00", "20191221/02", 5.0, lambda s: None))
+    assert hours == ["20191221/02"]

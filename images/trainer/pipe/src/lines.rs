@@ -1,6 +1,7 @@
-//! ElasticCTR example lines, read by the rules of `elasticctr_common/lines.py` and
-//! `elasticctr_trainer/lines.py` (docs/architecture.md): the same lines are good, the same
-//! bad ones get the same reason and detail, good ones the same MultiSlot line.
+//! Example lines, ElasticCTR's or PaddleRec's slot format with dense features, read by the
+//! rules of `elasticctr_common/lines.py` and `elasticctr_trainer/lines.py`
+//! (docs/architecture.md): the same lines are good, the same bad ones get the same reason
+//! and detail, good ones the same MultiSlot line.
 //! tests/images/trainer/test_trainer_native_pipe.py runs both on the same inputs.
 
 /// show and click reach Paddle as float32: above 2^24 they are no longer exact integers.
@@ -10,6 +11,10 @@ const MAX_FEASIGN: i128 = u64::MAX as i128;
 const BEYOND: i128 = 100_000_000_000_000_000_000;
 /// Sparse key of a slot with no feasign in an example.
 const PADDING_KEY: u64 = 0;
+/// The slot format's label token.
+const LABEL: &str = "click";
+/// A decimal at or above this in magnitude rounds to infinity as a float32 (2^128 - 2^103).
+const F32_OVERFLOW: f64 = 340_282_356_779_733_661_637_539_395_458_142_568_448.0;
 
 /// A line that is not an example: a short, countable reason and what it was about.
 #[derive(Debug, PartialEq, Eq)]
@@ -110,8 +115,19 @@ pub fn is_blank(line: &str) -> bool {
     line.bytes().all(|b| b == b' ' || b == b'\t')
 }
 
-/// Parses lines for one slot.conf and sparse_dim into MultiSlot lines.
+/// A dense feature of the slot format: `dim` values, each a token `<name>:<value>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Dense {
+    pub name: String,
+    pub dim: usize,
+}
+
+/// Parses lines of one format for one slot.conf and sparse_dim into MultiSlot lines.
 pub struct LineParser {
+    /// Some: PaddleRec's slot format with these dense features; None: ElasticCTR lines.
+    dense: Option<Vec<Dense>>,
+    /// Per dense feature, the spans of its values in the line being parsed.
+    dense_values: Vec<Vec<(usize, usize)>>,
     /// Slot id -> its index in slot.conf, by the id for small ids (the usual case: a
     /// hash per feasign was a fifth of the time), else sorted for a binary search.
     small_slots: Vec<Option<usize>>,
@@ -127,7 +143,9 @@ pub struct LineParser {
 const SMALL_SLOT: u64 = 1 << 16;
 
 impl LineParser {
-    pub fn new(slots: &[u64], sparse_dim: u64) -> LineParser {
+    /// `dense`: Some for PaddleRec's slot format (with these dense features), None for
+    /// ElasticCTR lines.
+    pub fn new(slots: &[u64], sparse_dim: u64, dense: Option<Vec<Dense>>) -> LineParser {
         let mut small_slots = vec![
             None;
             slots
@@ -145,7 +163,10 @@ impl LineParser {
             }
         }
         large_slots.sort_unstable();
+        let dense_count = dense.as_ref().map_or(0, Vec::len);
         LineParser {
+            dense,
+            dense_values: vec![Vec::new(); dense_count],
             small_slots,
             large_slots,
             sparse_dim,
@@ -164,10 +185,14 @@ impl LineParser {
     }
 
     /// Appends the MultiSlot line of `line` (without its line end) and `\n` to `out`:
-    /// label, show, click, then per slot in slot.conf order its keys
-    /// (`feasign % sparse_dim`; the padding key for an empty slot).
+    /// label, show, click, per slot in slot.conf order its keys (`feasign % sparse_dim`;
+    /// the padding key for an empty slot), then each dense feature's values as written.
     pub fn convert(&mut self, line: &str, out: &mut Vec<u8>) -> Result<(), BadLine> {
-        let (show, click) = self.split(line)?;
+        let (show, click) = if self.dense.is_some() {
+            self.split_slot_format(line)?
+        } else {
+            self.split(line)?
+        };
         let label = if click > 0 { 1 } else { 0 };
         out.extend_from_slice(b"1 ");
         push_number(out, label);
@@ -188,14 +213,21 @@ impl LineParser {
                 push_number(out, key);
             }
         }
+        for spans in &self.dense_values {
+            out.push(b' ');
+            push_number(out, spans.len() as u64);
+            for &(from, to) in spans {
+                out.push(b' ');
+                out.extend_from_slice(&line.as_bytes()[from..to]);
+            }
+        }
         out.push(b'\n');
         Ok(())
     }
 
-    /// show and click of `line`, its keys into `self.keys`; BadLine if it is not an
-    /// example. The order of the checks is Python's: the whole line is read before any
-    /// slot is looked up.
-    fn split(&mut self, line: &str) -> Result<(i128, i128), BadLine> {
+    /// The line's fields (byte spans) into `self.fields`; BadLine for a character no line
+    /// may hold.
+    fn fields_of(&mut self, line: &str) -> Result<(), BadLine> {
         if !line.is_ascii() {
             return Err(BadLine::new("non-ASCII character", prefix(line, 80)));
         }
@@ -217,6 +249,124 @@ impl LineParser {
         if let Some(from) = start {
             self.fields.push((from, line.len()));
         }
+        Ok(())
+    }
+
+    /// Each slot's keys from `self.features`; BadLine for a slot slot.conf does not have,
+    /// named as the line's format writes it.
+    fn keys_of(&mut self, line: &str) -> Result<(), BadLine> {
+        for keys in &mut self.keys {
+            keys.clear();
+        }
+        let slot_format = self.dense.is_some();
+        for &(feasign, slot, i) in &self.features {
+            let Some(index) = self.slot_index(slot) else {
+                let (from, to) = self.fields[i];
+                let (first, second) = line[from..to].split_once(':').unwrap_or_default();
+                let (feasign_text, slot_text) = if slot_format {
+                    (second, first)
+                } else {
+                    (first, second)
+                };
+                let slot_shown = exact_slot(feasign_text, slot_text).unwrap_or(slot.to_string());
+                let named = if slot_format {
+                    format!("{slot_shown}:{feasign}")
+                } else {
+                    format!("{feasign}:{slot_shown}")
+                };
+                return Err(BadLine::new("unknown slot", named));
+            };
+            self.keys[index].push(feasign % self.sparse_dim);
+        }
+        Ok(())
+    }
+
+    /// A slot-format line: click (show 1), its keys into `self.keys`, its dense values'
+    /// spans into `self.dense_values`; BadLine if it is not an example. Checks in Python's
+    /// order: token by token, then the click, the dense features' counts, then the slots.
+    fn split_slot_format(&mut self, line: &str) -> Result<(i128, i128), BadLine> {
+        self.fields_of(line)?;
+        let dense = self.dense.as_deref().unwrap_or_default();
+        for spans in &mut self.dense_values {
+            spans.clear();
+        }
+        self.features.clear();
+        let mut click = None;
+        for i in 0..self.fields.len() {
+            let (from, to) = self.fields[i];
+            let token = &line[from..to];
+            let Some((name, value)) = token.split_once(':') else {
+                return Err(BadLine::new("token without name", prefix(token, 80)));
+            };
+            if let Some(d) = dense.iter().position(|f| f.name == name) {
+                if let Err(reason) = check_dense_value(value) {
+                    return Err(BadLine::new(reason, prefix(token, 80)));
+                }
+                let start = from + name.len() + 1;
+                self.dense_values[d].push((start, to));
+            } else if name == LABEL {
+                if click.is_some() {
+                    return Err(BadLine::new("click given twice", prefix(line, 80)));
+                }
+                let Some(value) = parse_int(value) else {
+                    return Err(BadLine::new("non-integer show/click", prefix(token, 80)));
+                };
+                if value != 0 && value != 1 {
+                    return Err(BadLine::new(
+                        "show/click out of range",
+                        format!("click={value}"),
+                    ));
+                }
+                click = Some(value);
+            } else if (!name.is_empty() && name.bytes().all(|b| b.is_ascii_digit()))
+                || name.starts_with('-')
+            {
+                let (Some(feasign), Some(slot)) = (parse_int(value), parse_int(name)) else {
+                    return Err(BadLine::new(
+                        "non-integer feasign or slot",
+                        prefix(token, 80),
+                    ));
+                };
+                if !(0..=MAX_FEASIGN).contains(&feasign) {
+                    return Err(BadLine::new(
+                        "feasign out of uint64 range",
+                        prefix(token, 80),
+                    ));
+                }
+                self.features.push((feasign as u64, slot, i));
+            } else {
+                return Err(BadLine::new("unknown feature name", prefix(token, 80)));
+            }
+        }
+        let Some(click) = click else {
+            return Err(BadLine::new("missing click", prefix(line, 80)));
+        };
+        for (feature, spans) in dense.iter().zip(&self.dense_values) {
+            let got = spans.len();
+            if got != feature.dim {
+                let reason = if got == 0 {
+                    "missing dense feature"
+                } else if got < feature.dim {
+                    "short dense feature"
+                } else {
+                    "long dense feature"
+                };
+                let detail = format!("{}: {got} of {} values", feature.name, feature.dim);
+                return Err(BadLine::new(reason, detail));
+            }
+        }
+        if self.features.is_empty() && dense.is_empty() {
+            return Err(BadLine::new("no feasigns", ""));
+        }
+        self.keys_of(line)?;
+        Ok((1, click))
+    }
+
+    /// show and click of `line`, its keys into `self.keys`; BadLine if it is not an
+    /// example. The order of the checks is Python's: the whole line is read before any
+    /// slot is looked up.
+    fn split(&mut self, line: &str) -> Result<(i128, i128), BadLine> {
+        self.fields_of(line)?;
         let field = |i: usize| &line[self.fields[i].0..self.fields[i].1];
         if self.fields.len() < 2 {
             return Err(BadLine::new("missing show/click", prefix(line, 80)));
@@ -266,21 +416,50 @@ impl LineParser {
             }
             self.features.push((feasign as u64, slot, i));
         }
-        for keys in &mut self.keys {
-            keys.clear();
-        }
-        for &(feasign, slot, i) in &self.features {
-            let Some(index) = self.slot_index(slot) else {
-                let (feasign_text, slot_text) = field(i).split_once(':').unwrap_or_default();
-                let slot_shown = exact_slot(feasign_text, slot_text).unwrap_or(slot.to_string());
-                return Err(BadLine::new(
-                    "unknown slot",
-                    format!("{feasign}:{slot_shown}"),
-                ));
-            };
-            self.keys[index].push(feasign % self.sparse_dim);
-        }
+        self.keys_of(line)?;
         Ok((show, click))
+    }
+}
+
+/// Why `text` is not a dense value Python's `dense_value` takes: a plain decimal
+/// (`-?(digits[.digits]|.digits)[e[-+]digits]`) finite as a float32.
+fn check_dense_value(text: &str) -> Result<(), &'static str> {
+    let bytes = text.as_bytes();
+    let mut at = usize::from(bytes.first() == Some(&b'-'));
+    let digits = |from: usize| {
+        bytes[from..]
+            .iter()
+            .take_while(|b| b.is_ascii_digit())
+            .count()
+    };
+    let whole = digits(at);
+    at += whole;
+    let mut fraction = 0;
+    if bytes.get(at) == Some(&b'.') {
+        at += 1;
+        fraction = digits(at);
+        at += fraction;
+    }
+    if whole == 0 && fraction == 0 {
+        return Err("non-numeric dense value");
+    }
+    if matches!(bytes.get(at), Some(b'e' | b'E')) {
+        at += 1;
+        if matches!(bytes.get(at), Some(b'-' | b'+')) {
+            at += 1;
+        }
+        let exponent = digits(at);
+        if exponent == 0 {
+            return Err("non-numeric dense value");
+        }
+        at += exponent;
+    }
+    if at != bytes.len() {
+        return Err("non-numeric dense value");
+    }
+    match text.parse::<f64>() {
+        Ok(value) if value.abs() < F32_OVERFLOW => Ok(()),
+        _ => Err("non-finite dense value"),
     }
 }
 
@@ -314,8 +493,92 @@ mod tests {
 
     fn convert(line: &str) -> Result<String, BadLine> {
         let mut out = Vec::new();
-        LineParser::new(&[101, 102, 103], 1000).convert(line, &mut out)?;
+        LineParser::new(&[101, 102, 103], 1000, None).convert(line, &mut out)?;
         Ok(String::from_utf8(out).unwrap())
+    }
+
+    fn convert_slot_format(line: &str) -> Result<String, BadLine> {
+        let dense = vec![
+            Dense {
+                name: "d".into(),
+                dim: 2,
+            },
+            Dense {
+                name: "age".into(),
+                dim: 1,
+            },
+        ];
+        let mut out = Vec::new();
+        LineParser::new(&[1, 2, 3], 1000, Some(dense)).convert(line, &mut out)?;
+        Ok(String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn slot_format_lines_with_dense_features() {
+        assert_eq!(
+            convert_slot_format("click:1 d:0.5 age:30 d:-1e3 1:1005 3:7 1:8").unwrap(),
+            "1 1 1 1 1 1 2 5 8 1 0 1 7 2 0.5 -1e3 1 30\n"
+        );
+        for (line, want) in [
+            (
+                "click:1 d:0.5 1:5 age:3",
+                "short dense feature: d: 1 of 2 values",
+            ),
+            (
+                "click:1 d:0.5 d:1 d:2 1:5 age:3",
+                "long dense feature: d: 3 of 2 values",
+            ),
+            (
+                "click:1 1:5 age:3",
+                "missing dense feature: d: 0 of 2 values",
+            ),
+            ("click:1 d:x d:1 1:5 age:3", "non-numeric dense value: d:x"),
+            (
+                "click:1 d:nan d:1 1:5 age:3",
+                "non-numeric dense value: d:nan",
+            ),
+            (
+                "click:1 d:1e39 d:1 1:5 age:3",
+                "non-finite dense value: d:1e39",
+            ),
+            ("click:1 d:1. d:.5 1:5 age:3e-2 9:5", "unknown slot: 9:5"),
+            ("d:1 d:1 1:5 age:3", "missing click: d:1 d:1 1:5 age:3"),
+            (
+                "click:2 d:1 d:1 1:5 age:3",
+                "show/click out of range: click=2",
+            ),
+            (
+                "click:0 click:0 d:1 d:1 age:3",
+                "click given twice: click:0 click:0 d:1 d:1 age:3",
+            ),
+            ("click:0 d:1 d:1 age:3 x:5", "unknown feature name: x:5"),
+            ("click:0 d:1 d:1 age:3 5", "token without name: 5"),
+            (
+                "click:0 d:1 d:1 age:3 1:x",
+                "non-integer feasign or slot: 1:x",
+            ),
+        ] {
+            assert_eq!(
+                convert_slot_format(line).unwrap_err().message(),
+                want,
+                "{line:?}"
+            );
+        }
+        // dense features only: a line needs no feasign then
+        assert_eq!(
+            convert_slot_format("click:0 d:1 d:2 age:3").unwrap(),
+            "1 0 1 1 1 0 1 0 1 0 1 0 2 1 2 1 3\n"
+        );
+        assert_eq!(check_dense_value("-.5e+7"), Ok(()));
+        assert_eq!(check_dense_value("5."), Ok(()));
+        assert_eq!(check_dense_value("-"), Err("non-numeric dense value"));
+        assert_eq!(check_dense_value("1e"), Err("non-numeric dense value"));
+        assert_eq!(check_dense_value("+1"), Err("non-numeric dense value"));
+        assert_eq!(check_dense_value("3.4028235e38"), Ok(()));
+        assert_eq!(
+            check_dense_value("3.4028236e38"),
+            Err("non-finite dense value")
+        );
     }
 
     fn reason(line: &str) -> &'static str {

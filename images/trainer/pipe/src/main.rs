@@ -1,11 +1,12 @@
-//! elasticctr-pipe: the pipe command of Paddle's dataset in native code, ElasticCTR lines on
+//! elasticctr-pipe: the pipe command of Paddle's dataset in native code, example lines on
 //! stdin -> MultiSlot lines on stdout, a JSON report per input in `--report-dir`: the
 //! contract of `python -m elasticctr_trainer.pipe` (its docstring), which it replaces where
 //! it is installed (docs/trainer.md, "Data"). The trainer passes the slots it read from
 //! slot.conf, so slot.conf has one reader. Input that is gzip, bzip2, xz or zstd data is
 //! decompressed first (input.rs).
 //!
-//!     elasticctr-pipe --slots 101,102,... --sparse-dim N --report-dir DIR < file
+//!     elasticctr-pipe --slots 101,102,... --sparse-dim N --report-dir DIR \
+//!         [--format elasticctr|paddlerec] [--dense NAME:DIM ...] < file
 
 mod input;
 mod lines;
@@ -17,7 +18,7 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use input::{Compression, Kind};
-use lines::{is_blank, LineParser};
+use lines::{is_blank, Dense, LineParser};
 
 const FIRST_BAD_KEPT: usize = 5;
 
@@ -25,11 +26,14 @@ struct Args {
     slots: Vec<u64>,
     sparse_dim: u64,
     report_dir: String,
+    /// Some: PaddleRec's slot format with these dense features; None: ElasticCTR lines.
+    dense: Option<Vec<Dense>>,
 }
 
-/// Three flags, all required: no argument-parsing crate for that.
+/// Three flags required, the format's optional: no argument-parsing crate for that.
 fn parse_args(argv: &[String]) -> Result<Args, String> {
     let (mut slots, mut sparse_dim, mut report_dir) = (None, None, None);
+    let (mut format, mut dense) = ("elasticctr", Vec::new());
     let mut rest = argv.iter();
     while let Some(flag) = rest.next() {
         let value = rest.next().ok_or(format!("{flag} needs a value"))?;
@@ -37,9 +41,28 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
             "--slots" => slots = Some(value),
             "--sparse-dim" => sparse_dim = Some(value),
             "--report-dir" => report_dir = Some(value),
+            "--format" => format = value,
+            "--dense" => {
+                let (name, dim) = value
+                    .rsplit_once(':')
+                    .ok_or(format!("--dense: expected NAME:DIM, got {value:?}"))?;
+                let dim = dim.parse().ok().filter(|&d| d >= 1).ok_or(format!(
+                    "--dense: DIM must be a positive integer, got {value:?}"
+                ))?;
+                dense.push(Dense {
+                    name: name.to_string(),
+                    dim,
+                });
+            }
             _ => return Err(format!("unknown argument {flag:?}")),
         }
     }
+    let dense = match format {
+        "elasticctr" if dense.is_empty() => None,
+        "elasticctr" => return Err("--dense needs --format paddlerec".into()),
+        "paddlerec" => Some(dense),
+        _ => return Err(format!("--format: elasticctr or paddlerec, got {format:?}")),
+    };
     let slots: Vec<u64> = slots
         .ok_or("--slots is required")?
         .split(',')
@@ -68,6 +91,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         slots,
         sparse_dim,
         report_dir,
+        dense,
     })
 }
 
@@ -245,7 +269,7 @@ fn main() -> ExitCode {
     // Paddle runs the pipe as `(cmd) < "<file>"`: stdin is the file and names it.
     let path = std::fs::read_link("/proc/self/fd/0")
         .map_or("<stdin>".into(), |p| p.to_string_lossy().into_owned());
-    let mut parser = LineParser::new(&args.slots, args.sparse_dim);
+    let mut parser = LineParser::new(&args.slots, args.sparse_dim, args.dense);
     let stdin = io::stdin().lock();
     let mut stdout = BufWriter::with_capacity(1 << 20, io::stdout().lock());
     let result = convert(
@@ -280,7 +304,7 @@ mod tests {
     use super::*;
 
     fn run(input: &[u8]) -> (String, Report) {
-        let mut parser = LineParser::new(&[101, 102, 103], 1000);
+        let mut parser = LineParser::new(&[101, 102, 103], 1000, None);
         let mut out = Vec::new();
         let report = convert(input, &mut parser, &mut out).unwrap();
         (String::from_utf8(out).unwrap(), report)
@@ -399,7 +423,18 @@ mod tests {
     fn arguments_are_checked() {
         let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
         let args = parse_args(&argv("--slots 1,2 --sparse-dim 9 --report-dir /r")).unwrap();
-        assert_eq!((args.slots, args.sparse_dim), (vec![1, 2], 9));
+        assert_eq!(
+            (args.slots, args.sparse_dim, args.dense),
+            (vec![1, 2], 9, None)
+        );
+        let slot_format = "--slots 1 --sparse-dim 9 --report-dir r --format paddlerec \
+                           --dense dense_feature:13";
+        let args = parse_args(&argv(slot_format)).unwrap();
+        let dense = args.dense.unwrap();
+        assert_eq!(
+            (dense[0].name.as_str(), dense[0].dim),
+            ("dense_feature", 13)
+        );
         for (bad, says) in [
             ("--slots 1,1 --sparse-dim 9 --report-dir r", "repeats"),
             ("--slots 1,x --sparse-dim 9 --report-dir r", "not a slot id"),
@@ -411,6 +446,18 @@ mod tests {
             (
                 "--slots 1 --sparse-dim 9 --report-dir r --x 1",
                 "unknown argument",
+            ),
+            (
+                "--slots 1 --sparse-dim 9 --report-dir r --dense d:2",
+                "--dense needs --format paddlerec",
+            ),
+            (
+                "--slots 1 --sparse-dim 9 --report-dir r --format x",
+                "--format",
+            ),
+            (
+                "--slots 1 --sparse-dim 9 --report-dir r --format paddlerec --dense d:0",
+                "DIM must be a positive integer",
             ),
         ] {
             let err = parse_args(&argv(bad)).err().unwrap();

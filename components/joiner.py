@@ -1,0 +1,117 @@
+"""The joiner (docs/feedback.md): impressions + clicks from the stream -> labelled examples
+in the time partitions the trainer reads (data.dataset_path on HDFS or the bucket).
+
+One pod, never two: the Deployment's strategy is Recreate, so a new pod starts only once
+the old one is gone (two joiners would write the same partitions). Its state is in the
+partitions' donefiles (the offsets each covers), nowhere else: a deleted pod's successor
+resumes from the newest one. It runs the serving image (`python -m elasticctr_joiner`),
+which has the Kafka client and the storage code already.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pulumi
+import pulumi_kubernetes as k8s
+from elasticctr_common.contract import TrainerEnv
+from elasticctr_common.feedback import JOINER_PORT, FeedbackEnv
+
+from components import kube
+from components.bucket_access import BucketUser
+from components.kafka import KafkaClient
+from components.kube import KubeTarget
+from components.network import Route, allow_egress
+from components.object_storage import ObjectStore
+
+SERVICE_ACCOUNT = "joiner"
+UGI_SECRET = "joiner-hdfs-ugi"
+
+
+def bucket_user(dataset: str) -> BucketUser:
+    """Writes the partitions under the dataset prefix (data.source storage)."""
+    return BucketUser(SERVICE_ACCOUNT, ("joiner",), write=(dataset,))
+
+
+@dataclass(frozen=True)
+class JoinerArgs:
+    target: KubeTarget
+    image: pulumi.Input[str]  # the serving image
+    kafka: KafkaClient
+    dataset_uri: pulumi.Input[str]  # where the trainer reads: hdfs://... or s3://...
+    partition_minutes: int
+    join_window: int  # seconds
+    topic_partitions: int
+    cpu: float
+    mem: float
+    store: ObjectStore | None = None  # data.source storage: the joiner's bucket identity
+    # HDFS (namenode, datanodes), or the bucket
+    data_routes: tuple[Route | pulumi.Output[Route], ...] = ()
+    hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
+
+
+class Joiner(pulumi.ComponentResource):
+    def __init__(
+        self, name: str, args: JoinerArgs, opts: pulumi.ResourceOptions | None = None
+    ) -> None:
+        if args.join_window < 0:
+            raise ValueError(f"{name}: join_window must be >= 0, got {args.join_window}")
+        super().__init__("elasticctr:joiner:Joiner", name, None, opts)
+        target = args.target
+        env = [
+            *kube.env(
+                {
+                    FeedbackEnv.DATASET_URI: args.dataset_uri,
+                    FeedbackEnv.PARTITION_MINUTES: str(args.partition_minutes),
+                    FeedbackEnv.JOIN_WINDOW_SECONDS: str(args.join_window),
+                    "HOME": "/tmp",
+                }
+            ),
+            *args.kafka.env,
+            *(args.store.env() if args.store is not None else []),
+        ]
+        if args.hdfs_ugi is not None:
+            secret = k8s.core.v1.Secret(
+                f"{name}-hdfs-ugi",
+                metadata=target.metadata(UGI_SECRET, "joiner"),
+                string_data={TrainerEnv.HDFS_UGI: pulumi.Output.secret(args.hdfs_ugi)},
+                opts=target.opts(self),
+            )
+            env += kube.secret_env(secret.metadata["name"], [TrainerEnv.HDFS_UGI])
+        container = kube.container(
+            target,
+            "joiner",
+            args.image,
+            ["python", "-m", "elasticctr_joiner"],
+            args=[f"--port={JOINER_PORT}", f"--topic-partitions={args.topic_partitions}"],
+            env=env,
+            ports={"status": JOINER_PORT},
+            cpu=args.cpu,
+            mem=args.mem,
+            readiness=kube.http_probe("/healthz", JOINER_PORT, 10),
+            liveness=kube.http_probe("/healthz", JOINER_PORT, 30),
+            mounts=args.kafka.mounts,
+        )
+        account = kube.service_account(target, SERVICE_ACCOUNT, "joiner", self)
+        k8s.apps.v1.Deployment(
+            f"{name}-deployment",
+            metadata=target.metadata("joiner", "joiner"),
+            spec={
+                "replicas": 1,
+                "selector": {"match_labels": kube.labels("joiner")},
+                # Never two at once: the old pod is gone before the new one starts.
+                "strategy": {"type": "Recreate"},
+                "template": kube.pod_template(
+                    "joiner",
+                    [container],
+                    args.kafka.volumes,
+                    service_account=account.metadata["name"],
+                ),
+            },
+            opts=target.opts(self),
+        )
+        # /status and /metrics are for people (kubectl port-forward): no ingress.
+        allow_egress(
+            target, f"{name}-egress", "joiner", [*args.kafka.routes, *args.data_routes], self
+        )
+        self.register_outputs({})

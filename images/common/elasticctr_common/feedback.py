@@ -1,0 +1,351 @@
+"""The feedback loop's contract (docs/feedback.md): what serving writes to the stream, what
+clicks look like, how the joiner lays out its time partitions, and the environment that
+names the stream. Serving, the joiner, the simulator, the client and the Pulumi program
+use these names and these parsers; tests/infra/test_pod_contract.py checks both sides.
+
+Records are JSON objects, one per Kafka message, keyed by the request id (so a request's
+impressions and its clicks land in the same partition of each topic):
+
+- the impressions of one request, one per instance, written whole or not at all:
+  {"rid": str, "t": float, "v": int, "slots": [int], "s": [float|null], "f": str,
+  "k": str, "c": str}: request id, serving's time (Unix seconds), model version, the
+  model's slot ids (input order), each instance's score (the click probability; null
+  when it failed), and the features as the trainer reads them, packed: "f" every feasign
+  as sent (uint64 little-endian, base64), "k" the index in "slots" of each one's slot
+  (uint16 LE, base64), "c" how many each instance has (uint32 LE, base64), instances in
+  order. Packed because serving builds it on its request path: a few array copies and a
+  base64, where `<feasign>:<slot>` text per instance cost more CPU than the prediction at
+  batch 64 (docs/feedback.md). `impressions()` unpacks it into `Impression`s, whose
+  `features` are the `<feasign>:<slot> ...` part of a training line.
+- click: {"rid": str, "i": int, "t": float}: request id, instance index, click time.
+
+Partitions: `<dataset>/YYYYMMDD/HH` with 60-minute partitions (the hour directories the
+trainer always read), `<dataset>/YYYYMMDD/HHMM` with N-minute ones (N divides 60), in UTC,
+named by their start; ready once their `donefile` exists.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from .contract import DONEFILE, HOUR_FORMAT
+
+IMPRESSIONS_TOPIC: Final = "elasticctr-impressions"
+CLICKS_TOPIC: Final = "elasticctr-clicks"
+KAFKA_PORT: Final = 9092  # clients (PLAINTEXT in cluster)
+KAFKA_CONTROLLER_PORT: Final = 9093  # KRaft controller, the broker's own pod only
+JOINER_PORT: Final = 8012  # the joiner's /status, /metrics, /healthz
+REQUEST_ID_HEADER: Final = "X-Request-Id"
+CLICK_PATH: Final = "/click"
+MINUTE_FORMAT: Final = "%Y%m%d/%H%M"
+# Partition lengths a day divides into evenly, so every hour starts a partition.
+PARTITION_MINUTES: Final = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60)
+MAX_REQUEST_ID = 64  # characters
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+
+
+class FeedbackEnv:
+    """Environment of serving (with feedback on) and of the joiner."""
+
+    BOOTSTRAP: Final = "KAFKA_BOOTSTRAP_SERVERS"
+    SECURITY_PROTOCOL: Final = "KAFKA_SECURITY_PROTOCOL"  # PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL
+    SASL_MECHANISM: Final = "KAFKA_SASL_MECHANISM"  # PLAIN, SCRAM-SHA-256, SCRAM-SHA-512
+    SASL_USERNAME: Final = "KAFKA_SASL_USERNAME"  # from a Secret
+    SASL_PASSWORD: Final = "KAFKA_SASL_PASSWORD"  # from a Secret
+    SSL_CA_LOCATION: Final = "KAFKA_SSL_CA_LOCATION"  # a mounted CA bundle (empty: system's)
+    IMPRESSIONS_TOPIC: Final = "FEEDBACK_IMPRESSIONS_TOPIC"
+    CLICKS_TOPIC: Final = "FEEDBACK_CLICKS_TOPIC"
+    SAMPLE_RATE: Final = "FEEDBACK_SAMPLE_RATE"  # serving: share of requests logged
+    BUFFER_RECORDS: Final = "FEEDBACK_BUFFER_RECORDS"  # serving: records held while undelivered
+    DATASET_URI: Final = "FEEDBACK_DATASET_URI"  # joiner: where partitions are written
+    JOIN_WINDOW_SECONDS: Final = "FEEDBACK_JOIN_WINDOW_SECONDS"  # joiner
+    PARTITION_MINUTES: Final = "FEEDBACK_PARTITION_MINUTES"  # joiner
+
+
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+
+
+class FeedbackConfigError(ValueError):
+    """The feedback environment is incomplete or wrong; the message names the variable."""
+
+
+def kafka_client_config(env: Mapping[str, str]) -> dict[str, str]:
+    """librdkafka's settings for a client of the stack's Kafka, from FeedbackEnv."""
+    servers = env.get(FeedbackEnv.BOOTSTRAP, "").strip()
+    if not servers:
+        raise FeedbackConfigError(f"{FeedbackEnv.BOOTSTRAP} is not set (host:port,...)")
+    protocol = env.get(FeedbackEnv.SECURITY_PROTOCOL, "") or "PLAINTEXT"
+    if protocol not in SECURITY_PROTOCOLS:
+        raise FeedbackConfigError(
+            f"{FeedbackEnv.SECURITY_PROTOCOL} must be one of {', '.join(SECURITY_PROTOCOLS)}, "
+            f"got {protocol!r}"
+        )
+    config = {"bootstrap.servers": servers, "security.protocol": protocol}
+    if protocol.startswith("SASL"):
+        mechanism = env.get(FeedbackEnv.SASL_MECHANISM, "") or "PLAIN"
+        if mechanism not in SASL_MECHANISMS:
+            raise FeedbackConfigError(
+                f"{FeedbackEnv.SASL_MECHANISM} must be one of {', '.join(SASL_MECHANISMS)}, "
+                f"got {mechanism!r}"
+            )
+        for key in (FeedbackEnv.SASL_USERNAME, FeedbackEnv.SASL_PASSWORD):
+            if not env.get(key):
+                raise FeedbackConfigError(f"{key} is required with {protocol}")
+        config["sasl.mechanism"] = mechanism
+        config["sasl.username"] = env[FeedbackEnv.SASL_USERNAME]
+        config["sasl.password"] = env[FeedbackEnv.SASL_PASSWORD]
+    if protocol.endswith("SSL") and env.get(FeedbackEnv.SSL_CA_LOCATION):
+        config["ssl.ca.location"] = env[FeedbackEnv.SSL_CA_LOCATION]
+    return config
+
+
+def topics(env: Mapping[str, str]) -> tuple[str, str]:
+    """(impressions, clicks) topic names: the environment's, else the defaults."""
+    return (
+        env.get(FeedbackEnv.IMPRESSIONS_TOPIC) or IMPRESSIONS_TOPIC,
+        env.get(FeedbackEnv.CLICKS_TOPIC) or CLICKS_TOPIC,
+    )
+
+
+# Records ----------------------------------------------------------------------------------
+
+
+class BadRecord(ValueError):
+    """A stream record that is not an impression or click; `reason` is countable."""
+
+    def __init__(self, reason: str, detail: str = "") -> None:
+        super().__init__(f"{reason}: {detail}" if detail else reason)
+        self.reason = reason
+
+
+def valid_request_id(text: object) -> bool:
+    return isinstance(text, str) and _REQUEST_ID.fullmatch(text) is not None
+
+
+@dataclass(frozen=True)
+class Impression:
+    """One instance answered (an example once the joiner labels it)."""
+
+    request_id: str
+    index: int
+    time: float
+    version: int
+    score: float | None
+    features: str  # "<feasign>:<slot> ..." as in a training line
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.request_id, self.index)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def impressions_record(
+    request_id: str,
+    time: float,
+    version: int,
+    slots: list[int] | tuple[int, ...],
+    scores: list[float | None],
+    feasigns: bytes,
+    slot_indices: bytes,
+    counts: bytes,
+) -> dict[str, Any]:
+    """The impressions of one request as its record (JSON-ready); the arrays as bytes:
+    uint64 LE feasigns, uint16 LE slot indices, uint32 LE counts per instance."""
+    return {
+        "rid": request_id,
+        "t": time,
+        "v": version,
+        "slots": list(slots),
+        "s": [None if s is None or not math.isfinite(s) else s for s in scores],
+        "f": _b64(feasigns),
+        "k": _b64(slot_indices),
+        "c": _b64(counts),
+    }
+
+
+def pack_impressions(
+    request_id: str,
+    time: float,
+    version: int,
+    slots: list[int],
+    scores: list[float | None],
+    features: list[list[tuple[int, int]]],
+) -> bytes:
+    """A request's record from (feasign, slot id) pairs per instance: for producers and
+    tests (serving packs its arrays directly)."""
+    feasigns = b"".join(f.to_bytes(8, "little") for inst in features for f, _ in inst)
+    index = {s: i for i, s in enumerate(slots)}
+    kinds = b"".join(index[s].to_bytes(2, "little") for inst in features for _, s in inst)
+    counts = b"".join(len(inst).to_bytes(4, "little") for inst in features)
+    record = impressions_record(request_id, time, version, slots, scores, feasigns, kinds, counts)
+    return json.dumps(record, separators=(",", ":")).encode()
+
+
+@dataclass(frozen=True)
+class Click:
+    request_id: str
+    index: int
+    time: float
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.request_id, self.index)
+
+    def to_bytes(self) -> bytes:
+        return json.dumps(
+            {"rid": self.request_id, "i": self.index, "t": self.time}, separators=(",", ":")
+        ).encode()
+
+
+def _object(data: bytes | None) -> dict[str, Any]:
+    if data is None:
+        raise BadRecord("empty", "no value")
+    try:
+        record = json.loads(data)
+    except (ValueError, UnicodeDecodeError):
+        raise BadRecord("not_json", repr(data[:60])) from None
+    if not isinstance(record, dict):
+        raise BadRecord("not_object", repr(data[:60]))
+    return record
+
+
+def _common(record: dict[str, Any]) -> tuple[str, int, float]:
+    rid, index, time = record.get("rid"), record.get("i"), record.get("t")
+    if not valid_request_id(rid):
+        raise BadRecord("bad_request_id", repr(rid)[:80])
+    if type(index) is not int or index < 0:
+        raise BadRecord("bad_instance", repr(index)[:40])
+    if not isinstance(time, int | float) or isinstance(time, bool):
+        raise BadRecord("bad_time", repr(time)[:40])
+    if not math.isfinite(time) or time <= 0:
+        raise BadRecord("bad_time", repr(time)[:40])
+    assert isinstance(rid, str) and isinstance(index, int)
+    return rid, index, float(time)
+
+
+def _unb64(record: dict[str, Any], key: str, width: int) -> list[int]:
+    text = record.get(key)
+    if not isinstance(text, str):
+        raise BadRecord("bad_features", f"{key!r} is not a base64 string")
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise BadRecord("bad_features", f"{key!r} is not base64") from None
+    if len(data) % width:
+        raise BadRecord("bad_features", f"{key!r}: {len(data)} bytes, not {width}-byte values")
+    return [int.from_bytes(data[i : i + width], "little") for i in range(0, len(data), width)]
+
+
+def impressions(data: bytes | None) -> list[Impression]:
+    """The impressions of one request's record, in instance order; BadRecord (with a
+    countable reason) if any part of it is wrong: none of it is taken then."""
+    record = _object(data)
+    rid, _, time = _common({"rid": record.get("rid"), "i": 0, "t": record.get("t")})
+    version, slots, scores = record.get("v"), record.get("slots"), record.get("s")
+    if type(version) is not int or version < 0:
+        raise BadRecord("bad_version", repr(version)[:40])
+    if not isinstance(slots, list) or not slots or any(type(s) is not int or s < 0 for s in slots):
+        raise BadRecord("bad_slots", repr(slots)[:60])
+    if not isinstance(scores, list) or not scores:
+        raise BadRecord("bad_score", repr(scores)[:60])
+    for score in scores:
+        if score is not None and (type(score) not in (int, float) or not 0 <= score <= 1):
+            raise BadRecord("bad_score", repr(score)[:40])
+    feasigns, kinds, counts = _unb64(record, "f", 8), _unb64(record, "k", 2), _unb64(record, "c", 4)
+    if len(counts) != len(scores) or sum(counts) != len(feasigns) or len(kinds) != len(feasigns):
+        raise BadRecord(
+            "bad_features",
+            f"{len(scores)} scores, {len(counts)} counts, {len(feasigns)} feasigns, "
+            f"{len(kinds)} slot indices",
+        )
+    if any(k >= len(slots) for k in kinds) or 0 in counts:
+        raise BadRecord("bad_features", "a slot index past the slots, or an empty instance")
+    names = [f":{s}" for s in slots]
+    out = []
+    at = 0
+    for i, (n, score) in enumerate(zip(counts, scores, strict=True)):
+        features = " ".join(f"{feasigns[j]}{names[kinds[j]]}" for j in range(at, at + n))
+        at += n
+        value = None if score is None else float(score)
+        out.append(Impression(rid, i, time, version, value, features))
+    return out
+
+
+def parse_click(data: bytes | None) -> Click:
+    return Click(*_common(_object(data)))
+
+
+# Partitions -------------------------------------------------------------------------------
+
+
+def check_minutes(minutes: int) -> int:
+    if minutes not in PARTITION_MINUTES:
+        allowed = ", ".join(map(str, PARTITION_MINUTES))
+        raise ValueError(f"partition minutes must divide an hour ({allowed}), got {minutes}")
+    return minutes
+
+
+def partition_format(minutes: int) -> str:
+    return HOUR_FORMAT if check_minutes(minutes) == 60 else MINUTE_FORMAT
+
+
+def format_partition(start: datetime, minutes: int) -> str:
+    return start.strftime(partition_format(minutes))
+
+
+def parse_partition(text: str, minutes: int) -> datetime:
+    """A partition's start (naive, UTC) from its name; with N-minute partitions a bare
+    YYYYMMDD/HH (a stack's start hour) is the hour's first partition."""
+    # By length too: strptime reads "20191221/23" as 02:03 with %H%M.
+    for fmt, length in ((partition_format(minutes), 13), (HOUR_FORMAT, 11)):
+        if len(text) != (11 if fmt == HOUR_FORMAT else length):
+            continue
+        try:
+            start = datetime.strptime(text, fmt)
+        except ValueError:
+            continue
+        if start.minute % minutes:
+            raise ValueError(f"{text!r} is not the start of a {minutes}-minute partition")
+        return start
+    shape = "YYYYMMDD/HH" if minutes == 60 else "YYYYMMDD/HHMM (or YYYYMMDD/HH)"
+    raise ValueError(f"expected {shape}, got {text!r}")
+
+
+def partition_of(timestamp: float, minutes: int) -> str:
+    """The partition holding Unix time `timestamp`."""
+    moment = datetime.fromtimestamp(timestamp, UTC).replace(tzinfo=None)
+    start = moment.replace(second=0, microsecond=0, minute=moment.minute - moment.minute % minutes)
+    return format_partition(start, minutes)
+
+
+def partition_bounds(name: str, minutes: int) -> tuple[float, float]:
+    """[start, end) of a partition as Unix times."""
+    start = parse_partition(name, minutes).replace(tzinfo=UTC)
+    return start.timestamp(), (start + timedelta(minutes=minutes)).timestamp()
+
+
+def next_partition(name: str, minutes: int) -> str:
+    return format_partition(parse_partition(name, minutes) + timedelta(minutes=minutes), minutes)
+
+
+def partition_done(name: str) -> str:
+    return f"{name}/{DONEFILE}"
+
+
+def is_partition_name(text: str, minutes: int) -> bool:
+    try:
+        return format_partition(parse_partition(text, minutes), minutes) == text
+    except ValueError:
+        return False

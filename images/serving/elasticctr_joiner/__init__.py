@@ -1,0 +1,1 @@
+"""The feedback joiner (docs/feedback.md): impressions and clicks -> training partitions."""

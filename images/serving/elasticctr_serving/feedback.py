@@ -1,0 +1,232 @@
+"""Serving's half of the feedback loop (docs/feedback.md): the impressions of each answered
+request, and the clicks applications send to `POST /click`, to Kafka.
+
+Nothing here may slow or fail a prediction. On the event loop, after the answer is
+computed: the sampling decision, then the request's impressions packed as one record
+(elasticctr_common.feedback: the request's feasign, slot and count arrays copied out and
+base64-encoded, some tens of µs at batch 64) and handed to librdkafka (confluent-kafka),
+whose own threads batch and send them; a thread only serves the delivery reports.
+librdkafka's buffer is bounded (`buffer_records` messages): a record that finds it full is
+dropped and counted, never waited for. A record is delivered whole or not at all (Kafka
+appends a message atomically; the producer is idempotent, so its retries after a broker
+restart add no duplicates).
+
+Counted per impression (metrics `elasticctr_serving_impressions_total{outcome}` and
+`/status`): queued, sampled_out, dropped_buffer_full, delivered, failed (librdkafka gave
+up: the broker unreachable for longer than `message.timeout.ms`); clicks likewise
+(`elasticctr_serving_clicks_total{outcome}`, with rejected: malformed).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from functools import partial
+from itertools import count
+from typing import Any
+
+import numpy as np
+import orjson
+from elasticctr_common.feedback import (
+    Click,
+    FeedbackEnv,
+    impressions_record,
+    kafka_client_config,
+    topics,
+)
+
+from .instances import Parsed
+from .metrics import ServingMetrics
+
+log = logging.getLogger("elasticctr_serving.feedback")
+
+DEFAULT_BUFFER_RECORDS = 100_000
+OUTCOMES = ("queued", "sampled_out", "dropped_buffer_full", "delivered", "failed")
+
+
+class RequestIds:
+    """Unique request ids: a random prefix per process and a counter (no two replicas,
+    and no restart, repeat one)."""
+
+    def __init__(self) -> None:
+        self.prefix = uuid.uuid4().hex[:12]
+        self.counter = count(1)
+
+    def next(self) -> str:
+        return f"{self.prefix}-{next(self.counter)}"
+
+
+class FeedbackLog:
+    """Impressions and clicks to Kafka, off the request's path."""
+
+    def __init__(
+        self,
+        producer_config: Mapping[str, str],
+        impressions_topic: str,
+        clicks_topic: str,
+        metrics: ServingMetrics,
+        *,
+        sample_rate: float = 1.0,
+        buffer_records: int = DEFAULT_BUFFER_RECORDS,
+        producer_factory: Callable[[dict[str, Any]], Any] | None = None,
+    ) -> None:
+        if not 0 <= sample_rate <= 1:
+            raise ValueError(f"sample rate must be within [0, 1], got {sample_rate}")
+        if buffer_records < 1:
+            raise ValueError(f"buffer records must be >= 1, got {buffer_records}")
+        self.impressions_topic, self.clicks_topic = impressions_topic, clicks_topic
+        self.sample_rate = sample_rate
+        self.buffer_records = buffer_records
+        self.metrics = metrics
+        self.ids = RequestIds()
+        self.config: dict[str, Any] = {
+            **producer_config,
+            "enable.idempotence": True,  # acks=all, and retries add no duplicates
+            # Records wait up to 0.2 s to go in larger batches: at 20 ms librdkafka's
+            # requests cost several times the CPU per record (docs/feedback.md).
+            "linger.ms": 200,
+            "queue.buffering.max.messages": buffer_records,
+            "message.timeout.ms": 300_000,
+            "error_cb": self._on_error,
+            "logger": logging.getLogger("elasticctr_serving.kafka"),
+        }
+        if producer_factory is None:
+            from confluent_kafka import Producer
+
+            producer_factory = Producer
+        self._factory = producer_factory
+        self.producer = producer_factory(self.config)
+        self._fatal = False
+        self.last_error = ""
+        self._stopping = threading.Event()
+        self._poller = threading.Thread(target=self._poll, name="feedback-reports", daemon=True)
+        self._poller.start()
+        for outcome in OUTCOMES:
+            metrics.impressions.inc(0, outcome)
+            metrics.clicks.inc(0, outcome)
+        metrics.clicks.inc(0, "rejected")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], metrics: ServingMetrics) -> FeedbackLog | None:
+        """The log the environment asks for (FeedbackEnv), or None without a stream."""
+        if not env.get(FeedbackEnv.BOOTSTRAP):
+            return None
+        impressions, clicks = topics(env)
+        return cls(
+            kafka_client_config(env),
+            impressions,
+            clicks,
+            metrics,
+            sample_rate=float(env.get(FeedbackEnv.SAMPLE_RATE) or 1.0),
+            buffer_records=int(env.get(FeedbackEnv.BUFFER_RECORDS) or DEFAULT_BUFFER_RECORDS),
+        )
+
+    # the event loop's side ---------------------------------------------------------------
+
+    def log_request(
+        self,
+        request_id: str,
+        parsed: Parsed,
+        slots: tuple[int, ...],
+        version: int,
+        scores: list[float | None],
+    ) -> None:
+        """Hand one request's impressions to the producer (sampled per request); never
+        blocks or raises."""
+        n = parsed.count
+        if self.sample_rate < 1 and random.random() >= self.sample_rate:
+            self.metrics.impressions.inc(n, "sampled_out")
+            return
+        raw, kinds, rows = parsed.raw, parsed.raw_slots, parsed.raw_rows
+        if raw is None or kinds is None or rows is None:
+            return  # a Parsed made without its raw arrays (tests): nothing to log
+        if n == 1:  # batch 1, the latency-bound case: no ordering, one count
+            counts = raw.size.to_bytes(4, "little")
+        else:
+            if not bool((rows[1:] >= rows[:-1]).all()):
+                order = np.argsort(rows, kind="stable")  # instance order
+                raw, kinds, rows = raw[order], kinds[order], rows[order]
+            counts = np.bincount(rows, minlength=n).astype("<u4").tobytes()
+        record = impressions_record(
+            request_id, time.time(), version, slots, scores,
+            raw.astype("<u8", copy=False).tobytes(), kinds.astype("<u2").tobytes(), counts,
+        )  # fmt: skip
+        try:
+            self.producer.produce(
+                self.impressions_topic, value=orjson.dumps(record), key=request_id,
+                on_delivery=partial(self._delivered, self.metrics.impressions, n),
+            )  # fmt: skip
+        except BufferError:
+            self.metrics.impressions.inc(n, "dropped_buffer_full")
+            return
+        self.metrics.impressions.inc(n, "queued")
+
+    def click(self, request_id: str, index: int, at: float | None = None) -> bool:
+        """Send one click; False (and counted) when librdkafka's buffer is full."""
+        record = Click(request_id, index, time.time() if at is None else at)
+        try:
+            self.producer.produce(
+                self.clicks_topic, value=record.to_bytes(), key=request_id,
+                on_delivery=partial(self._delivered, self.metrics.clicks, 1),
+            )  # fmt: skip
+        except BufferError:
+            self.metrics.clicks.inc(1, "dropped_buffer_full")
+            return False
+        self.metrics.clicks.inc(1, "queued")
+        return True
+
+    # librdkafka's reports ------------------------------------------------------------------
+
+    def _poll(self) -> None:
+        while not self._stopping.is_set():
+            if self._fatal:
+                self._renew()
+            self.producer.poll(0.2)  # runs the delivery reports
+
+    def _delivered(self, counter: Any, n: int, err: Any, msg: Any) -> None:
+        if err is None:
+            counter.inc(n, "delivered")
+        else:
+            counter.inc(n, "failed")
+            self.last_error = str(err)
+
+    def _on_error(self, err: Any) -> None:
+        self.last_error = str(err)
+        if err.fatal():  # the idempotent producer's state is lost: a new producer
+            log.error("kafka producer: fatal error %s: starting a new producer", err)
+            self._fatal = True
+
+    def _renew(self) -> None:
+        self._fatal = False
+        old = self.producer
+        self.producer = self._factory(self.config)
+        old.flush(0)
+
+    # life cycle ----------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        impressions = {o: int(self.metrics.impressions.get(o)) for o in OUTCOMES}
+        clicks = {o: int(self.metrics.clicks.get(o)) for o in (*OUTCOMES, "rejected")}
+        return {
+            "enabled": True,
+            "impressions_topic": self.impressions_topic,
+            "clicks_topic": self.clicks_topic,
+            "sample_rate": self.sample_rate,
+            "buffer_records": self.buffer_records,
+            "impressions": impressions,
+            "clicks": clicks,
+            "waiting": len(self.producer),  # in librdkafka's buffer, not yet acknowledged
+            "last_error": self.last_error,
+        }
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Wait up to `timeout` for what is queued to be delivered."""
+        self._stopping.set()
+        self._poller.join(timeout)
+        left = self.producer.flush(timeout)
+        if left:
+            log.warning("%d feedback records not delivered at shutdown", left)
