@@ -189,8 +189,11 @@ class Cube(pulumi.ComponentResource):
             opts=target.opts(self),
         )
         self.config_hash = conf.apply(lambda text: kube.digest({"cube.conf": text}))
-        for shard in range(args.shards):
-            self._shard(name, args, shard, account_name, headless)
+        # What serving's Deployment depends on: Pulumi deletes a replaced layout's objects
+        # only once their dependents are updated, so after serving's awaited rollout.
+        self.shard_sets = [
+            self._shard(name, args, shard, account_name, headless) for shard in range(args.shards)
+        ]
         self._transfer(name, args, config_map)
         # The servers' port takes lookups and status reads only: loads and switches are on
         # a control port bound to the pod's loopback, for its agent. The agents' commands
@@ -255,12 +258,12 @@ class Cube(pulumi.ComponentResource):
         shard: int,
         account_name: pulumi.Input[str],
         headless: k8s.core.v1.Service,
-    ) -> None:
+    ) -> k8s.apps.v1.StatefulSet:
         """StatefulSet cube-<layout>-<shard> (its replicas), its Service and budget."""
         target = args.target
         selector = self._selector(shard, self.layout)
         object_name = self.layout.apply(lambda layout: shard_name(layout, shard))
-        k8s.apps.v1.StatefulSet(
+        statefulset = k8s.apps.v1.StatefulSet(
             f"{name}-shard-{shard}",
             # Ready once a first version is loaded, after training: do not wait for it.
             # Serving's Deployment is awaited instead: its pods of a new layout become
@@ -288,6 +291,7 @@ class Cube(pulumi.ComponentResource):
             spec={"max_unavailable": 1, "selector": {"match_labels": selector}},
             opts=target.opts(self),
         )
+        return statefulset
 
     @staticmethod
     def _selector(shard: int, layout: pulumi.Input[str] | None) -> dict[str, Any]:
@@ -327,7 +331,9 @@ class Cube(pulumi.ComponentResource):
                 f"--port={SERVER_PORT}",
                 f"--control-port={SERVER_CONTROL_PORT}",
                 f"--max-keys={MAX_KEYS}",
-                f"--shutdown-delay={kube.SHUTDOWN_DELAY_SECONDS}",
+                # Longer than serving's own: a serving pod told to stop when a layout is
+                # replaced still answers on this one until it stops accepting.
+                f"--shutdown-delay={2 * kube.SHUTDOWN_DELAY_SECONDS}",
             ],
             env=shard_env,
             ports={"server": SERVER_PORT},

@@ -59,6 +59,9 @@ class ServingArgs:
     source_ranges: tuple[str, ...]  # CIDRs clients connect from; (): any address
     auth: bool  # clients send the generated bearer token
     cube_routes: tuple[Route, ...] = ()  # cube's lookups and the transfer's status
+    # cube's shard StatefulSets: the Deployment depends on them, so that a replaced cube
+    # layout is deleted only after serving's rollout moved every pod off it.
+    cube_shards: tuple[pulumi.Resource, ...] = ()
     service_annotations: dict[str, str] | None = None  # the cloud's load balancer options
     # The feedback loop (feedback.enabled): impressions and clicks to this stream.
     feedback: KafkaClient | None = None
@@ -137,7 +140,8 @@ class Serving(pulumi.ComponentResource):
             # Awaited: a pod is ready once it serves cube's committed version (or once it
             # knows nothing is committed yet, on a new stack), so `up` ends only after
             # serving has moved, and a cube layout replaced by this `up` is deleted only
-            # then (components/cube.py). Building a new layout can take minutes.
+            # then (it depends on the shards: components/cube.py). Building a new layout
+            # can take minutes.
             metadata=target.metadata("serving", "serving"),
             spec={
                 "replicas": args.replicas,
@@ -159,6 +163,7 @@ class Serving(pulumi.ComponentResource):
             # The HPA owns the replica count once it exists; the spec only sets the start.
             opts=target.opts(
                 self,
+                depends_on=list(args.cube_shards),
                 ignore_changes=["spec.replicas"],
                 custom_timeouts=pulumi.CustomTimeouts(
                     create=ROLLOUT_TIMEOUT, update=ROLLOUT_TIMEOUT

@@ -301,6 +301,7 @@ def main() -> None:
             cube_conf_hash=cube.config_hash,
             cube_transfer_url=cube.transfer_url,
             cube_routes=cube.client_routes,
+            cube_shards=tuple(cube.shard_sets),
             sparse_dim=config.data.sparse_dim,
             replicas=config.serving.replicas,
             max_replicas=config.serving.max_replicas,

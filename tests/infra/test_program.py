@@ -239,3 +239,16 @@ def test_configmaps_change_in_place_on_every_cloud(stack_graph: tuple[str, harne
     _, graph = stack_graph
     (provider,) = graph.of_type("pulumi:providers:kubernetes")
     assert provider.inputs["enableConfigMapMutable"] in (True, "true")
+
+
+def test_serving_comes_after_every_cube_shard(stack_graph: tuple[str, harness.Graph]) -> None:
+    """A replaced cube layout is deleted only once its dependents are updated: serving's
+    Deployment depends on every shard StatefulSet, so its awaited rollout comes first."""
+    stack, graph = stack_graph
+    shards = {
+        r.urn
+        for r in graph.of_type("kubernetes:apps/v1:StatefulSet")
+        if r.inputs["metadata"]["labels"]["app.kubernetes.io/component"] == "cube"
+    }
+    serving = graph.one("kubernetes:apps/v1:Deployment", "serving-deployment")
+    assert shards and shards <= set(serving.dependencies), f"{stack}: {serving.dependencies}"
