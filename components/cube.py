@@ -15,8 +15,8 @@ The layout L is a digest of everything the shard pods are made of (shard count, 
 image, resources, volumes, ...). Any change to them makes a new layout beside the old one
 instead of restarting the old pods: the new cube-transfer builds and loads the committed
 version on the new layout, serving's new pods become ready only on it, and the old
-layout's objects are deleted at the end of `pulumi up`, after serving moved (its
-Deployment is awaited). Serving never loses its shards; a layout change costs a second
+layout's objects are deleted after serving moved (its Deployment depends on the shards
+and is awaited). Serving never loses its shards; a layout change costs a second
 set of shard pods (and their memory) while `up` runs.
 """
 
