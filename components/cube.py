@@ -15,9 +15,9 @@ The layout L is a digest of everything the shard pods are made of (shard count, 
 image, resources, volumes, ...). Any change to them makes a new layout beside the old one
 instead of restarting the old pods: the new cube-transfer builds and loads the committed
 version on the new layout, serving's new pods become ready only on it, and the old
-layout's objects are deleted after serving moved (its Deployment depends on the shards
-and is awaited). Serving never loses its shards; a layout change costs a second
-set of shard pods (and their memory) while `up` runs.
+layout's objects are deleted by the same `up` (docs/cube.md, "Reshaping": they can go
+before serving's rollout has ended, a known gap). A layout change costs a second set of
+shard pods (and their memory) while `up` runs.
 """
 
 from __future__ import annotations
@@ -189,8 +189,7 @@ class Cube(pulumi.ComponentResource):
             opts=target.opts(self),
         )
         self.config_hash = conf.apply(lambda text: kube.digest({"cube.conf": text}))
-        # What serving's Deployment depends on: Pulumi deletes a replaced layout's objects
-        # only once their dependents are updated, so after serving's awaited rollout.
+        # What serving's Deployment depends on: its rollout starts once they exist.
         self.shard_sets = [
             self._shard(name, args, shard, account_name, headless) for shard in range(args.shards)
         ]

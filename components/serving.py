@@ -59,8 +59,7 @@ class ServingArgs:
     source_ranges: tuple[str, ...]  # CIDRs clients connect from; (): any address
     auth: bool  # clients send the generated bearer token
     cube_routes: tuple[Route, ...] = ()  # cube's lookups and the transfer's status
-    # cube's shard StatefulSets: the Deployment depends on them, so that a replaced cube
-    # layout is deleted only after serving's rollout moved every pod off it.
+    # cube's shard StatefulSets: the Deployment's rollout starts once they exist.
     cube_shards: tuple[pulumi.Resource, ...] = ()
     service_annotations: dict[str, str] | None = None  # the cloud's load balancer options
     # The feedback loop (feedback.enabled): impressions and clicks to this stream.
@@ -139,9 +138,7 @@ class Serving(pulumi.ComponentResource):
             f"{name}-deployment",
             # Awaited: a pod is ready once it serves cube's committed version (or once it
             # knows nothing is committed yet, on a new stack), so `up` ends only after
-            # serving has moved, and a cube layout replaced by this `up` is deleted only
-            # then (it depends on the shards: components/cube.py). Building a new layout
-            # can take minutes.
+            # serving has moved. Building a new layout can take minutes.
             metadata=target.metadata("serving", "serving"),
             spec={
                 "replicas": args.replicas,

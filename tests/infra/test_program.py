@@ -242,8 +242,8 @@ def test_configmaps_change_in_place_on_every_cloud(stack_graph: tuple[str, harne
 
 
 def test_serving_comes_after_every_cube_shard(stack_graph: tuple[str, harness.Graph]) -> None:
-    """A replaced cube layout is deleted only once its dependents are updated: serving's
-    Deployment depends on every shard StatefulSet, so its awaited rollout comes first."""
+    """Serving's Deployment depends on every shard StatefulSet of the current layout: its
+    rollout starts once they exist."""
     stack, graph = stack_graph
     shards = {
         r.urn
