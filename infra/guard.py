@@ -12,6 +12,7 @@ A new stack has no outputs: nothing to compare.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -24,6 +25,10 @@ from infra.load_config import NAMESPACE, LoadedConfig
 
 SHAPE_OUTPUT = "stack_shape"
 READ_OUTPUTS = "pulumi:pulumi:readStackOutputs"
+# The engine writes a new stack's first checkpoint as the update starts: a read at that
+# moment can find the file half written ("failed to load checkpoint: EOF").
+READ_ATTEMPTS = 5
+READ_PAUSE_SECONDS = 0.5
 
 _NEW_STACK = (
     "create a new stack for it (`pulumi stack init`), move what you keep, then "
@@ -168,7 +173,14 @@ def _integral(value: Any) -> Any:
 def previous_shape() -> dict[str, Any]:
     """The shape the stack's last update exported; empty for a new stack."""
     name = f"{pulumi.get_organization()}/{pulumi.get_project()}/{pulumi.get_stack()}"
-    result = invoke(READ_OUTPUTS, {"name": name})
+    for attempt in range(1, READ_ATTEMPTS + 1):
+        try:
+            result = invoke(READ_OUTPUTS, {"name": name})
+            break
+        except Exception as err:  # the engine's error, as the SDK raises it
+            if "failed to load checkpoint" not in str(err) or attempt == READ_ATTEMPTS:
+                raise
+            time.sleep(READ_PAUSE_SECONDS)
     outputs = (result.value or {}).get("outputs") or {}
     recorded = outputs.get(SHAPE_OUTPUT)
     return dict(recorded) if isinstance(recorded, Mapping) else {}

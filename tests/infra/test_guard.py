@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from infra import guard
@@ -86,3 +88,29 @@ def test_the_message_names_the_change_and_what_to_do() -> None:
     )
     # A value only one side has (a rule that does not apply, or an older stack): no change.
     assert guard.problems({"storage.size": "2Gi"}, {}) == []
+
+
+def test_a_checkpoint_read_while_the_engine_writes_it_is_read_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A new stack's first checkpoint can be half written when the guard reads it."""
+    from types import SimpleNamespace
+
+    calls: list[str] = []
+
+    def flaky(token: str, args: dict[str, Any]) -> Any:
+        calls.append(token)
+        if len(calls) < 3:
+            raise Exception("invoke failed: failed to load checkpoint: EOF")
+        return SimpleNamespace(value={"outputs": {guard.SHAPE_OUTPUT: {"namespace": "x"}}})
+
+    monkeypatch.setattr(guard, "invoke", flaky)
+    monkeypatch.setattr(guard, "READ_PAUSE_SECONDS", 0)
+    assert guard.previous_shape() == {"namespace": "x"} and len(calls) == 3
+
+    def broken(token: str, args: dict[str, Any]) -> Any:
+        raise Exception("invoke failed: permission denied")
+
+    monkeypatch.setattr(guard, "invoke", broken)
+    with pytest.raises(Exception, match="permission denied"):
+        guard.previous_shape()
