@@ -441,6 +441,7 @@ class Cube(pulumi.ComponentResource):
             metadata=target.metadata("cube-transfer", "cube-transfer"),
             spec={
                 "replicas": 1,
+                "revision_history_limit": kube.REVISION_HISTORY_LIMIT,
                 # One transfer at a time: two would race on the same rollout.
                 "strategy": {"type": "Recreate"},
                 "selector": {"match_labels": kube.labels("cube-transfer")},

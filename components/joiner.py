@@ -98,6 +98,7 @@ class Joiner(pulumi.ComponentResource):
             metadata=target.metadata("joiner", "joiner"),
             spec={
                 "replicas": 1,
+                "revision_history_limit": kube.REVISION_HISTORY_LIMIT,
                 "selector": {"match_labels": kube.labels("joiner")},
                 # Never two at once: the old pod is gone before the new one starts.
                 "strategy": {"type": "Recreate"},

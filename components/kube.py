@@ -25,6 +25,11 @@ PART_OF = "elasticctr"
 # time for the endpoints to drop the pod, so no client is sent to a closed port. With the
 # drain after it (10 s at most), well inside the default grace period of 30 s.
 SHUTDOWN_DELAY_SECONDS = 5
+# Old ReplicaSets kept by a Deployment: none. Going back to an earlier pod template would
+# revive its ReplicaSet at 0 replicas, which the provider's await takes for a finished
+# rollout, so `up` would go on (and delete what the old pods still use) before the new
+# pods are ready. A fresh ReplicaSet is awaited properly; rollback is by config anyway.
+REVISION_HISTORY_LIMIT = 0
 # On every node of a cloud stack's pool (components/cluster): `node_pool` selects by it.
 POOL_LABEL = "elasticctr.io/pool"
 

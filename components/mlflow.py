@@ -115,6 +115,7 @@ class Mlflow(pulumi.ComponentResource):
             metadata=target.metadata("mlflow", "mlflow"),
             spec={
                 "replicas": 1,
+                "revision_history_limit": kube.REVISION_HISTORY_LIMIT,
                 # SQLite on a ReadWriteOnce volume: never two servers at once.
                 "strategy": {"type": "Recreate"},
                 "selector": {"match_labels": kube.labels("mlflow")},

@@ -142,6 +142,7 @@ class Serving(pulumi.ComponentResource):
             metadata=target.metadata("serving", "serving"),
             spec={
                 "replicas": args.replicas,
+                "revision_history_limit": kube.REVISION_HISTORY_LIMIT,
                 "selector": {"match_labels": kube.labels("serving")},
                 # Never fewer ready pods than wanted during a rollout.
                 "strategy": {"rolling_update": {"max_unavailable": 0, "max_surge": 1}},

@@ -252,3 +252,14 @@ def test_serving_comes_after_every_cube_shard(stack_graph: tuple[str, harness.Gr
     }
     serving = graph.one("kubernetes:apps/v1:Deployment", "serving-deployment")
     assert shards and shards <= set(serving.dependencies), f"{stack}: {serving.dependencies}"
+
+
+def test_deployments_keep_no_old_replica_sets(stack_graph: tuple[str, harness.Graph]) -> None:
+    """Every Deployment keeps no old ReplicaSet: going back to an earlier pod template (a
+    reshape undone) makes a fresh one, whose rollout the provider really awaits."""
+    stack, graph = stack_graph
+    deployments = graph.of_type("kubernetes:apps/v1:Deployment")
+    assert deployments
+    for deployment in deployments:
+        limit = deployment.inputs["spec"].get("revisionHistoryLimit")
+        assert limit == 0, f"{stack}: {deployment.urn} keeps {limit} old ReplicaSets"
