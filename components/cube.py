@@ -15,9 +15,9 @@ The layout L is a digest of everything the shard pods are made of (shard count, 
 image, resources, volumes, ...). Any change to them makes a new layout beside the old one
 instead of restarting the old pods: the new cube-transfer builds and loads the committed
 version on the new layout, serving's new pods become ready only on it, and the old
-layout's objects are deleted by the same `up` (docs/cube.md, "Reshaping": they can go
-before serving's rollout has ended, a known gap). A layout change costs a second set of
-shard pods (and their memory) while `up` runs.
+layout's objects are deleted by the same `up`, after serving's rollout (docs/cube.md,
+"Reshaping"). A layout change costs a second set of shard pods (and their memory) while
+`up` runs.
 """
 
 from __future__ import annotations
