@@ -6,17 +6,25 @@ cd "$(dirname "$0")/.."
 # The project's venv, then the offline-built tools (Pulumi CLI, kube-apiserver, etcd)
 # behind whatever `pulumi` the user already has.
 export PATH="$PWD/.venv/bin:$PATH:$(./tools/build-tools.sh --print-path)"
-ruff check .
-ruff format --check .
-# A cache outside the clone: a cold run reads all of pulumi-aws (about 2 minutes).
-mypy --cache-dir "${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}/mypy"
-# The Rust crates (the native cube-server): format, lints as errors, their own tests.
-for manifest in images/*/*/Cargo.toml; do
-  cargo fmt --manifest-path "$manifest" --check
-  cargo clippy --manifest-path "$manifest" --locked --all-targets --quiet -- -D warnings
-  cargo test --manifest-path "$manifest" --locked --quiet
-done
+# Every check runs and reports, whatever failed before it (it is called in a list, where
+# `set -e` does not apply): the status says whether any failed.
+checks() {
+  local failed=0
+  ruff check . || failed=1
+  ruff format --check . || failed=1
+  # A cache outside the clone: a cold run reads all of pulumi-aws (about 2 minutes).
+  mypy --cache-dir "${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}/mypy" || failed=1
+  # The Rust crates (the native cube-server): format, lints as errors, their own tests.
+  for manifest in images/*/*/Cargo.toml; do
+    cargo fmt --manifest-path "$manifest" --check || failed=1
+    cargo clippy --manifest-path "$manifest" --locked --all-targets --quiet -- -D warnings \
+      || failed=1
+    cargo test --manifest-path "$manifest" --locked --quiet || failed=1
+  done
+  return "$failed"
+}
 if [ $# -gt 0 ]; then
+  checks || exit 1
   exec python -m pytest "$@"
 fi
 # The whole suite: the cluster session (mostly waiting on pods and Volcano) runs beside
@@ -32,6 +40,8 @@ set +m
 # Ctrl-C or CI's timeout: the cluster session tears its cluster down too.
 trap 'kill -INT "$cluster_pid" 2>/dev/null; wait "$cluster_pid"; cat "$cluster_log"; rm -f "$cluster_log"; exit 130' INT TERM
 status=0
+# The checks run while the cluster comes up; their failure fails the run all the same.
+checks || status=$?
 python -m pytest -m "not cluster" || status=$?
 wait "$cluster_pid" || status=$?
 trap - INT TERM
