@@ -501,8 +501,8 @@ def main() -> int:
 
 
 def run(kind: type[Demo], args: argparse.Namespace, prefix: str) -> int:
-    """`kind(work, args).main()` in --work-dir, or else a temporary directory named
-    `prefix`; every process it started is stopped at the end (SIGTERM and Ctrl-C too)."""
+    """`kind(work, args).main()` in --work-dir, or else in a temporary directory whose name
+    starts with `prefix`; what it started is stopped at the end (SIGTERM and Ctrl-C too)."""
     sys.path[:0] = PYTHONPATH.split(os.pathsep)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
     if args.work_dir:
