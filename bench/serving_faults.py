@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Failed requests while cube loses a replica, switches versions fast, and rolls back every
-second (issue 13, items 2 and 4), measured under load on loopback.
+second (what replicas and fast switches must survive), measured under load on loopback.
 
     .venv/bin/python bench/serving_faults.py [--replicas 2] [--down-seconds 10]
         [--rollbacks 60] [--deltas 60] [--no-drain]

@@ -454,10 +454,9 @@ class Demo:
         return 0
 
 
-def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    p.add_argument("--work-dir", help="keep everything here (default: a temporary directory)")
-    p.add_argument("--keep-running", action="store_true", help="leave cube and serving up")
+def add_data_arguments(p: argparse.ArgumentParser) -> None:
+    """The demo's data and training options, on `p`. The feedback loop's warm-up
+    (tools/feedback_loop.py) takes them from here too, so an option added here reaches it."""
     p.add_argument(
         "--profile",
         choices=("simple", "criteo"),
@@ -487,15 +486,31 @@ def main() -> int:
         help="a trainer.json setting, e.g. hyper_parameters.model=dnn or "
         "hyper_parameters.embedx_threshold=10 (docs/trainer.md lists them)",
     )  # fmt: skip
-    args = p.parse_args()
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--work-dir", help="keep everything here (default: a temporary directory)")
+    p.add_argument("--keep-running", action="store_true", help="leave cube and serving up")
+    add_data_arguments(p)
+    return p.parse_args(argv)
+
+
+def main() -> int:
+    return run(Demo, parse_args(), "elasticctr-demo-")
+
+
+def run(kind: type[Demo], args: argparse.Namespace, prefix: str) -> int:
+    """`kind(work, args).main()` in --work-dir, or else in a temporary directory whose name
+    starts with `prefix`; what it started is stopped at the end (SIGTERM and Ctrl-C too)."""
     sys.path[:0] = PYTHONPATH.split(os.pathsep)
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # run the clean-up below
     if args.work_dir:
         work = Path(args.work_dir).resolve()
         work.mkdir(parents=True, exist_ok=True)
-        return _run(work, args)
-    with tempfile.TemporaryDirectory(prefix="elasticctr-demo-") as tmp:
-        return _run(Path(tmp), args)
+        return _run(kind, work, args)
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        return _run(kind, Path(tmp), args)
 
 
 def _is_data_file(path: Path) -> bool:
@@ -517,8 +532,8 @@ def _first_lines(path: Path, count: int) -> list[str]:
     return lines
 
 
-def _run(work: Path, args: argparse.Namespace) -> int:
-    demo = Demo(work, args)
+def _run(kind: type[Demo], work: Path, args: argparse.Namespace) -> int:
+    demo = kind(work, args)
     try:
         return demo.main()
     except KeyboardInterrupt:

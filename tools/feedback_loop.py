@@ -26,6 +26,9 @@ At the end it checks and reports (JSON on the last line, `--report FILE` too):
   trained on it, or a later one, serving (serving switches once cube committed it on
   every shard; cube skips versions that come faster than it rolls them out).
 Every process it starts is stopped at the end.
+
+The warm-up takes tools/demo.py's data and training options (--slots, --hours, --set,
+...), on generated data of the simple profile only: the simulator clicks by its truth.
 """
 
 from __future__ import annotations
@@ -38,7 +41,6 @@ import signal
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -47,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support (the broker)
 
-from tools.demo import PYTHONPATH, Demo, free_port
+from tools.demo import PYTHONPATH, Demo, add_data_arguments, free_port, run
 
 
 def get(url: str) -> dict[str, Any]:
@@ -478,7 +480,7 @@ def latency(
     }
 
 
-def main() -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--work-dir", help="keep everything here (default: a temporary directory)")
     p.add_argument("--report", help="also write the JSON report here")
@@ -495,45 +497,25 @@ def main() -> int:
     p.add_argument("--kill-broker-at", type=float, action="append", default=[])
     p.add_argument("--broker-down", type=float, default=30.0, help="seconds")
     p.add_argument("--bad-at", type=float, help="write the bad input then (after the kills)")
-    # the warm-up (tools/demo.py's)
-    p.add_argument("--slots", type=int, default=8)
-    p.add_argument("--vocab", type=int, default=100)
-    p.add_argument("--hours", type=int, default=1)
-    p.add_argument("--examples", type=int, default=20000)
-    p.add_argument("--heldout", type=int, default=2000)
-    p.add_argument("--sparse-dim", type=int, default=100003)
-    p.add_argument("--train-timeout", type=float, default=900)
-    args = p.parse_args()
-    args.passes, args.data, args.slot_conf, args.start, args.end = (
-        1,
-        None,
-        None,
-        "20191221/00",
-        None,
-    )
-    args.profile, args.seed = "simple", 7  # the warm-up's generated data (tools/demo.py's)
+    add_data_arguments(p)
+    # The warm-up trains one version to start from, on less data than the demo.
+    p.set_defaults(hours=1, examples=20000, passes=1)
+    args = p.parse_args(argv)
+    if args.profile != "simple" or args.data:
+        given = f"--data {args.data}" if args.data else f"--profile {args.profile}"
+        p.error(
+            f"{given}: the simulator clicks by the truth of generated data of the simple "
+            "profile (--profile simple, no --data)"
+        )
     # Online passes are small: no show-count deletion of the sparse table after each one
     # (delete_threshold counts shows a pass, docs/trainer.md), and every version published.
-    args.set = ["runner.publish_every_version=true", "hyper_parameters.delete_threshold=0"]
-    args.keep_running = False
-    sys.path[:0] = PYTHONPATH.split(os.pathsep)
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if args.work_dir:
-        work = Path(args.work_dir).resolve()
-        work.mkdir(parents=True, exist_ok=True)
-        return _run(work, args)
-    with tempfile.TemporaryDirectory(prefix="elasticctr-feedback-") as tmp:
-        return _run(Path(tmp), args)
+    online = ["runner.publish_every_version=true", "hyper_parameters.delete_threshold=0"]
+    args.set = online + args.set
+    return args
 
 
-def _run(work: Path, args: argparse.Namespace) -> int:
-    loop = FeedbackLoop(work, args)
-    try:
-        return loop.main()
-    except KeyboardInterrupt:
-        return 130
-    finally:
-        loop.stop_all()
+def main() -> int:
+    return run(FeedbackLoop, parse_args(), "elasticctr-feedback-")
 
 
 if __name__ == "__main__":

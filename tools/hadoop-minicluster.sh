@@ -13,57 +13,26 @@ set -euo pipefail
 
 version=${HADOOP_VERSION:-3.4.2}
 cache=${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}/hadoop-$version
-classpath_file=$cache/classpath.txt
-
-fetch() {
-  [ -s "$classpath_file" ] && return 0
-  command -v mvn >/dev/null || { echo "hadoop-minicluster: mvn not found" >&2; exit 127; }
-  mkdir -p "$cache"
-  # Two test sessions may fetch at once: one downloads, the other waits and reuses it.
-  exec 9>"$cache/.lock"
-  flock 9
-  [ -s "$classpath_file" ] || download
-  exec 9>&-  # release the lock here, not when a JVM that inherited it exits
-}
-
-download() {
-  # hadoop-hdfs declares hadoop-common "provided", so every piece is named here; the tests
-  # jars hold MiniDFSCluster (hdfs) and the test utilities it calls (common).
-  cat >"$cache/pom.xml" <<EOF
-<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>elasticctr.tests</groupId>
-  <artifactId>hadoop-minicluster-classpath</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <dependencies>
-    <dependency><groupId>org.apache.hadoop</groupId><artifactId>hadoop-common</artifactId><version>$version</version></dependency>
-    <dependency><groupId>org.apache.hadoop</groupId><artifactId>hadoop-common</artifactId><version>$version</version><type>test-jar</type></dependency>
-    <dependency><groupId>org.apache.hadoop</groupId><artifactId>hadoop-hdfs</artifactId><version>$version</version></dependency>
-    <dependency><groupId>org.apache.hadoop</groupId><artifactId>hadoop-hdfs</artifactId><version>$version</version><type>test-jar</type></dependency>
-    <dependency><groupId>org.apache.hadoop</groupId><artifactId>hadoop-hdfs-client</artifactId><version>$version</version></dependency>
-  </dependencies>
-</project>
-EOF
-  local tmp="$classpath_file.tmp"
-  mvn -B -q -f "$cache/pom.xml" -Dmaven.repo.local="$cache/repository" \
-    dependency:build-classpath -Dmdep.outputFile="$tmp" -Dmdep.includeScope=runtime \
-    -Dstyle.color=never >&2  # stdout is the classpath file name only
-  mv "$tmp" "$classpath_file"  # written last: its presence means the cache is complete
-}
+# hadoop-hdfs declares hadoop-common "provided", so every piece is named here; the tests
+# jars hold MiniDFSCluster (hdfs) and the test utilities it calls (common).
+artifacts=(
+  "org.apache.hadoop:hadoop-common:$version"
+  "org.apache.hadoop:hadoop-common:$version:test-jar"
+  "org.apache.hadoop:hadoop-hdfs:$version"
+  "org.apache.hadoop:hadoop-hdfs:$version:test-jar"
+  "org.apache.hadoop:hadoop-hdfs-client:$version"
+)
+# shellcheck source=lib/maven-classpath.sh
+. "$(dirname "$0")/lib/maven-classpath.sh"
 
 case "${1:-fetch}" in
-  fetch)
-    fetch
-    echo "$classpath_file"
-    ;;
-  cached)
-    test -s "$classpath_file"
+  fetch | cached)
+    maven_classpath "${1:-fetch}" "$cache" "${artifacts[@]}"
     ;;
   run)
     shift
-    fetch
-    exec java ${HADOOP_MINICLUSTER_JAVA_OPTS:-} -cp "$(cat "$classpath_file")" \
+    maven_classpath fetch "$cache" "${artifacts[@]}" >/dev/null
+    exec java ${HADOOP_MINICLUSTER_JAVA_OPTS:-} -cp "$(maven_classpath_of "$cache")" \
       org.apache.hadoop.test.MiniDFSClusterManager "$@"
     ;;
   *)

@@ -1,4 +1,4 @@
-"""Never adopt or delete what the stack did not create (issue 13, item 1), with the real CLI
+"""Never adopt or delete what the stack did not create, with the real CLI
 and provider against a local API server: a namespace that exists already, holding another
 team's ConfigMap, is refused while the stack would create it, is used as it is when the
 config says so (never labelled or locked down), and survives `pulumi destroy` with its

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.support import services
+from tests.support.kafka import create_topics, read_topic
 from tests.support.services import (
     MlflowServer,
     S3Server,
@@ -184,3 +186,56 @@ def test_hdfs_names_a_missing_java(monkeypatch):
     monkeypatch.setattr("tests.support.services.shutil.which", lambda name, **kw: None)
     reason = services.HdfsMiniCluster.missing_prerequisite()
     assert reason is not None and "java" in reason
+
+
+@pytest.mark.slow
+def test_kafka_env_is_all_a_subprocess_needs(tmp_path):
+    missing = services.KafkaBroker.missing_prerequisite()
+    if missing:
+        pytest.fail(missing)
+    code = (
+        "import sys; from confluent_kafka import Producer\n"
+        "p = Producer({'bootstrap.servers': sys.argv[1]})\n"
+        "p.produce('env-check', value=b'payload'); sys.exit(p.flush(60))\n"
+    )
+    with services.KafkaBroker() as kafka:
+        create_topics(kafka.bootstrap, {"env-check": 1})
+        env = _bare_env(tmp_path, **kafka.env())
+        done = subprocess.run(
+            [sys.executable, "-c", code, env["KAFKA_BOOTSTRAP_SERVERS"]],
+            env=env, text=True, capture_output=True,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        assert read_topic(kafka.bootstrap, "env-check", at_least=1) == [b"payload"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("server", "script"),
+    [
+        (services.HdfsMiniCluster, services.HADOOP_SCRIPT),
+        (services.KafkaBroker, services.KAFKA_SCRIPT),
+    ],
+    ids=["hdfs", "kafka"],
+)
+def test_a_removed_classpath_file_is_resolved_again_and_the_server_starts(
+    server, script, tmp_path, monkeypatch
+):
+    """The jars' classpath file gone, the script writes it again from the Maven repository
+    beside it (a copy of this machine's: no download) and the server starts from it."""
+    missing = server.missing_prerequisite()
+    if missing:
+        pytest.fail(missing)
+    resolved = services._fetch(script, server.fetch_timeout).parent
+    cache = tmp_path / "cache"
+    shutil.copytree(resolved / "repository", cache / resolved.name / "repository")
+    monkeypatch.setenv("ELASTICCTR_CACHE", str(cache))
+    assert subprocess.run([str(script), "cached"]).returncode == 1  # no classpath file yet
+    with server() as running:
+        assert running.running
+    classpath = (cache / resolved.name / "classpath.txt").read_text().strip().split(":")
+    assert all(entry.startswith(f"{cache}/") for entry in classpath), classpath
+    jars = {Path(entry).name for entry in classpath}
+    mine = (resolved / "classpath.txt").read_text().strip().split(":")
+    assert jars == {Path(entry).name for entry in mine}
+    assert subprocess.run([str(script), "cached"]).returncode == 0

@@ -191,16 +191,52 @@ def _project(options: Options) -> list[Recipe]:
     return recipes
 
 
+def hadoop_jars() -> staging.MavenJars:
+    """Hadoop's jars (hdfs, hdfs-client, common and their runtime dependencies) into lib/,
+    and the web UIs' files into webapps/: the namenode and datanode refuse to start without
+    them, and Maven has them only in hadoop-hdfs's tests jar (the distribution ships them
+    in share/hadoop/hdfs/webapps)."""
+    hadoop = f"org.apache.hadoop:%s:{HADOOP_VERSION}"
+    return staging.MavenJars(
+        "hadoop", HADOOP_VERSION, cache_root() / "downloads",
+        artifacts=(
+            hadoop % "hadoop-common", hadoop % "hadoop-hdfs", hadoop % "hadoop-hdfs-client",
+            # Hadoop's logging binding: hadoop-project's management leaves it out of the
+            # runtime closure, and without it slf4j drops every log line.
+            "org.slf4j:slf4j-reload4j",
+        ),
+        # Hadoop's own dependency versions, as its distribution ships them: Maven's
+        # nearest-wins alone picks an older jackson-core the namenode cannot start with.
+        managed_by=hadoop % "hadoop-project",
+        unpack=((f"{hadoop % 'hadoop-hdfs'}:jar:tests", "webapps"),),
+    )  # fmt: skip
+
+
+def kafka_jars() -> staging.MavenJars:
+    """Kafka's broker jars (kafka_2.13 and its runtime dependencies, with the log4j 2
+    binding the distribution ships) into libs/, as tools/kafka-broker.sh has the tests'
+    broker's."""
+    log4j = "org.apache.logging.log4j:%s:2.25.3"
+    return staging.MavenJars(
+        "kafka", KAFKA_VERSION, cache_root() / "downloads",
+        artifacts=(
+            f"org.apache.kafka:kafka_2.13:{KAFKA_VERSION}", "org.slf4j:slf4j-api:2.0.17",
+            log4j % "log4j-slf4j2-impl", log4j % "log4j-core",
+        ),
+        lib_dir="libs",
+    )  # fmt: skip
+
+
 def _runtime_standins(options: Options) -> list[Recipe]:
     recipes = [
         _standin("pause", PAUSE, "standin", PAUSE),
         _standin(
             "hadoop", f"{STANDIN_PREFIX}/hadoop:{HADOOP_VERSION}", "standin", HADOOP_UPSTREAM,
-            stagers=(staging.HadoopJars(HADOOP_VERSION, cache_root() / "downloads"),),
+            stagers=(hadoop_jars(),),
         ),
         _standin(
             "kafka", f"{STANDIN_PREFIX}/kafka:{KAFKA_VERSION}", "standin", KAFKA_UPSTREAM,
-            stagers=(staging.KafkaJars(KAFKA_VERSION, cache_root() / "downloads"),),
+            stagers=(kafka_jars(),),
         ),
     ]  # fmt: skip
     minio = toolbins.find("minio", ("minio", "mc"), options.minio_bin_dir)

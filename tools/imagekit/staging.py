@@ -139,127 +139,42 @@ class File:
 
 
 @dataclass(frozen=True)
-class HadoopJars:
-    """Hadoop's jars (hdfs, hdfs-client, common and their runtime dependencies) from Maven
-    Central into lib/, resolved once per version into the cache (as the project's
-    tools/hadoop-minicluster.sh does for the test minicluster), and the web UIs' files
-    into webapps/: the namenode and datanode refuse to start without them, and Maven has
-    them only in hadoop-hdfs's tests jar (the distribution ships them in
-    share/hadoop/hdfs/webapps)."""
+class MavenJars:
+    """Jars from Maven Central (the artifacts and their runtime dependencies) into
+    `lib_dir`, resolved once per name and version into the cache (as
+    tools/lib/maven-classpath.sh does for the tests' minicluster and broker).
 
+    `artifacts` are group:artifact[:version] (no version: the managing pom's);
+    `managed_by` is a group:artifact:version pom whose dependencyManagement is imported;
+    `unpack` pairs an artifact (group:artifact:version:type:classifier) with a folder
+    inside it that goes to the context as it is."""
+
+    name: str
     version: str
     cache: Path
-    artifacts: tuple[str, ...] = ("hadoop-common", "hadoop-hdfs", "hadoop-hdfs-client")
+    artifacts: tuple[str, ...]
+    lib_dir: str = "lib"
+    managed_by: str | None = None
+    unpack: tuple[tuple[str, str], ...] = ()
 
     def pom(self) -> str:
-        dependencies = "\n".join(
-            "    <dependency><groupId>org.apache.hadoop</groupId>"
-            f"<artifactId>{artifact}</artifactId><version>{self.version}</version></dependency>"
-            for artifact in self.artifacts
-        )
-        # Hadoop's logging binding: hadoop-project's management leaves it out of the
-        # runtime closure, and without it slf4j drops every log line.
-        dependencies += (
-            "\n    <dependency><groupId>org.slf4j</groupId>"
-            "<artifactId>slf4j-reload4j</artifactId></dependency>"
-        )
-        return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
-  <modelVersion>4.0.0</modelVersion>
-  <groupId>elasticctr.images</groupId>
-  <artifactId>hadoop-standin-jars</artifactId>
-  <version>1</version>
-  <packaging>pom</packaging>
-  <!-- Hadoop's own dependency versions (hadoop-project's dependencyManagement), as its
-       distribution ships them: Maven's nearest-wins alone picks an older jackson-core
-       that the namenode cannot start with. -->
+        dependencies = "\n".join(f"    {_dependency(artifact)}" for artifact in self.artifacts)
+        management = ""
+        if self.managed_by:
+            group, artifact, version = self.managed_by.split(":")
+            management = f"""
   <dependencyManagement>
     <dependencies>
-      <dependency><groupId>org.apache.hadoop</groupId><artifactId>hadoop-project</artifactId>
-        <version>{self.version}</version><type>pom</type><scope>import</scope></dependency>
+      <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>
+        <version>{version}</version><type>pom</type><scope>import</scope></dependency>
     </dependencies>
-  </dependencyManagement>
-  <dependencies>
-{dependencies}
-  </dependencies>
-</project>
-"""
-
-    def fingerprint(self, fp: Fingerprint) -> None:
-        fp.text("hadoop-pom", self.pom())
-        fp.text("hadoop-webapps", f"org.apache.hadoop:hadoop-hdfs:{self.version}:jar:tests")
-
-    def _resolved(self) -> Path:
-        """Directory with lib/ (the jars) and webapps/, downloaded on first use (a `done`
-        file marks it whole)."""
-        home = self.cache / f"hadoop-{self.version}"
-        jars = home / "lib"
-        if (home / "done").is_file():
-            return home
-        shutil.rmtree(home, ignore_errors=True)
-        home.mkdir(parents=True)
-        (home / "pom.xml").write_text(self.pom())
-        say(f"resolving Hadoop {self.version} jars from Maven Central")
-        run(
-            [
-                "mvn", "-B", "-q", "-f", home / "pom.xml",
-                f"-Dmaven.repo.local={home / 'repository'}",
-                "dependency:copy-dependencies", f"-DoutputDirectory={jars}",
-                "-DincludeScope=runtime", "-Dstyle.color=never",
-            ],
-            nice=True,
-        )  # fmt: skip
-        tests_jar = f"org.apache.hadoop:hadoop-hdfs:{self.version}:jar:tests"
-        run(
-            [
-                "mvn", "-B", "-q", "-f", home / "pom.xml",
-                f"-Dmaven.repo.local={home / 'repository'}",
-                "dependency:copy", f"-Dartifact={tests_jar}", f"-DoutputDirectory={home}",
-                "-Dstyle.color=never",
-            ],
-            nice=True,
-        )  # fmt: skip
-        with zipfile.ZipFile(home / f"hadoop-hdfs-{self.version}-tests.jar") as archive:
-            archive.extractall(home, [m for m in archive.namelist() if m.startswith("webapps/")])
-        (home / "done").write_text(self.version)
-        return home
-
-    def fill(self, context: Path) -> None:
-        home = self._resolved()
-        for jar in sorted((home / "lib").glob("*.jar")):
-            link_or_copy(jar, context / "lib" / jar.name)
-        shutil.copytree(home / "webapps", context / "webapps")
-
-
-@dataclass(frozen=True)
-class KafkaJars:
-    """Kafka's broker jars (kafka_2.13 and its runtime dependencies, with the log4j 2
-    binding the distribution ships) from Maven Central into libs/, resolved once per
-    version into the cache, as tools/kafka-broker.sh resolves the tests' broker."""
-
-    version: str
-    cache: Path
-    log4j: str = "2.25.3"
-    slf4j: str = "2.0.17"
-
-    def pom(self) -> str:
-        def dep(group: str, artifact: str, version: str) -> str:
-            return (
-                f"    <dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
-                f"<version>{version}</version></dependency>"
-            )
-
-        dependencies = "\n".join([
-            dep("org.apache.kafka", "kafka_2.13", self.version),
-            dep("org.slf4j", "slf4j-api", self.slf4j),
-            dep("org.apache.logging.log4j", "log4j-slf4j2-impl", self.log4j),
-            dep("org.apache.logging.log4j", "log4j-core", self.log4j),
-        ])  # fmt: skip
+  </dependencyManagement>"""
         return f"""<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>elasticctr.images</groupId>
-  <artifactId>kafka-standin-jars</artifactId>
+  <artifactId>{self.name}-standin-jars</artifactId>
   <version>1</version>
-  <packaging>pom</packaging>
+  <packaging>pom</packaging>{management}
   <dependencies>
 {dependencies}
   </dependencies>
@@ -267,29 +182,63 @@ class KafkaJars:
 """
 
     def fingerprint(self, fp: Fingerprint) -> None:
-        fp.text("kafka-pom", self.pom())
+        fp.text(f"{self.name}-pom", self.pom())
+        for artifact, folder in self.unpack:
+            fp.text(f"{self.name}-{folder}", artifact)
 
-    def _resolved(self) -> Path:
-        home = self.cache / f"kafka-{self.version}"
-        if (home / "done").is_file():
-            return home
-        shutil.rmtree(home, ignore_errors=True)
-        home.mkdir(parents=True)
-        (home / "pom.xml").write_text(self.pom())
-        say(f"resolving Kafka {self.version} jars from Maven Central")
+    def _mvn(self, home: Path, *goal: str) -> None:
         run(
             [
                 "mvn", "-B", "-q", "-f", home / "pom.xml",
-                f"-Dmaven.repo.local={home / 'repository'}",
-                "dependency:copy-dependencies", f"-DoutputDirectory={home / 'libs'}",
-                "-DincludeScope=runtime", "-Dstyle.color=never",
+                f"-Dmaven.repo.local={home / 'repository'}", *goal, "-Dstyle.color=never",
             ],
             nice=True,
         )  # fmt: skip
+
+    def _resolved(self) -> Path:
+        """Directory with `lib_dir` (the jars) and the unpacked folders, downloaded on
+        first use (a `done` file marks it whole)."""
+        home = self.cache / f"{self.name}-{self.version}"
+        if (home / "done").is_file():
+            return home
+        # What an earlier, unfinished resolution left goes, but for the Maven repository:
+        # Maven only ever adds whole files to it, so what it holds need not be fetched again.
+        home.mkdir(parents=True, exist_ok=True)
+        for left in home.iterdir():
+            if left.is_dir() and left.name != "repository":
+                shutil.rmtree(left)
+            elif not left.is_dir():
+                left.unlink()
+        (home / "pom.xml").write_text(self.pom())
+        say(f"resolving {self.name.capitalize()} {self.version} jars from Maven Central")
+        self._mvn(
+            home, "dependency:copy-dependencies", f"-DoutputDirectory={home / self.lib_dir}",
+            "-DincludeScope=runtime",
+        )  # fmt: skip
+        for artifact, folder in self.unpack:
+            self._mvn(
+                home, "dependency:copy", f"-Dartifact={artifact}", f"-DoutputDirectory={home}"
+            )
+            _, name, version, kind, classifier = artifact.split(":")
+            with zipfile.ZipFile(home / f"{name}-{version}-{classifier}.{kind}") as archive:
+                members = [m for m in archive.namelist() if m.startswith(f"{folder}/")]
+                archive.extractall(home, members)
         (home / "done").write_text(self.version)
         return home
 
     def fill(self, context: Path) -> None:
         home = self._resolved()
-        for jar in sorted((home / "libs").glob("*.jar")):
-            link_or_copy(jar, context / "libs" / jar.name)
+        for jar in sorted((home / self.lib_dir).glob("*.jar")):
+            link_or_copy(jar, context / self.lib_dir / jar.name)
+        for _, folder in self.unpack:
+            shutil.copytree(home / folder, context / folder)
+
+
+def _dependency(coordinate: str) -> str:
+    """A pom's <dependency> element for group:artifact[:version]."""
+    group, artifact, *version = coordinate.split(":")
+    pinned = f"<version>{version[0]}</version>" if version else ""
+    return (
+        f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+        f"{pinned}</dependency>"
+    )

@@ -283,7 +283,7 @@ class Agent:
             self._working.add(committed)
         try:
             # The prepare state of `committed` ends ready (or failed) here too: a later
-            # rollout to it must not wait for a prepare nobody is doing (issue 13, item 3).
+            # rollout to it (a rollback) must not wait for a prepare nobody is doing.
             if not self._run(committed, switch=True):
                 return None
         finally:

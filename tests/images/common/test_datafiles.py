@@ -1,5 +1,5 @@
-"""A data file's lines whatever wrote it (issue 22, point 5: a gzip hour file was read as
-0 lines and trained on by nobody): text as it is; gzip, bzip2, xz and zstd data, written by
+"""A data file's lines whatever wrote it (a gzip hour file was once read as 0 lines and
+trained on by nobody): text as it is; gzip, bzip2, xz and zstd data, written by
 the real tools, decompressed by its first bytes, concatenated streams too; compressed data
 that breaks off or is damaged is a bad file after the lines it held; other binary data and
 known formats that are not read are bad files, named."""

@@ -1,5 +1,6 @@
-"""One reading of ElasticCTR lines for the trainer and the client (issue 13, item 10: the
-client's `predict` crashed on feasigns that the trainer's parser counts as bad)."""
+"""One reading of ElasticCTR lines for the trainer and the client, so that a line one
+counts as bad cannot crash the other (the client's `predict` once crashed on feasigns the
+trainer's parser counts as bad)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Replicas per shard (issue 13, item 2): 3 shards x 2 replicas as real processes. A
+"""Replicas per shard, so that one server down fails no request: 3 shards x 2 replicas
+as real processes. A
 replica down or hung fails no reader (failover, retry, hedged requests as cube.conf
 says); a switch is all-or-nothing over every replica; cube.conf reads the same through
 Paddle Serving's own clients."""
@@ -86,7 +87,7 @@ def test_one_replica_down_or_stopped_fails_no_reader_and_switches_are_all_or_not
         cluster.publish_model(3, *tables[3])
         committed(cluster, 3, tables)  # on every replica of every shard
         readers.wait_reads(100)
-        # issue 14, item 5: a rolling restart stops a replica with SIGTERM: it finishes
+        # A rolling restart stops a replica with SIGTERM: it finishes
         # what it answers and exits 0 (it ignored SIGTERM as a container's PID 1 before);
         # its agent and the transfer exit 0 too.
         codes = {name: cluster.procs.terminate(name) for name in ("server1-1", "agent1-1")}

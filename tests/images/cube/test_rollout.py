@@ -221,8 +221,8 @@ def test_bad_input_is_rejected_and_the_serving_version_stays(cube_cluster):
 
 
 def test_a_restored_server_does_not_wedge_a_later_rollback(cube_cluster):
-    """issue 13, item 3: after an agent restored its restarted server, the prepare state of
-    the restored version stayed `loading`, and a rollback to it waited 600 s."""
+    """After an agent restored its restarted server, the prepare state of the restored
+    version once stayed `loading`, and a rollback to it waited 600 s: it must not."""
     cluster = cube_cluster()  # --prepare-timeout 600, the default
     tables = {v: model_table(v) for v in (1, 2)}
     for version in (1, 2):

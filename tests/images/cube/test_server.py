@@ -231,8 +231,8 @@ def http_json(port: int, path: str):
 
 
 def test_idle_connections_never_lock_out_health_checks_nor_new_clients(procs, cube_server_bin):
-    """Clients that open connections and leave them idle (issue 13, item 10): at the
-    connection limit the oldest idle one is closed to make room, and idle ones time out."""
+    """Clients that open connections and leave them idle must not lock others out: at
+    the connection limit the oldest idle one is closed to make room, and idle ones time out."""
     port = free_port()
     start_server(procs, "server", port, 0, 1, "--max-connections", "40", "--idle-timeout", "2")
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(60)]

@@ -103,8 +103,8 @@ def test_files_that_are_not_text_or_not_read_fail_the_pass_over_the_threshold(sy
 def test_compressed_files_are_trained_and_bad_files_within_the_threshold_are_logged(
     synthetic, tmp_path
 ):
-    """Issue 22: a gzip hour file of 20,000 examples was trained by nobody. An hour of
-    gzip (two members, as a rotator appends them), bzip2, xz, pzstd and unnamed gzip files,
+    """Compressed hours are trained (a gzip hour file was once trained by nobody): an hour
+    of gzip (two members, as a rotator appends them), bzip2, xz, pzstd and unnamed gzip files,
     written by the real tools, trains every example; a truncated gzip file (its whole lines
     trained) and random bytes are 2 of 7 files, within the 30% allowed: logged by name,
     the pass goes on. The held-out set is gzip too."""

@@ -188,8 +188,8 @@ def test_pipe_command_names_the_file_it_reads(tmp_path):
 
 
 def test_pipe_command_reads_a_gzip_file(tmp_path):
-    """Issue 22: an hour file of 20,000 examples written by gzip was read as 0 lines, and
-    before that as 9,168 bad ones. Both pipes read it as its 20,000 examples."""
+    """An hour file of 20,000 examples written by gzip, once read as 0 lines and before
+    that as 9,168 bad ones: both pipes read it as its 20,000 examples."""
     (tmp_path / "slot.conf").write_text("101\n102\n103\n")
     data = tmp_path / "part-00000"
     text = "".join(f"{1 + i % 5} {i % 2} {i}:101 {7 * i}:103\n" for i in range(20_000))

@@ -18,7 +18,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[3]
 PYTHONPATH = os.pathsep.join(str(REPO / p) for p in ("images/trainer", "images/common", "."))
 JOB_TIMEOUT = 600
-AUC_TOLERANCE = 0.03  # of the generator's Bayes-optimal AUC (issue 3)
+AUC_TOLERANCE = 0.03  # below the generator's Bayes-optimal AUC: the bar a job must reach
 
 
 def heldout_auc(lines: list[str], predictions: np.ndarray) -> float:
