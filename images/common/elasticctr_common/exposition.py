@@ -7,7 +7,7 @@ One registry per `Exposition` (tests run several in one process); no `_created` 
 from __future__ import annotations
 
 from collections.abc import Callable
-from http.server import ThreadingHTTPServer
+from http.server import HTTPServer
 from typing import Any
 
 import prometheus_client
@@ -58,12 +58,9 @@ class Exposition:
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
-    def serve(self, port: int, host: str = "0.0.0.0") -> ThreadingHTTPServer:
-        """`/metrics` (any path) on `port` in a daemon thread (port 0: any free one, see
-        `server_address`)."""
-        server, thread = prometheus_client.start_http_server(
-            port, addr=host, registry=self.registry
-        )
-        del thread
-        assert isinstance(server, ThreadingHTTPServer)
+    def serve(self, port: int, host: str = "0.0.0.0") -> HTTPServer:
+        """`/metrics` (any path) on `port`, threaded, in a daemon thread (port 0: any free
+        one, see `server_address`); OSError if the port is taken."""
+        server, _ = prometheus_client.start_http_server(port, addr=host, registry=self.registry)
+        assert isinstance(server, HTTPServer)
         return server
