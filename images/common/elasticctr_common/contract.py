@@ -40,6 +40,9 @@ CUBE_SERVER_CONTROL_PORT: Final = 8028  # the pod's loopback: its agent's
 CUBE_AGENT_PORT: Final = 8001
 CUBE_TRANSFER_PORT: Final = 8099
 CUBE_TRANSFER_CONTROL_PORT: Final = 8098  # the pod's loopback: operators' port-forward
+# A trainer pod's /metrics while it runs (TrainerEnv.METRICS_PORT; 0: none). Its only HTTP
+# port: Paddle's pserver port speaks brpc.
+TRAINER_METRICS_PORT: Final = 8014
 
 
 # Committed cube versions cube-transfer keeps for rollback (CubeEnv.KEEP_VERSIONS; the
@@ -81,6 +84,7 @@ class TrainerEnv:
     POD_IP: Final = "POD_IP"  # a pserver listens on it
     HDFS_UGI: Final = "HDFS_UGI"  # from a Secret: "user,password"
     MLFLOW_TRACKING_URI: Final = "MLFLOW_TRACKING_URI"  # MLflow's own name
+    METRICS_PORT: Final = "TRAINER_METRICS_PORT"  # default TRAINER_METRICS_PORT; 0: off
 
 
 class ServingEnv:

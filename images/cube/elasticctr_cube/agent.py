@@ -31,17 +31,26 @@ from elasticctr_common.contract import (
     DATA_DIR,
     CubeEnv,
 )
+from elasticctr_common.exposition import CONTENT_TYPE, Exposition
+from elasticctr_common.metrics import (
+    AGENT_FAILURE_CAUSES,
+    CUBE_AGENT,
+    PREPARE_RESULTS,
+    PREPARE_STATES,
+)
 from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import open_store
 
 from .cliargs import env_option
-from .httpjson import ApiError, Handler, HttpCallError, call, drain_all, serve
+from .httpjson import ApiError, Handler, HttpCallError, Text, call, drain_all, serve
 from .manifest import Manifest, layout_dir, read_chain, read_current, read_manifest
 from .shardfile import nonfinite_text, scan_shard_file
 
 log = logging.getLogger("cube-agent")
 KEEP_PREPARES = 8
-IN_PROGRESS = ("queued", "fetching", "verifying", "loading")
+IN_PROGRESS = PREPARE_STATES
+# The failure cause of a prepare by the state it was in (metrics.AGENT_FAILURE_CAUSES).
+FAILED_IN = {"queued": "start", "fetching": "fetch", "verifying": "verify", "loading": "load"}
 
 
 class AgentError(Exception):
@@ -71,6 +80,12 @@ class Agent:
         self._aborted: set[int] = set()
         self._working: set[int] = set()  # versions a worker is preparing (or queued for)
         self._needs: dict[int, set[int]] = {}  # versions whose files a prepare uses
+        self.metrics = Exposition(CUBE_AGENT)
+        for result in PREPARE_RESULTS:  # every series from the start, at 0
+            self.metrics["prepares_total"].labels(result)
+        for cause in AGENT_FAILURE_CAUSES:
+            self.metrics["failures_total"].labels(cause)
+        self.metrics["prepared_version"].set(-1)
 
     # -- the server -------------------------------------------------------------------
     def server(self, method: str, path: str, body: Any = None, timeout: float = 10.0) -> Any:
@@ -126,21 +141,47 @@ class Agent:
         """Fetch, verify and load `version` (and switch to it): the prepare state ends
         ready, failed or aborted, whoever asked (the transfer, or a restore). The caller
         holds `_work`."""
+        switching = False
         try:
             self._check_abort(version)
             self.prepare_now(version)
+            switching = True
             if switch:
                 self.server("POST", "/control/switch", {"version": version})
         except Exception as err:  # storage clients raise their own types: all fail the prepare
             with self._lock:
                 aborted = version in self._aborted
+                step = self._prepares.get(version, {}).get("state", "queued")
             message = str(err) if isinstance(err, AgentError | ApiError) else _describe(err)
-            self._set(version, "aborted" if aborted else "failed", message)
+            result = "aborted" if aborted else "failed"
+            self._set(version, result, message)
+            if not aborted:
+                cause = "switch" if switching else FAILED_IN.get(step, "start")
+                self.metrics["failures_total"].labels(cause).inc()
+            self._count(version, result)
             log.warning("prepare of version %s failed: %s", version, err)
             self.cleanup()
             return False
         self._set(version, "ready")
+        self._count(version, "ready")
+        self.metrics["last_success_timestamp_seconds"].set_to_current_time()
+        self.metrics["prepared_version"].set(version)
         return True
+
+    def _count(self, version: int, result: str) -> None:
+        with self._lock:
+            seconds = self._prepares.get(version, {}).get("seconds", 0.0)
+        self.metrics["prepares_total"].labels(result).inc()
+        self.metrics["prepare_seconds"].labels(result).observe(seconds)
+
+    def render_metrics(self) -> bytes:
+        """The exposition, with the prepares under way counted now."""
+        with self._lock:
+            states = [p["state"] for v, p in self._prepares.items() if v in self._working]
+        gauge = self.metrics["prepares_in_progress"]
+        for state in PREPARE_STATES:
+            gauge.labels(state).set(states.count(state))
+        return self.metrics.render()
 
     def prepare_now(self, version: int) -> None:
         """Fetch, verify and load `version` (caller holds no lock; raises on failure)."""
@@ -286,6 +327,7 @@ class Agent:
             # rollout to it (a rollback) must not wait for a prepare nobody is doing.
             if not self._run(committed, switch=True):
                 return None
+            self.metrics["restores_total"].inc()
         finally:
             if mine:
                 with self._lock:
@@ -332,6 +374,7 @@ def routes(agent: Agent) -> dict[tuple[str, str], Handler]:
     return {
         ("GET", "/healthz"): lambda _: (200, {"status": "ok"}),
         ("GET", "/agent/status"): lambda _: (200, agent.status()),
+        ("GET", "/metrics"): lambda _: (200, Text(CONTENT_TYPE, agent.render_metrics())),
         ("POST", "/agent/prepare"): lambda b: (202, agent.prepare(_version(b))),
         ("POST", "/agent/switch"): lambda b: (200, agent.switch(_version(b))),
         ("POST", "/agent/abort"): lambda b: (200, agent.abort(_version(b))),

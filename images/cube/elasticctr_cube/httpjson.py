@@ -1,4 +1,5 @@
-"""Small JSON-over-HTTP helpers (standard library only) for the agent and the transfer."""
+"""Small JSON-over-HTTP helpers (standard library only) for the agent and the transfer; a
+handler may also answer `Text` (the metrics exposition)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -16,6 +18,14 @@ log = logging.getLogger(__name__)
 
 # (code, JSON-able body) from a handler given the request's JSON body (or {} for GET).
 Handler = Callable[[dict[str, Any]], tuple[int, Any]]
+
+
+@dataclass(frozen=True)
+class Text:
+    """An answer that is not JSON: its bytes and their Content-Type."""
+
+    content_type: str
+    data: bytes
 
 
 class HttpCallError(Exception):
@@ -124,9 +134,12 @@ def serve(host: str, port: int, routes: dict[tuple[str, str], Handler]) -> JsonS
             self._send(code, body)
 
         def _send(self, code: int, body: Any) -> None:
-            data = json.dumps(body).encode()
+            if isinstance(body, Text):
+                data, kind = body.data, body.content_type
+            else:
+                data, kind = json.dumps(body).encode(), "application/json"
             self.send_response(code)
-            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Type", kind)
             self.send_header("Content-Length", str(len(data)))
             if self.server.draining:  # the client reconnects, to a server that is staying
                 self.send_header("Connection", "close")

@@ -48,6 +48,14 @@ from elasticctr_common.contract import (
     CubeEnv,
 )
 from elasticctr_common.cube.conf import CubeConf
+from elasticctr_common.exposition import CONTENT_TYPE, Exposition
+from elasticctr_common.metrics import (
+    CUBE_TRANSFER,
+    ROLLOUT_KINDS,
+    ROLLOUT_PHASES,
+    ROLLOUT_RESULTS,
+    TRANSFER_FAILURE_CAUSES,
+)
 from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import StorageError, open_store
 from elasticctr_common.versions import (
@@ -68,7 +76,7 @@ from .builder import (
     publish,
 )
 from .cliargs import env_option
-from .httpjson import ApiError, Handler, drain_all, serve
+from .httpjson import ApiError, Handler, Text, drain_all, serve
 from .manifest import (
     LAYOUT_PREFIX,
     MANIFEST,
@@ -136,6 +144,16 @@ class Transfer:
         # the layout is made to (ensure_layout) before any new version is rolled out.
         self.layout_ready = self.state["committed"] is None
         self.layout_tried_at = 0.0
+        self.metrics = m = Exposition(CUBE_TRANSFER)
+        for kind in ROLLOUT_KINDS:  # every series from the start, at 0
+            for result in ROLLOUT_RESULTS:
+                m["rollouts_total"].labels(kind, result)
+        for cause in TRANSFER_FAILURE_CAUSES:
+            m["failures_total"].labels(cause)
+        for kind in ("base", "delta"):
+            m["versions_built_total"].labels(kind)
+        m.gauge_function("committed_version", lambda: _or_minus_1(self.state["committed"]))
+        m["kept_versions"].set(len(self.kept_versions()))
 
     # -- the donefile ---------------------------------------------------------------------
     def poll_once(self) -> str | None:
@@ -165,13 +183,13 @@ class Transfer:
                 read_manifest(self.cube_store, committed)
             except Exception as err:  # the model export gone, a build error, storage trouble
                 error = f"layout {self.layout}: cannot build committed version {committed}: {err}"
-                return self._record(entry, "aborted", error)
+                return self._record(entry, "aborted", error, "layout")
             self.rollout = rollout = Rollout(committed, None)
             ok = self.runner.run(rollout)
             entry["shards"] = dict(rollout.shards)
             if not ok:
                 error = f"layout {self.layout}: {rollout.error_text()}"
-                return self._record(entry, "aborted", error)
+                return self._record(entry, "aborted", error, "rollout")
             write_current(self.cube_store, committed)
             self.layout_ready = True
             self._prune()
@@ -237,10 +255,10 @@ class Transfer:
             try:
                 self._publish(version)
             except (BuildError, ManifestError, ValueError) as err:
-                return self._record(entry, "rejected", f"build failed: {err}")
+                return self._record(entry, "rejected", f"build failed: {err}", "build")
             except Exception as err:  # storage trouble (any client's type): retryable
                 error = f"build or publish failed: {type(err).__name__}: {err}"
-                return self._record(entry, "aborted", error)
+                return self._record(entry, "aborted", error, "storage")
             return self._roll(version.id, entry)
 
     def rollback(self, version: int) -> str:
@@ -323,7 +341,7 @@ class Transfer:
                     parent=parent,
                 )
             if publish_it or not self._compaction_due(manifest):
-                publish(local, manifest, self.cube_store)
+                self._publish_built(local, manifest)
             return manifest
         finally:
             shutil.rmtree(local, ignore_errors=True)
@@ -370,7 +388,7 @@ class Transfer:
                 input_uri=input_uri,
                 dict_name=self.conf.dict_name,
             )
-            publish(local / "out", manifest, self.cube_store)
+            self._publish_built(local / "out", manifest)
         finally:
             shutil.rmtree(local, ignore_errors=True)
 
@@ -390,9 +408,14 @@ class Transfer:
                 input_uri=version.input,
                 dict_name=self.conf.dict_name,
             )
-            publish(local, manifest, self.cube_store)
+            self._publish_built(local, manifest)
         finally:
             shutil.rmtree(local, ignore_errors=True)
+
+    def _publish_built(self, local: Path, manifest: Manifest) -> None:
+        publish(local, manifest, self.cube_store)
+        kind = "delta" if manifest.is_delta else "base"
+        self.metrics["versions_built_total"].labels(kind).inc()
 
     @staticmethod
     def _chain_dim(chain: list[Version]) -> int:
@@ -425,7 +448,7 @@ class Transfer:
         if rollout.drain_warning:
             entry["drain_warning"] = rollout.drain_warning
         if not ok:
-            return self._record(entry, "aborted", rollout.error_text())
+            return self._record(entry, "aborted", rollout.error_text(), "rollout")
         write_current(self.cube_store, version)
         self.state.update(committed=version, previous=previous)
         self.layout_ready = True
@@ -440,7 +463,11 @@ class Transfer:
         timer.daemon = True
         timer.start()
 
-    def _record(self, entry: dict[str, Any], result: str, error: str | None) -> str:
+    def _record(
+        self, entry: dict[str, Any], result: str, error: str | None, cause: str | None = None
+    ) -> str:
+        """Record a rollout's end in the history and the metrics; `cause`: why it did not
+        commit (metrics.TRANSFER_FAILURE_CAUSES)."""
         finished = time.time()
         entry.update(
             result=result,
@@ -448,6 +475,13 @@ class Transfer:
             finished=finished,
             seconds=round(finished - entry["started"], 3),
         )
+        m = self.metrics
+        m["rollouts_total"].labels(entry["kind"], result).inc()
+        m["rollout_seconds"].labels(result).observe(entry["seconds"])
+        if result == "committed":
+            m["last_success_timestamp_seconds"].set(finished)
+        elif cause is not None:
+            m["failures_total"].labels(cause).inc()
         self.state["history"] = [*self.state["history"], entry][-HISTORY_LIMIT:]
         self.last_error = error
         (log.info if result == "committed" else log.error)(
@@ -490,6 +524,7 @@ class Transfer:
             if old_layout or unlayered:
                 self.root.delete(name)
         self.state["layouts"] = recent
+        self.metrics["kept_versions"].set(len(self.kept_versions()))
 
     def kept_versions(self) -> list[int]:
         return sorted(int(n) for n in self.cube_store.list() if n.isdigit())
@@ -506,10 +541,20 @@ class Transfer:
                 if err is not None:
                     log.warning("shard %s: not switched to committed %s: %s", s, committed, err)
 
+    def render_metrics(self) -> bytes:
+        """The exposition, with the phase as it is now."""
+        phase = self.status_phase()
+        self.metrics.set_enum("rollout_phase", phase, ROLLOUT_PHASES)
+        return self.metrics.render()
+
+    def status_phase(self) -> str:
+        r = self.rollout
+        return r.phase if r and self.busy else "idle"
+
     def status(self) -> dict[str, Any]:
         r = self.rollout
         return {
-            "phase": r.phase if r and self.busy else "idle",
+            "phase": self.status_phase(),
             "committed": self.state["committed"],
             "previous": self.state["previous"],
             "rollout": r.to_json() if r else None,
@@ -556,8 +601,13 @@ def routes(t: Transfer, control: bool = False) -> dict[tuple[str, str], Handler]
             {"committed": t.state["committed"], "servers": t.runner.servers()},
         ),
         ("GET", "/history"): lambda _: (200, {"history": t.state["history"]}),
+        ("GET", "/metrics"): lambda _: (200, Text(CONTENT_TYPE, t.render_metrics())),
     }
     return {**reads, ("POST", "/rollback"): rollback if control else elsewhere}
+
+
+def _or_minus_1(version: int | None) -> float:
+    return -1.0 if version is None else float(version)
 
 
 # How long start-up waits for the bucket: a new stack's storage users are made by a Job

@@ -22,6 +22,7 @@ from elasticctr_common.feedback import (
     topics,
 )
 from elasticctr_common.logs import log_info_to_stderr
+from elasticctr_common.online_eval import WINDOW_EXAMPLES, WINDOW_SECONDS, OnlineEvaluator
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -47,11 +48,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--topic-partitions", type=int, default=3, help="partitions of a topic it creates"
     )
     p.add_argument("--port", type=int, default=JOINER_PORT, help="/status, /metrics, /healthz")
+    p.add_argument(
+        "--eval-window-examples",
+        type=int,
+        default=WINDOW_EXAMPLES,
+        help="online evaluation: a version's newest joined examples at most",
+    )
+    p.add_argument(
+        "--eval-window-seconds",
+        type=float,
+        default=WINDOW_SECONDS,
+        help="online evaluation: examples served within this long of the newest",
+    )
     args = p.parse_args(argv)
     if not args.dataset_uri:
         p.error(f"--dataset-uri (or {FeedbackEnv.DATASET_URI}) is required")
     if args.join_window_seconds < 0:
         p.error(f"--join-window-seconds must be >= 0, got {args.join_window_seconds}")
+    try:
+        args.evaluator = OnlineEvaluator(args.eval_window_examples, args.eval_window_seconds)
+    except ValueError as err:
+        p.error(str(err))
     if args.topic_partitions < 1:
         p.error(f"--topic-partitions must be >= 1, got {args.topic_partitions}")
     try:
@@ -77,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         window=args.join_window_seconds,
         topic_partitions=args.topic_partitions,
         port=args.port,
+        evaluator=args.evaluator,
     )
     runner.stop_on_signal()
     runner.run()

@@ -47,6 +47,7 @@ from elasticctr_common.feedback import (
     partition_bounds,
     partition_of,
 )
+from elasticctr_common.online_eval import OnlineEvaluator
 from elasticctr_common.storage import Store
 
 log = logging.getLogger("elasticctr_joiner")
@@ -154,6 +155,7 @@ class Joiner:
         window: float,
         committed: Committed | None,
         clock: Callable[[], float] = time.time,
+        evaluator: OnlineEvaluator | None = None,
     ) -> None:
         self.dataset = dataset
         self.impressions_topic, self.clicks_topic = impressions_topic, clicks_topic
@@ -168,6 +170,8 @@ class Joiner:
         self.recent: OrderedDict[str, set[tuple[str, int]]] = OrderedDict()
         self.counts = Counts()
         self.last_close: dict[str, Any] = {}
+        # Each written example with a score, by the version that scored it.
+        self.evaluator = evaluator
 
     # reading ---------------------------------------------------------------------------------
 
@@ -290,10 +294,14 @@ class Joiner:
         pending = self.open.pop(name, {})
         lines = []
         clicked = 0
+        scored: list[tuple[int, float, float, int]] = []  # version, time, score, label
         for p in pending.values():
             click = 1 if p.click is not None else 0
             clicked += click
             lines.append(f"1 {click} {p.impression.features}\n")
+            imp = p.impression
+            if imp.score is not None:
+                scored.append((imp.version, imp.time, imp.score, click))
         files = []
         if lines:
             self.dataset.write_bytes(f"{name}/{DATA_FILE}", "".join(lines).encode())
@@ -316,6 +324,9 @@ class Joiner:
             "closed_at": self.clock(),
         }
         self.dataset.write_text(f"{name}/{DONEFILE}", json.dumps(manifest, sort_keys=True))
+        if self.evaluator is not None:  # once written: what the trainer sees, once
+            for example in scored:
+                self.evaluator.add(*example)
         for key in pending:
             del self.where[key]
         self.recent[name] = set(pending)

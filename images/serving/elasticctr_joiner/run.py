@@ -17,15 +17,15 @@ from collections.abc import Callable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, TypeVar
 
-import prometheus_client
+from elasticctr_common.exposition import CONTENT_TYPE, Exposition
+from elasticctr_common.metrics import JOINER, JOINER_DROPPED_CLICKS, JOINER_DROPPED_IMPRESSIONS
+from elasticctr_common.online_eval import OnlineEvaluator, Quality
 from elasticctr_common.storage import Store
-from prometheus_client import CollectorRegistry, Counter, Gauge, generate_latest
 
 from .joiner import Committed, Joiner, Positions, find_committed
 
 log = logging.getLogger("elasticctr_joiner")
 T = TypeVar("T")
-prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]
 
 
 class NotReady(RuntimeError):
@@ -69,40 +69,68 @@ def ensure_topics(admin: Any, names: Mapping[str, int], timeout: float = 60.0) -
 
 
 class JoinerMetrics:
-    def __init__(self) -> None:
-        r = self.registry = CollectorRegistry()
-        p = "elasticctr_joiner_"
-        labels = ("kind", "outcome")
-        self.records = Counter(p + "records_total", "records by kind, outcome", labels, registry=r)
-        self.partitions = Counter(p + "partitions_total", "partitions closed", (), registry=r)
-        self.examples = Counter(p + "examples_total", "examples written", (), registry=r)
-        end = "end of the newest closed partition (Unix time)"
-        self.closed = Gauge(p + "closed_partition_end_seconds", end, (), registry=r)
-        lag = "time from a partition's end to its close, last one"
-        self.lag = Gauge(p + "close_lag_seconds", lag, (), registry=r)
-        self._seen: dict[tuple[str, str], int] = {}
+    """The joiner's families of the metrics contract (elasticctr_common.metrics.JOINER)."""
 
-    def update(self, joiner: Joiner) -> None:
+    def __init__(self) -> None:
+        self.exposition = m = Exposition(JOINER)
+        for reason in JOINER_DROPPED_IMPRESSIONS:  # every series from the start, at 0
+            m["dropped_impressions_total"].labels(reason)
+        for reason in JOINER_DROPPED_CLICKS:
+            m["dropped_clicks_total"].labels(reason)
+        self._seen: dict[tuple[str, tuple[str, ...]], int] = {}
+        self._versions: set[str] = set()
+
+    def _count(self, short: str, n: int, *labels: str) -> None:
+        """Counter `short` (with `labels`) up to the joiner's count `n`."""
+        key = (short, labels)
+        metric = self.exposition[short]
+        (metric.labels(*labels) if labels else metric).inc(n - self._seen.get(key, 0))
+        self._seen[key] = n
+
+    def update(self, joiner: Joiner, lag: Mapping[tuple[str, int], int]) -> None:
         c = joiner.counts
-        values = {
-            ("impression", "joined"): c.impressions,
-            ("impression", "late"): c.late_impressions,
-            ("impression", "duplicate"): c.duplicate_impressions,
-            ("impression", "future"): c.future_impressions,
-            ("click", "read"): c.clicks,
-            ("click", "late"): c.late_clicks,
-            ("click", "unknown"): c.unknown_clicks,
-            ("click", "duplicate"): c.duplicate_clicks,
-        }
+        self._count("impressions_total", c.impressions)
+        self._count("late_impressions_total", c.late_impressions)
+        self._count("dropped_impressions_total", c.duplicate_impressions, "duplicate")
+        self._count("dropped_impressions_total", c.future_impressions, "future")
+        self._count("clicks_total", c.clicks)
+        self._count("late_clicks_total", c.late_clicks)
+        self._count("dropped_clicks_total", c.duplicate_clicks, "duplicate")
+        self._count("dropped_clicks_total", c.unknown_clicks, "unknown")
+        self._count("examples_total", c.examples)
+        self._count("clicked_examples_total", c.clicked)
+        self._count("partitions_total", c.partitions)
         for key, n in c.bad.items():
             kind, reason = key.split(":", 1)
-            values[(kind, f"malformed_{reason}")] = n
-        for labels, n in values.items():
-            self.records.labels(*labels).inc(n - self._seen.get(labels, 0))
-            self._seen[labels] = n
+            self._count("bad_records_total", n, kind, reason)
+        gauge = self.exposition["consumer_lag_records"]
+        for (topic, kp), behind in lag.items():
+            gauge.labels(topic, str(kp)).set(behind)
+
+    def closed(self, end: float, lag: float) -> None:
+        self.exposition["newest_partition_end_timestamp_seconds"].set(end)
+        self.exposition["close_lag_seconds"].set(lag)
+
+    def quality(self, by_version: Mapping[int, Quality]) -> None:
+        """The online figures of each version in the window; versions that left it go."""
+        families: dict[str, Callable[[Quality], float]] = {
+            "online_auc": lambda q: q.auc,
+            "online_calibration": lambda q: q.calibration,
+            "online_log_loss": lambda q: q.log_loss,
+            "online_window_examples": lambda q: q.examples,
+            "online_window_clicks": lambda q: q.clicks,
+        }
+        versions = {str(v): q for v, q in by_version.items()}
+        for short, figure in families.items():
+            gauge = self.exposition[short]
+            for version, q in versions.items():
+                gauge.labels(version).set(figure(q))
+            for gone in self._versions - versions.keys():
+                gauge.remove(gone)
+        self._versions = set(versions)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        return self.exposition.render()
 
 
 def serve_status(port: int, status: Any, metrics: JoinerMetrics) -> ThreadingHTTPServer:
@@ -113,7 +141,7 @@ def serve_status(port: int, status: Any, metrics: JoinerMetrics) -> ThreadingHTT
             elif self.path == "/status":
                 body, kind = json.dumps(status()).encode(), "application/json"
             elif self.path == "/metrics":
-                body, kind = metrics.render(), "text/plain; version=0.0.4; charset=utf-8"
+                body, kind = metrics.render(), CONTENT_TYPE
             else:
                 self.send_error(404)
                 return
@@ -143,6 +171,7 @@ class Runner:
         window: float,
         topic_partitions: int,
         port: int,
+        evaluator: OnlineEvaluator | None = None,
     ) -> None:
         from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
@@ -162,6 +191,7 @@ class Runner:
         self.consumer = Consumer(self.kafka)
         self.topic_partitions = topic_partitions
         self.metrics = JoinerMetrics()
+        self.evaluator = evaluator or OnlineEvaluator()
         self.stopping = threading.Event()
         self.marks: tuple[float, Positions] | None = None  # (taken at, high watermarks)
         self.unreachable = False
@@ -190,7 +220,7 @@ class Runner:
                 first[(topic, kp)] = low
         joiner = Joiner(
             self.dataset, *self.topics, minutes=self.minutes, window=self.window,
-            committed=committed,
+            committed=committed, evaluator=self.evaluator,
         )  # fmt: skip
         positions = joiner.start_positions(committed, first)
         self.consumer.assign([TopicPartition(t, kp, o) for (t, kp), o in positions.items()])
@@ -250,6 +280,23 @@ class Runner:
         self.unreachable = False
         return marks
 
+    def consumer_lag(self, joiner: Joiner) -> dict[tuple[str, int], int]:
+        """Records each topic partition is behind its high watermark, as of the consumer's
+        last fetch (no request to the broker); partitions not fetched yet are left out."""
+        from confluent_kafka import KafkaException, TopicPartition
+
+        lag = {}
+        for (topic, kp), position in list(joiner.positions.items()):
+            try:
+                _, high = self.consumer.get_watermark_offsets(
+                    TopicPartition(topic, kp), cached=True
+                )
+            except KafkaException:
+                continue
+            if high >= 0:
+                lag[(topic, kp)] = max(0, high - position)
+        return lag
+
     def read_up(self, joiner: Joiner, due_at: float) -> bool:
         """Every record the broker held at some moment after `due_at` has been read: the
         high watermarks are taken once after it (records keep arriving, so "at the
@@ -277,7 +324,7 @@ class Runner:
                         joiner.add(message)  # type: ignore[arg-type]  # stub: None offsets
                     joiner.expire_clicks()
                 self.close_due(joiner)
-                self.metrics.update(joiner)
+                self.metrics.update(joiner, self.consumer_lag(joiner))
         finally:
             self.consumer.close()
             server.shutdown()
@@ -289,10 +336,9 @@ class Runner:
             with self.lock:
                 joiner.close(name)
             _, end = _bounds(name, self.minutes)
-            self.metrics.partitions.inc()
-            self.metrics.closed.set(end)
-            self.metrics.lag.set(time.time() - end)
-            self.metrics.examples.inc(joiner.last_close["examples"])
+            self.metrics.closed(end, time.time() - end)
+            with self.lock:
+                self.metrics.quality(self.evaluator.evaluate())
 
     def stop_on_signal(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):

@@ -33,7 +33,11 @@ def free_ports(count: int) -> list[int]:
             s.close()
 
 
-def process_envs(pservers: int, trainers: int, ports: list[int]) -> dict[str, dict[str, str]]:
+def process_envs(
+    pservers: int, trainers: int, ports: list[int], metrics_ports: list[int] | None = None
+) -> dict[str, dict[str, str]]:
+    """Each process's environment: `ports` the pservers', `metrics_ports` the trainers'
+    /metrics (on one machine they cannot share the contract's port; None: none)."""
     common = {
         TrainerEnv.PSERVERS: ",".join(f"localhost:{p}" for p in ports),
         TrainerEnv.TRAINERS_NUM: str(trainers),
@@ -45,7 +49,10 @@ def process_envs(pservers: int, trainers: int, ports: list[int]) -> dict[str, di
             TrainerEnv.PSERVER_PORT: str(port), TrainerEnv.POD_IP: "127.0.0.1",
         }  # fmt: skip
     for i in range(trainers):
-        envs[f"trainer-{i}"] = {**common, TrainerEnv.ROLE: "TRAINER", TrainerEnv.TRAINER_ID: str(i)}
+        envs[f"trainer-{i}"] = {
+            **common, TrainerEnv.ROLE: "TRAINER", TrainerEnv.TRAINER_ID: str(i),
+            TrainerEnv.METRICS_PORT: str(metrics_ports[i] if metrics_ports else 0),
+        }  # fmt: skip
     return envs
 
 
@@ -53,7 +60,7 @@ def run_local(config: str, pservers: int, trainers: int, log_dir: str) -> int:
     """Run the job; return 0 when every trainer finished, 1 otherwise."""
     logs = Path(log_dir)
     logs.mkdir(parents=True, exist_ok=True)
-    envs = process_envs(pservers, trainers, free_ports(pservers))
+    envs = process_envs(pservers, trainers, free_ports(pservers), free_ports(trainers))
     pythonpath = os.pathsep.join(p for p in sys.path if p)
     procs: dict[str, subprocess.Popen[bytes]] = {}
     command = [sys.executable, "-m", "elasticctr_trainer", "run", "--config", config]

@@ -6,6 +6,8 @@ import json
 import logging
 import os
 import sys
+import time
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -96,3 +98,80 @@ class MetricsLogger:
     def close(self, failed: bool = False) -> None:
         if self.mlflow is not None:
             self.mlflow.end_run(status="FAILED" if failed else "FINISHED")
+
+
+class PassMetrics:
+    """The trainer's families of the metrics contract (elasticctr_common.metrics.TRAINER),
+    served on `/metrics` of its own port while it runs: a Job's pod has no other HTTP
+    port, and no push gateway is assumed (docs/trainer.md, "Metrics")."""
+
+    def __init__(self, port: int | None) -> None:
+        from elasticctr_common.exposition import Exposition
+        from elasticctr_common.metrics import TRAINER, TRAINER_VERSION_OUTCOMES
+
+        self.exposition = m = Exposition(TRAINER)
+        self.newest_end: float | None = None
+        for outcome in TRAINER_VERSION_OUTCOMES:  # every series from the start, at 0
+            m["versions_total"].labels(outcome)
+        for short in ("pass", "examples_per_second", "loss", "auc", "eval_auc"):
+            m[short].set(float("nan"))
+        m.gauge_function("data_lag_seconds", self._lag)
+        m.gauge_function("newest_partition_end_timestamp_seconds", self._newest)
+        self.server = None
+        if port is not None:
+            try:
+                self.server = m.serve(port)
+            except OSError as err:  # metrics are not worth failing the job for
+                log.warning("no /metrics: cannot listen on port %s: %s", port, err)
+        self.port = self.server.server_address[1] if self.server is not None else None
+
+    def _newest(self) -> float:
+        return float("nan") if self.newest_end is None else self.newest_end
+
+    def _lag(self) -> float:
+        return float("nan") if self.newest_end is None else time.time() - self.newest_end
+
+    def trained(self, pass_id: int, values: dict[str, float], data_end: float) -> None:
+        """A pass this trainer trained; `values` its logged metrics, `data_end` the end of
+        the newest data it read (Unix time)."""
+        m = self.exposition
+        m["pass"].set(pass_id)
+        m["examples_total"].inc(values["examples"])
+        m["examples_per_second"].set(values["examples_per_sec"])
+        m["loss"].set(values["loss"])
+        m["auc"].set(values["auc"])
+        m["pass_seconds"].observe(values["seconds"])
+        self.newest_end = data_end if self.newest_end is None else max(self.newest_end, data_end)
+
+    def read(self, reports: list[dict[str, Any]]) -> None:
+        """This trainer's data file reports of a pass: lines, bad lines, failed files."""
+        m = self.exposition
+        m["lines_total"].inc(sum(r["lines"] for r in reports))
+        m["bad_lines_total"].inc(sum(r["bad"] for r in reports))
+        m["failed_files_total"].inc(sum(1 for r in reports if r.get("failed")))
+
+    def version(self, outcome: str, eval_auc: object = None) -> None:
+        """Trainer 0's export of a pass: published, held_back or refused."""
+        self.exposition["versions_total"].labels(outcome).inc()
+        if isinstance(eval_auc, float):
+            self.exposition["eval_auc"].set(eval_auc)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def metrics_port(env: Mapping[str, str]) -> int | None:
+    """The trainer's metrics port from TrainerEnv.METRICS_PORT (default the contract's;
+    0: none); a clear error for anything else."""
+    from elasticctr_common.contract import TRAINER_METRICS_PORT, TrainerEnv
+
+    text = env.get(TrainerEnv.METRICS_PORT, str(TRAINER_METRICS_PORT))
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ValueError(f"{TrainerEnv.METRICS_PORT}={text!r}: need a port 0..65535 (0: none)")
+    return port or None

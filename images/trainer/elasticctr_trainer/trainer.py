@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import paddle
 from elasticctr_common.datafiles import BadFile
-from elasticctr_common.feedback import next_partition
+from elasticctr_common.feedback import next_partition, partition_bounds
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import Store, open_store
 from elasticctr_common.trainer_json import TrainerConfig, line_format
@@ -45,7 +45,7 @@ from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
 from .hours import wait_for_hours, wait_for_range
 from .lines import LineParser
-from .metrics import MetricsLogger, auc_from_histograms
+from .metrics import MetricsLogger, PassMetrics, auc_from_histograms, metrics_port
 from .modelcheck import check_version
 from .pipe import native_pipe
 from .program import (
@@ -178,6 +178,9 @@ class Trainer:
             run_name=role.name,
             tags={"role": "trainer", "trainer_id": str(role.index)},
         )
+        self.pass_metrics = PassMetrics(metrics_port(os.environ))
+        if self.pass_metrics.port is not None:
+            self.logger.event("metrics_port", {"port": self.pass_metrics.port, "path": "/metrics"})
 
     # setup ----------------------------------------------------------------------------
 
@@ -321,6 +324,11 @@ class Trainer:
             "files": float(len(mine)),
         }
         self.logger.metrics(planned.pass_id, metrics)
+        runner = self.config.runner
+        minutes = runner.partition_minutes if runner.mode == "online" else 60
+        data_end = partition_bounds(planned.hours[-1], minutes)[1]
+        self.pass_metrics.trained(planned.pass_id, metrics, data_end)
+        self.pass_metrics.read(reports)
         for report in reports:
             if report["failed"]:
                 self.logger.event("failed_file", report)
@@ -438,6 +446,7 @@ class Trainer:
                     self.logger.event(
                         "version_refused", {"pass": planned.pass_id, "problems": problems}
                     )
+                    self.pass_metrics.version("refused", extra_meta.get("eval_auc"))
                     error = (
                         f"pass {planned.pass_id}: model refused, nothing published (the last "
                         f"published version stays current): {'; '.join(problems)}"
@@ -450,6 +459,8 @@ class Trainer:
             finally:
                 prepared.discard()  # a no-op once published: the snapshot is in place
         self.logger.metrics(planned.pass_id, {"published": 0.0 if held_back else 1.0})
+        outcome = "held_back" if held_back else "published"
+        self.pass_metrics.version(outcome, extra_meta.get("eval_auc"))
         if held_back:
             self.logger.event(
                 "version_held_back",
@@ -550,6 +561,7 @@ class Trainer:
                 fleet.fleet._runtime_handle._worker.stop_server()
         fleet.stop_worker()
         self.logger.close(failed)
+        self.pass_metrics.close()
 
 
 def run_trainer(config: TrainerConfig, role: Role) -> None:

@@ -7,9 +7,10 @@
 //!           (zeros for missing keys) and ceil(count/8) bytes of found-bits (LSB first);
 //!           else `count` bytes of UTF-8 error message.
 
+use crate::metrics::Protocol;
 use crate::state::State;
 use std::io::{self, BufRead, Write};
-use std::sync::atomic::Ordering::Relaxed;
+use std::time::Instant;
 
 pub const REQUEST_MAGIC: [u8; 4] = [0xCB, b'C', b'Q', 1];
 pub const RESPONSE_MAGIC: [u8; 4] = [0xCB, b'C', b'R', 1];
@@ -37,10 +38,11 @@ pub fn handle(
 ) -> io::Result<bool> {
     let mut head = [0u8; 24];
     r.read_exact(&mut head)?;
+    let started = Instant::now();
     let flags = u32::from_le_bytes(head[4..8].try_into().unwrap());
     let version = u64::from_le_bytes(head[8..16].try_into().unwrap());
     let count = u32::from_le_bytes(head[16..20].try_into().unwrap()) as usize;
-    state.counters.requests.fetch_add(1, Relaxed);
+    state.metrics.seek(Protocol::Binary);
     if head[0..4] != REQUEST_MAGIC {
         return fail(
             w,
@@ -88,15 +90,17 @@ pub fn handle(
     head_out[24..28].copy_from_slice(&missing.to_le_bytes());
     head_out[28..32].copy_from_slice(&0u32.to_le_bytes());
     drop(dict);
-    state.counters.keys.fetch_add(count as u64, Relaxed);
-    state.counters.missing.fetch_add(missing as u64, Relaxed);
+    state.metrics.keys.inc_by(count as u64);
+    state.metrics.missing.inc_by(u64::from(missing));
     w.write_all(&s.out)?;
     w.flush()?;
+    let seconds = started.elapsed().as_secs_f64();
+    state.metrics.seek_seconds(Protocol::Binary, seconds);
     Ok(true)
 }
 
 fn fail(w: &mut impl Write, state: &State, status: u32, msg: String) -> io::Result<()> {
-    state.counters.errors.fetch_add(1, Relaxed);
+    state.metrics.errors.inc();
     let mut out = Vec::with_capacity(32 + msg.len());
     out.extend_from_slice(&RESPONSE_MAGIC);
     out.extend_from_slice(&status.to_le_bytes());

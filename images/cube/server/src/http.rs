@@ -5,12 +5,14 @@
 //! shard's agent) listens on loopback by default, so that a NetworkPolicy, which can tell
 //! ports apart but not paths, can let readers in without letting them change versions.
 
+use crate::metrics::{Protocol, CONTENT_TYPE};
 use crate::state::{Failure, State};
 use base64::prelude::{Engine, BASE64_STANDARD};
 use serde_json::{json, Value};
 use std::io::{self, BufRead, Read, Write};
-use std::sync::atomic::Ordering::{Relaxed, SeqCst};
+use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
+use std::time::Instant;
 
 const MAX_HEADER_BYTES: usize = 64 * 1024;
 /// A missing key's status in the seek answer: Paddle Serving's cube sets -1 as uint32.
@@ -51,14 +53,23 @@ pub fn handle(
             return Ok(false);
         }
     };
+    if req.path == "/metrics" {
+        respond_as(w, 200, CONTENT_TYPE, &state.metrics_text(), req.keep_alive)?;
+        return Ok(req.keep_alive);
+    }
+    let started = Instant::now();
     let (code, body) = match route(&req, state, port) {
         Ok((code, body)) => (code, body),
         Err((code, msg)) => {
-            state.counters.errors.fetch_add(1, Relaxed);
+            state.metrics.errors.inc();
             (code, error_json(&msg))
         }
     };
     respond(w, code, &body, req.keep_alive)?;
+    if req.path == "/DictService/seek" && port == Port::Data {
+        let seconds = started.elapsed().as_secs_f64();
+        state.metrics.seek_seconds(Protocol::Http, seconds);
+    }
     Ok(req.keep_alive)
 }
 
@@ -162,6 +173,16 @@ fn read_head(r: &mut impl BufRead) -> io::Result<Result<Vec<u8>, Failure>> {
 }
 
 fn respond(w: &mut impl Write, code: u16, body: &str, keep_alive: bool) -> io::Result<()> {
+    respond_as(w, code, "application/json", body, keep_alive)
+}
+
+fn respond_as(
+    w: &mut impl Write,
+    code: u16,
+    content_type: &str,
+    body: &str,
+    keep_alive: bool,
+) -> io::Result<()> {
     let reason = match code {
         200 => "OK",
         202 => "Accepted",
@@ -178,7 +199,7 @@ fn respond(w: &mut impl Write, code: u16, body: &str, keep_alive: bool) -> io::R
     };
     let conn = if keep_alive { "keep-alive" } else { "close" };
     let head = format!(
-        "HTTP/1.1 {code} {reason}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: {conn}\r\n\r\n",
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: {conn}\r\n\r\n",
         body.len()
     );
     w.write_all(head.as_bytes())?;
@@ -301,7 +322,7 @@ fn u64_of(v: &Value) -> Option<u64> {
 }
 
 fn seek(cmd: &Value, state: &State) -> Result<(u16, String), Failure> {
-    state.counters.requests.fetch_add(1, Relaxed);
+    state.metrics.seek(Protocol::Http);
     let keys = cmd
         .get("keys")
         .and_then(Value::as_array)
@@ -347,7 +368,7 @@ fn seek(cmd: &Value, state: &State) -> Result<(u16, String), Failure> {
         }
     }
     out.push_str(&format!("],\"version\":{}}}", dict.version));
-    state.counters.keys.fetch_add(keys.len() as u64, Relaxed);
-    state.counters.missing.fetch_add(missing, Relaxed);
+    state.metrics.keys.inc_by(keys.len() as u64);
+    state.metrics.missing.inc_by(missing);
     Ok((200, out))
 }

@@ -12,6 +12,7 @@ pub mod binary;
 pub mod conns;
 pub mod dict;
 pub mod http;
+pub mod metrics;
 pub mod server;
 pub mod shardfile;
 pub mod state;

@@ -1,10 +1,11 @@
-//! The versions a server holds (current + background), background loads, and counters.
+//! The versions a server holds (current + background), background loads, and metrics.
 
 use crate::conns::Conns;
 use crate::dict::Dict;
+use crate::metrics::{Held, Metrics, Snapshot};
 use crate::shardfile::{self, ShardFile};
 use serde_json::{json, Value};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
@@ -39,17 +40,9 @@ struct Slots {
     background: Option<Arc<Dict>>,
 }
 
-#[derive(Default)]
-pub struct Counters {
-    pub requests: AtomicU64,
-    pub keys: AtomicU64,
-    pub missing: AtomicU64,
-    pub errors: AtomicU64,
-}
-
 pub struct State {
     pub config: Config,
-    pub counters: Counters,
+    pub metrics: Metrics,
     pub conns: Conns,
     slots: RwLock<Slots>,
     load: Mutex<Option<Load>>,
@@ -69,7 +62,7 @@ impl State {
         State {
             conns: Conns::new(config.max_connections),
             config,
-            counters: Counters::default(),
+            metrics: Metrics::new(),
             slots: RwLock::new(Slots::default()),
             load: Mutex::new(None),
             generation: AtomicU64::new(0),
@@ -217,6 +210,7 @@ impl State {
         };
         l.seconds = t0.elapsed().as_secs_f64();
         if matches!(l.state, LoadState::Cancelled) {
+            self.metrics.load("cancelled");
             return; // unloaded while loading: drop the files
         }
         match result {
@@ -229,10 +223,12 @@ impl State {
                 );
                 self.slots.write().unwrap().background = Some(Arc::new(dict));
                 l.state = LoadState::Loaded;
+                self.metrics.load("loaded");
             }
             Err(msg) => {
                 eprintln!("cube-server: load of version {version} failed: {msg}");
                 l.state = LoadState::Failed(msg);
+                self.metrics.load("failed");
             }
         }
     }
@@ -340,7 +336,7 @@ impl State {
         // Lock order everywhere: load, then slots.
         let load = self.load.lock().unwrap().clone();
         let slots = self.slots.read().unwrap();
-        let (c, now) = (&self.counters, self.clock());
+        let (m, now) = (&self.metrics, self.clock());
         json!({
             "shard": self.config.shard,
             "shard_num": self.config.shard_num,
@@ -352,14 +348,36 @@ impl State {
             "load": load.as_ref().map(load_json),
             "max_keys": self.config.max_keys,
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
-            "requests": c.requests.load(Relaxed),
-            "keys": c.keys.load(Relaxed),
-            "missing_keys": c.missing.load(Relaxed),
-            "errors": c.errors.load(Relaxed),
+            "requests": m.seeks(),
+            "keys": m.keys.get(),
+            "missing_keys": m.missing.get(),
+            "errors": m.errors.get(),
             "connections": self.conns.count(),
             "idle_closed": self.conns.evicted.load(Relaxed),
         })
         .to_string()
+    }
+}
+
+impl State {
+    /// `GET /metrics`: the exposition, its gauges read from the versions held now.
+    pub fn metrics_text(&self) -> String {
+        let snapshot = {
+            let slots = self.slots.read().unwrap();
+            let held = |d: &Option<Arc<Dict>>| {
+                d.as_deref().map_or_else(Held::default, |d| Held {
+                    version: Some(d.version),
+                    keys: d.layers.iter().map(|l| l.key_count).sum(),
+                    bytes: d.layers.iter().map(|l| l.file_bytes).sum(),
+                })
+            };
+            Snapshot {
+                slots: [held(&slots.current), held(&slots.background)],
+                ready: slots.current.is_some() && !self.stopping.load(SeqCst),
+                connections: self.conns.count(),
+            }
+        };
+        self.metrics.render(&snapshot)
     }
 }
 
