@@ -15,25 +15,19 @@ and named in the report.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from elasticctr_common.lines import BadLine, DenseFeature, LineFormat, dense_value
 
-from .endpoints import auth_header, unreachable_hint
+from .endpoints import auth_header
+from .errors import RefusedError
+from .httpjson import request_json
 from .progress import Progress
 
 INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
-
-
-class PredictError(Exception):
-    """Serving refused a batch or did not answer; the message has its error."""
 
 
 @dataclass
@@ -106,27 +100,6 @@ def read_examples(lines: Iterable[str], served: Served, summary: Summary) -> Ite
             yield parsed
 
 
-def post_json(
-    url: str, body: dict[str, Any], timeout: float, token: str | None = None
-) -> dict[str, Any]:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), method="POST", headers=auth_header(token)
-    )
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            answer: dict[str, Any] = json.loads(response.read())
-            return answer
-    except urllib.error.HTTPError as err:
-        detail = err.read().decode(errors="replace")
-        with contextlib.suppress(ValueError):
-            answer = json.loads(detail)
-            detail = answer.get("err_msg") or answer.get("error") or detail
-        raise PredictError(f"serving answered {err.code}: {detail}") from None
-    except (OSError, ValueError) as err:
-        raise PredictError(f"{url}: {err}{unreachable_hint(url)}") from None
-
-
 def served_model(
     serving_url: str, timeout: float, token: str | None = None, data_format: str | None = None
 ) -> Served:
@@ -135,10 +108,10 @@ def served_model(
     lines, any slot."""
     url = serving_url.rstrip("/") + "/status"
     try:
-        request = urllib.request.Request(url, headers=auth_header(token))
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            status = json.loads(r.read())
-    except (OSError, ValueError):
+        status = request_json("GET", url, timeout=timeout, headers=auth_header(token))
+    except RefusedError:  # a serving without /status: the first batch says what is wrong
+        status = {}
+    if not isinstance(status, dict):
         status = {}
     slots = status.get("slots")
     dense = tuple(DenseFeature(f["name"], f["dim"]) for f in status.get("dense_features") or [])
@@ -146,7 +119,7 @@ def served_model(
     try:
         form = LineFormat(name, dense)
     except ValueError as err:
-        raise PredictError(f"lines of format {name}: {err}") from None
+        raise RefusedError(f"serving at {url} serves lines of format {name}: {err}") from None
     return Served({str(s) for s in slots} if slots else None, form)
 
 
@@ -195,12 +168,14 @@ def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out:
         if example.dense:
             instance["dense"] = example.dense
         instances.append(instance)
-    answer = post_json(url, {"instances": instances}, timeout, token)
+    answer = request_json("POST", url, {"instances": instances}, timeout, auth_header(token))
     if answer.get("err_code", 0) not in (0, PARTIAL):
-        raise PredictError(f"serving: {answer.get('err_msg')}")
+        raise RefusedError(f"serving at {url} refused a batch: {answer.get('err_msg')}")
     predictions = answer["predictions"]
     if len(predictions) != len(batch):
-        raise PredictError(f"{len(batch)} instances sent, {len(predictions)} predictions back")
+        raise RefusedError(
+            f"serving at {url}: {len(batch)} instances sent, {len(predictions)} predictions back"
+        )
     version = answer.get("version")
     if version is not None:
         summary.versions.add(int(version))

@@ -16,13 +16,12 @@ answer or does not serve the committed version, each an `UNHEALTHY` line (and th
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
-from .endpoints import auth_header, unreachable_hint
+from .endpoints import auth_header
+from .errors import CliError, RefusedError
+from .httpjson import request_json
 
 TRAINING_METRICS = (
     "auc", "loss", "eval_auc", "published", "examples", "examples_per_sec", "bad_lines",
@@ -32,25 +31,18 @@ HELD_BACK_TAG = "held_back_versions"
 
 
 def call(method: str, url: str, body: Any = None, timeout: float = 10.0,
-         headers: dict[str, str] | None = None) -> Any:  # fmt: skip
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        raise RuntimeError(f"{url}: HTTP {err.code}: {err.read()[:300]!r}") from None
-    except (OSError, ValueError) as err:
-        raise RuntimeError(f"{url}: {err}{unreachable_hint(url)}") from None
+         headers: dict[str, str] | None = None, service: str = "serving") -> Any:  # fmt: skip
+    return request_json(method, url, body, timeout, headers, service)
 
 
 def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict[str, Any]:
     base = mlflow_url.rstrip("/") + "/api/2.0/mlflow"
     query = urllib.parse.urlencode({"experiment_name": experiment})
     try:
-        found = call("GET", f"{base}/experiments/get-by-name?{query}", timeout=timeout)
-    except RuntimeError as err:
+        found = call(
+            "GET", f"{base}/experiments/get-by-name?{query}", timeout=timeout, service="MLflow"
+        )
+    except RefusedError as err:
         if "RESOURCE_DOES_NOT_EXIST" in str(err):
             return {"experiment": experiment, "runs": [], "note": "no such experiment yet"}
         raise
@@ -60,7 +52,7 @@ def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict[st
         "max_results": 100,
         "order_by": ["attributes.start_time DESC"],
     }
-    runs = call("POST", f"{base}/runs/search", search, timeout).get("runs", [])
+    runs = call("POST", f"{base}/runs/search", search, timeout, service="MLflow").get("runs", [])
     out = []
     for run in runs:
         info, metrics = run["info"], run.get("data", {}).get("metrics", [])
@@ -90,12 +82,14 @@ def serving(serving_url: str, token: str | None = None, timeout: float = 10.0) -
 
 def transfer(transfer_url: str, timeout: float = 10.0) -> dict[str, Any]:
     base = transfer_url.rstrip("/")
-    status = call("GET", base + "/status", timeout=timeout)
+    status = call("GET", base + "/status", timeout=timeout, service="cube-transfer")
     keep = ("committed", "previous", "phase", "kept_versions", "last_error", "shards")
     report = {k: status.get(k) for k in keep}
     try:
-        report["servers"] = call("GET", base + "/servers", timeout=timeout)["servers"]
-    except (RuntimeError, KeyError, TypeError) as err:
+        report["servers"] = call(
+            "GET", base + "/servers", timeout=timeout, service="cube-transfer"
+        )["servers"]
+    except (CliError, KeyError, TypeError) as err:
         report["servers"] = {"error": str(err)}
     return report
 
@@ -107,7 +101,7 @@ def collect(sources: dict[str, tuple[Any, ...]], timeout: float) -> dict[str, An
     for part, (function, *args) in sources.items():
         try:
             report[part] = function(*args, timeout=timeout)
-        except (RuntimeError, KeyError, TypeError) as err:
+        except (CliError, KeyError, TypeError) as err:
             report[part] = {"error": str(err)}
     report["unhealthy"] = unhealthy(report)
     return report

@@ -101,9 +101,9 @@ def test_bad_slot_conf_uploads_nothing(hours, tmp_path):
         "upload", str(src), "--dest", f"file://{tmp_path}/dest", "--slot-conf", str(slot_conf)
     )
     assert (
-        done.returncode == 1
+        done.returncode == 3
         and "slot id must be an integer from 0 to 18446744073709551615, got 'abc'" in done.stderr
     )
     assert not (tmp_path / "dest").exists()
     done = run_client("upload", str(tmp_path / "nothing"), "--dest", f"file://{tmp_path}/d")
-    assert done.returncode == 1 and "is not a directory" in done.stderr
+    assert done.returncode == 3 and "is not a directory" in done.stderr
