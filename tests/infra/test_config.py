@@ -528,6 +528,15 @@ def test_kafka_credentials_are_secrets_and_required_with_sasl() -> None:
             {"training": {"batch_size": 64.0}},
             "elasticctr:training.batch_size must be an integer from 1 to 65536, got 64.0",
         ),
+        # The program's side of trainer.json's types (the image's: test_trainer_units.py).
+        (
+            {"training": {"batch_size": 1.5}},
+            "elasticctr:training.batch_size must be an integer from 1 to 65536, got 1.5",
+        ),
+        (
+            {"training": {"batch_size": "abc"}},
+            'elasticctr:training.batch_size must be an integer from 1 to 65536, got "abc"',
+        ),
         (
             {"serving": {"replicas": True}},
             "elasticctr:serving.replicas must be an integer from 1 to 100, got true",

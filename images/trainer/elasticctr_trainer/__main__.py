@@ -11,6 +11,8 @@ import sys
 from elasticctr_common.logs import log_info_to_stderr
 from elasticctr_common.trainer_json import HyperParameters
 
+from . import BAD_DATA_EXIT_CODE
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m elasticctr_trainer")
@@ -84,18 +86,24 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     log_info_to_stderr("elasticctr_trainer")
-    if args.command == "run":
-        from elasticctr_common.trainer_json import load_config
+    if args.command in ("run", "local"):
+        from elasticctr_common.trainer_json import ConfigError, load_config
 
+        try:
+            config = load_config(args.config)
+        except ConfigError as err:  # every attempt would meet it: end the Job, name the key
+            for line in str(err).splitlines():
+                logging.getLogger("elasticctr_trainer").error("trainer.json %s", line)
+            return BAD_DATA_EXIT_CODE
+    if args.command == "run":
         from .roles import role_from_env
 
-        config, role = load_config(args.config), role_from_env()
+        role = role_from_env()
         # Paddle's train_from_dataset writes debug files (<id>_train_desc.prototxt) into the
         # current directory: keep them in the scratch directory, not wherever we started.
         os.makedirs(config.runner.work_dir, exist_ok=True)
         os.chdir(config.runner.work_dir)
         code = 0
-        from . import BAD_DATA_EXIT_CODE
         from .checkpoint import CheckpointMismatch
         from .networks import NetworkError
 
