@@ -49,6 +49,7 @@ from .errors import (
     UsageError,
     one_line,
 )
+from .httpjson import Retry, request_json
 
 
 def positive_int(text: str) -> int:
@@ -65,7 +66,16 @@ def positive_float(text: str) -> float:
     return value
 
 
-positive_int.__name__ = "integer >= 1"  # argparse names the type in its message
+def retry_count(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= MAX_RETRIES:
+        raise ValueError(text)
+    return value
+
+
+MAX_RETRIES = 10
+positive_int.__name__ = "integer >= 1"
+retry_count.__name__ = f"integer from 0 to {MAX_RETRIES}"  # argparse names the type in its message
 positive_float.__name__ = "number > 0"
 
 
@@ -84,6 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--stack", help="Pulumi stack whose outputs give the endpoints")
     p.add_argument("--timeout", type=positive_float, default=30.0, help="seconds per HTTP call")
+    p.add_argument(
+        "--retries",
+        type=retry_count,
+        default=Retry.retries,
+        help="times an HTTP call is sent again after a refused connection or a 502/503/504, "
+        "waiting 0.5 s, 1 s, 2 s, ... (at most 8 s) between them",
+    )
     p.add_argument("--debug", action="store_true", help="show the traceback of a failure")
     p.add_argument(
         "--token",
@@ -214,6 +231,7 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
             progress=not args.no_progress,
             token=token,
             data_format=args.format,
+            retry=Retry(args.retries),
         )
     finally:
         if out is not None:
@@ -229,7 +247,6 @@ def run_click(args: argparse.Namespace, outputs: StackOutputs) -> int:
     from elasticctr_common.feedback import CLICK_PATH, valid_request_id
 
     from .endpoints import auth_header
-    from .httpjson import request_json
 
     clicks = []
     for item in args.clicks:
@@ -247,7 +264,9 @@ def run_click(args: argparse.Namespace, outputs: StackOutputs) -> int:
     try:
         for start in range(0, len(clicks), MAX_CLICKS):
             body = {"clicks": clicks[start : start + MAX_CLICKS]}
-            answer = request_json("POST", url, body, args.timeout, auth_header(token))
+            answer = request_json(
+                "POST", url, body, args.timeout, auth_header(token), retry=Retry(args.retries)
+            )
             accepted += int(answer["accepted"])
     except CliError as err:
         raise type(err)(f"{err} ({accepted} of {len(clicks)} clicks accepted)") from None
@@ -338,7 +357,7 @@ def run_status(args: argparse.Namespace, outputs: StackOutputs) -> int:
         raise EndpointError(
             f"nothing to ask: pass --mlflow-url, --serving-url or --transfer-url, or {how}"
         )
-    result = status.collect(sources, args.timeout)
+    result = status.collect(sources, args.timeout, Retry(args.retries))
     print(json.dumps(result, indent=1) if args.json else status.render(result))
     failed = any("error" in part for part in result.values() if isinstance(part, dict))
     return 1 if failed or result["unhealthy"] else 0

@@ -24,7 +24,7 @@ from elasticctr_common.lines import BadLine, DenseFeature, LineFormat, dense_val
 
 from .endpoints import auth_header
 from .errors import RefusedError
-from .httpjson import request_json
+from .httpjson import DEFAULT_RETRY, Retry, request_json
 from .progress import Progress
 
 INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
@@ -101,14 +101,18 @@ def read_examples(lines: Iterable[str], served: Served, summary: Summary) -> Ite
 
 
 def served_model(
-    serving_url: str, timeout: float, token: str | None = None, data_format: str | None = None
+    serving_url: str,
+    timeout: float,
+    token: str | None = None,
+    data_format: str | None = None,
+    retry: Retry = DEFAULT_RETRY,
 ) -> Served:
     """The slots, line format and dense features of the model serving now (its /status);
     `data_format` (the user's) over the served one. A serving that does not say: ElasticCTR
     lines, any slot."""
     url = serving_url.rstrip("/") + "/status"
     try:
-        status = request_json("GET", url, timeout=timeout, headers=auth_header(token))
+        status = request_json("GET", url, None, timeout, auth_header(token), retry=retry)
     except RefusedError:  # a serving without /status: the first batch says what is wrong
         status = {}
     if not isinstance(status, dict):
@@ -133,20 +137,22 @@ def predict(
     progress: bool = True,
     token: str | None = None,
     data_format: str | None = None,
+    retry: Retry = DEFAULT_RETRY,
 ) -> Summary:
     """Send every example; write `<line>\t<label>\t<prob1>\t<version>` rows to `out`.
-    `data_format`: the lines' format (default: the served model's)."""
+    `data_format`: the lines' format (default: the served model's). A batch that meets a
+    refused connection or a 502/503/504 is sent again as `retry` says."""
     url = serving_url.rstrip("/") + INFERENCE_PATH
     summary = Summary()
     bar = Progress(total, "examples", enabled=progress)
     batch: list[Example] = []
-    served = served_model(serving_url, timeout, token, data_format)
+    served = served_model(serving_url, timeout, token, data_format, retry)
     examples = read_examples(lines, served, summary)
     for example in _with_end(examples):
         if example is not None:
             batch.append(example)
         if batch and (example is None or len(batch) >= batch_size):
-            _send(url, batch, timeout, summary, out, token)
+            _send(url, batch, timeout, summary, out, token, retry)
             bar.update(len(batch))
             batch = []
     bar.close()
@@ -159,7 +165,7 @@ def _with_end(items: Iterator[Example]) -> Iterator[Example | None]:
 
 
 def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out: TextIO | None,
-          token: str | None = None) -> None:  # fmt: skip
+          token: str | None = None, retry: Retry = DEFAULT_RETRY) -> None:  # fmt: skip
     instances: list[dict[str, Any]] = []
     for example in batch:
         instance: dict[str, Any] = {
@@ -168,7 +174,8 @@ def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out:
         if example.dense:
             instance["dense"] = example.dense
         instances.append(instance)
-    answer = request_json("POST", url, {"instances": instances}, timeout, auth_header(token))
+    body = {"instances": instances}
+    answer = request_json("POST", url, body, timeout, auth_header(token), retry=retry)
     if answer.get("err_code", 0) not in (0, PARTIAL):
         raise RefusedError(f"serving at {url} refused a batch: {answer.get('err_msg')}")
     predictions = answer["predictions"]
