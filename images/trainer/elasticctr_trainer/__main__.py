@@ -11,7 +11,7 @@ import sys
 from elasticctr_common.logs import log_info_to_stderr
 from elasticctr_common.trainer_json import HyperParameters
 
-from . import BAD_DATA_EXIT_CODE
+from . import BAD_DATA_EXIT_CODE, DEFAULT_FIRST_SLOT, DEFAULT_SLOTS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,10 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         "--sparse-dim", type=int, default=HyperParameters.sparse_dim, help="for --baselines"
     )
     gen.add_argument("--max-vocab", type=int, default=100_000, help="realistic: largest slot")
-    gen.add_argument("--slots", type=int, default=8)
     gen.add_argument(
-        "--first-slot", type=int, default=101, help="slot ids FIRST.. (1: stacks/slot.txt's)"
+        "--slots", type=int, default=DEFAULT_SLOTS, help="simple: how many (stacks/slot.txt's)"
     )
+    gen.add_argument(
+        "--first-slot", type=int, default=DEFAULT_FIRST_SLOT,
+        help="slot ids FIRST.. (default: stacks/slot.txt's)",
+    )  # fmt: skip
     gen.add_argument("--vocab", type=int, default=200, help="feasigns per slot")
     gen.add_argument("--start", help="first hour, YYYYMMDD/HH (simple: 20191221/00)")
     gen.add_argument("--hours", type=int, help="simple: 2")
@@ -64,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument("--serving-url", required=True)
     sim.add_argument("--token", default=os.environ.get("ELASTICCTR_SERVING_TOKEN", ""))
     sim.add_argument("--truth", help="generate's truth.json (URI or path); else made from:")
-    sim.add_argument("--slots", type=int, default=8)
-    sim.add_argument("--first-slot", type=int, default=101)
+    sim.add_argument("--slots", type=int, default=DEFAULT_SLOTS)
+    sim.add_argument("--first-slot", type=int, default=DEFAULT_FIRST_SLOT)
     sim.add_argument("--vocab", type=int, default=200)
     sim.add_argument("--seed", type=int, default=7, help="the truth's (generate's) seed")
     sim.add_argument("--seconds", type=float, default=60.0, help="how long to send requests")

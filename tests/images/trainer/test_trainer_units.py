@@ -368,3 +368,30 @@ def test_a_bad_trainer_json_ends_the_job_with_one_line(tmp_path, hyper, problem,
     assert "Traceback" not in done.stderr
     [line] = done.stderr.splitlines()
     assert line.endswith(f" ERROR trainer.json {config}: {problem}"), line
+
+
+def test_generate_writes_the_default_stacks_slots_unless_told(tmp_path):
+    """Data generated with the defaults fits a stack with the default slot_conf
+    (stacks/slot.txt): the same slot ids, and every line uses only those."""
+    from elasticctr_common.slotconf import read_slot_conf
+
+    from tests.images.trainer.trainertest import REPO
+
+    done = subprocess.run(
+        [sys.executable, "-m", "elasticctr_trainer", "generate", "--out", f"file://{tmp_path}",
+         "--hours", "1", "--examples-per-hour", "200", "--files-per-hour", "1", "--heldout",
+         "0"],
+        capture_output=True, text=True, env=trainer_env(), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    stack_slots = read_slot_conf(REPO / "stacks" / "slot.txt")
+    assert json.loads(done.stdout.splitlines()[-1])["slots"] == stack_slots
+    store = open_store(f"file://{tmp_path}")
+    assert read_slot_conf(tmp_path / "slot.conf") == stack_slots
+    [part] = [p for p in store.list("train/20191221/00") if p.startswith("part")]
+    used = {
+        int(token.split(":")[1])
+        for line in store.read_text(f"train/20191221/00/{part}").splitlines()
+        for token in line.split()[2:]
+    }
+    assert used and used <= set(stack_slots)
