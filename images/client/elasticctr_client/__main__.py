@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -120,6 +121,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--batch-size", type=positive_int, default=64)
     pr.add_argument("--output", help="write line, label, prob1, version rows (TSV) here")
     pr.add_argument("--no-progress", action="store_true")
+    pr.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     ck = commands.add_parser(
         "click", help="send clicks on answered instances (the feedback loop, docs/feedback.md)"
@@ -139,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--context")
     lg.add_argument("--tail", type=int, default=100, help="earlier lines to show first")
     lg.add_argument("--wait", type=float, default=300.0, help="seconds to wait for a pod")
+    lg.add_argument(
+        "--json", action="store_true", help='one {"source": ..., "line": ...} object a line'
+    )
 
     st = commands.add_parser("status", help="training progress and versions served")
     st.add_argument("--mlflow-url")
@@ -158,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--dataset-path", default="/train_data", help="config data.dataset_path")
     up.add_argument("--slot-conf", help="slot.conf to upload beside the hours")
+    up.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
 
 
@@ -206,7 +212,7 @@ def _outputs(args: argparse.Namespace) -> StackOutputs:
 
 
 def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
-    from .predict import predict, report
+    from .predict import predict, report, summary_json
 
     url = http_url(outputs.get(args.serving_url, SERVING_URL, "--serving-url"), "--serving-url")
     token = _token(args, outputs)
@@ -236,7 +242,11 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
     finally:
         if out is not None:
             out.close()
-    report(summary, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    if args.json:
+        print(json.dumps(summary_json(summary, seconds), indent=1))
+    else:
+        report(summary, seconds)
     return 0 if summary.examples and not summary.failed else 1
 
 
@@ -315,7 +325,7 @@ def run_logs(args: argparse.Namespace, outputs: StackOutputs) -> int:
     stack_kubeconfig = outputs.values.get(KUBECONFIG)
     if args.kubeconfig or not stack_kubeconfig:
         api = api_client(args.kubeconfig, args.context)
-        return follow_logs(api, namespace, job, args.tail, args.wait)
+        return follow_logs(api, namespace, job, args.tail, args.wait, as_json=args.json)
     # A cluster the stack created: its kubeconfig (a secret stack output) stays in memory;
     # the key files the Kubernetes client needs for TLS live in a private directory that
     # goes away when the command ends, by Ctrl-C or SIGTERM too.
@@ -332,7 +342,7 @@ def run_logs(args: argparse.Namespace, outputs: StackOutputs) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     with tempfile.TemporaryDirectory(prefix="elasticctr-logs-") as key_dir:
         api = api_client(None, args.context, config_dict, key_dir)
-        return follow_logs(api, namespace, job, args.tail, args.wait)
+        return follow_logs(api, namespace, job, args.tail, args.wait, as_json=args.json)
 
 
 def run_status(args: argparse.Namespace, outputs: StackOutputs) -> int:
@@ -377,6 +387,9 @@ def run_upload(args: argparse.Namespace, outputs: StackOutputs) -> int:
             if endpoint and "AWS_ENDPOINT_URL" not in os.environ:
                 os.environ["AWS_ENDPOINT_URL"] = str(endpoint)
     report = upload(Path(args.source), dest, Path(args.slot_conf) if args.slot_conf else None)
+    if args.json:
+        print(json.dumps({"dest": dest, **dataclasses.asdict(report)}, indent=1))
+        return 0
     print(
         f"uploaded {report.files} files ({report.bytes:,} bytes) to {dest}: "
         f"{len(report.ready)} hours ready, {len(report.not_ready)} without donefile"

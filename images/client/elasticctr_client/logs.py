@@ -11,6 +11,7 @@ when every stream has ended (the pods finished) or on Ctrl-C.
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import sys
@@ -172,7 +173,10 @@ def follow_logs(
     tail: int = 100,
     wait: float = 300.0,
     stream: TextIO = sys.stdout,
+    as_json: bool = False,
 ) -> int:
+    """Print each line of the streams as `[source] line`, or with `as_json` as one JSON
+    object a line, `{"source": ..., "line": ...}`; 0 when every stream has ended."""
     lines: queue.Queue[tuple[str, str | None]] = queue.Queue()
     stop = threading.Event()
     sources: dict[str, tuple[str | None, str | None]] = {
@@ -198,7 +202,10 @@ def follow_logs(
             if line is None:
                 open_streams -= 1
                 continue
-            stream.write(f"[{label}] {line}\n")
+            if as_json:
+                stream.write(json.dumps({"source": label, "line": line}) + "\n")
+            else:
+                stream.write(f"[{label}] {line}\n")
             stream.flush()
     except KeyboardInterrupt:
         pass

@@ -15,6 +15,7 @@ and named in the report.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -218,6 +219,20 @@ def auc(labels: list[int], scores: list[float]) -> float:
         return float("nan")
     rank_sum = sum(r for r, label in zip(ranks, labels, strict=True) if label)
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+def summary_json(summary: Summary, seconds: float) -> dict[str, Any]:
+    """What `report` prints, as JSON (`predict --json`); AUC null without both classes."""
+    auc_value = summary.auc
+    return {
+        "examples": summary.examples,
+        "model_versions": sorted(summary.versions),
+        "skipped_lines": summary.skipped,
+        "failed_examples": summary.failed,
+        "failures": summary.failures,
+        "auc": None if math.isnan(auc_value) else auc_value,
+        "examples_per_sec": summary.examples / seconds if seconds > 0 else 0.0,
+    }
 
 
 def report(summary: Summary, seconds: float, stream: TextIO = sys.stdout) -> None:

@@ -149,3 +149,16 @@ def test_one_failed_batch_does_not_abort_predict(flaky, tmp_path, how):
         server.shutdown()
         server.server_close()
     assert done.returncode in (6, 7) and Flaky.posts == [1, 1], done.stderr
+
+
+def test_predict_json(flaky, tmp_path):
+    lines = tmp_path / "lines"
+    lines.write_text("1 1 5:101\n1 0 5:102\nnot a line\n")
+    failing(0, 503)
+    done = run_client("predict", str(lines), "--serving-url", flaky, "--no-progress", "--json")
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout)
+    assert summary | {"examples_per_sec": 0} == {
+        "examples": 2, "model_versions": [3], "skipped_lines": {"non-integer show/click": 1},
+        "failed_examples": {}, "failures": [], "auc": 0.5, "examples_per_sec": 0,
+    }  # fmt: skip
