@@ -16,7 +16,7 @@ from typing import Any, get_args, get_origin
 
 import pulumi
 import yaml
-from elasticctr_common.slotconf import SlotConfError, parse_slot_conf
+from elasticctr_common.slotconf import SLOT_CONF_SUFFIXES, SlotConfError, parse_slot_conf
 from pulumi.runtime import config as runtime_config
 from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
@@ -327,7 +327,7 @@ def _read_slots(slot_conf: Any, project_dir: Path, problems: list[str]) -> tuple
     if not isinstance(slot_conf, str) or not slot_conf:
         return [], ""
     path = project_dir / slot_conf
-    if path.suffix not in (".txt", ".conf"):
+    if path.suffix not in SLOT_CONF_SUFFIXES:
         problems.append(
             f"{NAMESPACE}:slot_conf must be a path to a .txt or .conf file, got {shown(slot_conf)}"
         )

@@ -528,6 +528,15 @@ def test_kafka_credentials_are_secrets_and_required_with_sasl() -> None:
             {"training": {"batch_size": 64.0}},
             "elasticctr:training.batch_size must be an integer from 1 to 65536, got 64.0",
         ),
+        # The program's side of trainer.json's types (the image's: test_trainer_units.py).
+        (
+            {"training": {"batch_size": 1.5}},
+            "elasticctr:training.batch_size must be an integer from 1 to 65536, got 1.5",
+        ),
+        (
+            {"training": {"batch_size": "abc"}},
+            'elasticctr:training.batch_size must be an integer from 1 to 65536, got "abc"',
+        ),
         (
             {"serving": {"replicas": True}},
             "elasticctr:serving.replicas must be an integer from 1 to 100, got true",
@@ -709,22 +718,28 @@ def test_an_unknown_key_gets_a_did_you_mean(config: dict[str, Any], expected: st
     assert problem.startswith(expected)
 
 
-def test_the_slot_conf_upload_suggests_is_taken(tmp_path: Any) -> None:
+@pytest.mark.parametrize("name", ["slot.conf", "slots.txt", "slots", "my slots.cfg"])
+def test_the_slot_conf_upload_suggests_is_taken(tmp_path: Any, name: str) -> None:
     """`elasticctr_client upload --slot-conf` prints a `config set slot_conf` line: what
-    it sets passes the config."""
+    it sets passes the config, whatever the file is called (the config takes *.txt and
+    *.conf: another name is copied to one first)."""
     import io
     import shlex
+    import subprocess
 
     from elasticctr_client.upload import upload
 
     (tmp_path / "data" / "20191221" / "00").mkdir(parents=True)
     (tmp_path / "data" / "20191221" / "00" / "part-0").write_text("1 0 5:1\n")
-    (tmp_path / "slot.conf").write_text("1\n2\n")
+    (tmp_path / name).write_text("1\n2\n")
     log = io.StringIO()
-    upload(tmp_path / "data", f"file://{tmp_path}/dest", tmp_path / "slot.conf", log=log)
+    upload(tmp_path / "data", f"file://{tmp_path}/dest", tmp_path / name, log=log)
     [line] = [line for line in log.getvalue().splitlines() if "config set slot_conf" in line]
     command = line.split("`")[1]
-    value = shlex.split(command)[-1]
+    *before, set_command = command.split(" && ")
+    for step in before:  # the copy to a name the config takes
+        subprocess.run(shlex.split(step), check=True)
+    value = shlex.split(set_command)[-1]
     graph = harness.run(main, {"elasticctr:slot_conf": value})
     slot_conf = graph.one("kubernetes:core/v1:ConfigMap", "namespace-slot-conf").inputs["data"]
     assert "1\n2\n" in slot_conf.values()

@@ -4,21 +4,27 @@ Endpoints come from flags, else from `pulumi stack output --json` of --stack (or
 current stack) run in the current directory. Serving's bearer token (serving.auth token)
 likewise: --token, else $ELASTICCTR_SERVING_TOKEN, else the secret stack output
 serving_token.
+
+A failure is one line on stderr (--debug: with its traceback); exit codes: 0 done, 1 the
+result is bad (failed examples, unhealthy parts), 2 usage, 3 a local file, 4 no endpoint,
+5 credentials, 6 a service does not answer, 7 a service refused, 70 a bug.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import signal
 import sys
 import tempfile
 import time
+import traceback
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from elasticctr_common.datafiles import BadFile, data_lines
 from elasticctr_common.stack_outputs import (
@@ -34,13 +40,69 @@ from elasticctr_common.stack_outputs import (
     TRAINING_JOB,
 )
 
-from .endpoints import TOKEN_ENV, EndpointError, StackOutputs
+from .endpoints import TOKEN_ENV, StackOutputs, http_url
+from .errors import (
+    CliError,
+    CredentialsError,
+    EndpointError,
+    ExitCode,
+    InputError,
+    UsageError,
+    one_line,
+)
+from .httpjson import Retry, request_json
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise ValueError(text)
+    return value
+
+
+def positive_float(text: str) -> float:
+    value = float(text)
+    if not value > 0:
+        raise ValueError(text)
+    return value
+
+
+def retry_count(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= MAX_RETRIES:
+        raise ValueError(text)
+    return value
+
+
+MAX_RETRIES = 10
+positive_int.__name__ = "integer >= 1"
+retry_count.__name__ = f"integer from 0 to {MAX_RETRIES}"  # argparse names the type in its message
+positive_float.__name__ = "number > 0"
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with its usage errors on one line, like the client's other failures."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.USAGE, f"error: {self.prog}: {one_line(message)} (--help lists them)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m elasticctr_client", description=__doc__)
+    p = Parser(
+        prog="python -m elasticctr_client",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--stack", help="Pulumi stack whose outputs give the endpoints")
-    p.add_argument("--timeout", type=float, default=30.0, help="seconds per HTTP call")
+    p.add_argument("--timeout", type=positive_float, default=30.0, help="seconds per HTTP call")
+    p.add_argument(
+        "--retries",
+        type=retry_count,
+        default=Retry.retries,
+        help="times an HTTP call is sent again after a refused connection or a 502/503/504, "
+        "waiting 0.5 s, 1 s, 2 s, ... (at most 8 s) between them",
+    )
+    p.add_argument("--debug", action="store_true", help="show the traceback of a failure")
     p.add_argument(
         "--token",
         help=f"serving's bearer token (default: ${TOKEN_ENV}, else stack output serving_token)",
@@ -56,9 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
         "served model's)",
     )
     pr.add_argument("--serving-url")
-    pr.add_argument("--batch-size", type=int, default=64)
+    pr.add_argument("--batch-size", type=positive_int, default=64)
     pr.add_argument("--output", help="write line, label, prob1, version rows (TSV) here")
     pr.add_argument("--no-progress", action="store_true")
+    pr.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     ck = commands.add_parser(
         "click", help="send clicks on answered instances (the feedback loop, docs/feedback.md)"
@@ -78,6 +141,9 @@ def build_parser() -> argparse.ArgumentParser:
     lg.add_argument("--context")
     lg.add_argument("--tail", type=int, default=100, help="earlier lines to show first")
     lg.add_argument("--wait", type=float, default=300.0, help="seconds to wait for a pod")
+    lg.add_argument(
+        "--json", action="store_true", help='one {"source": ..., "line": ...} object a line'
+    )
 
     st = commands.add_parser("status", help="training progress and versions served")
     st.add_argument("--mlflow-url")
@@ -97,6 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     up.add_argument("--dataset-path", default="/train_data", help="config data.dataset_path")
     up.add_argument("--slot-conf", help="slot.conf to upload beside the hours")
+    up.add_argument("--json", action="store_true", help="print the summary as JSON")
     return p
 
 
@@ -113,9 +180,20 @@ def main(argv: list[str] | None = None) -> int:
     try:
         outputs = _outputs(args) if needs_stack else StackOutputs({}, args.stack)
         return COMMANDS[args.command](args, outputs)
-    except EndpointError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    except CliError as err:
+        return _fail(args, one_line(str(err)), err.code)
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", ExitCode.INTERRUPTED)
+    except Exception as err:  # not one the client knows: still one line, the trace on --debug
+        message = f"{type(err).__name__}: {one_line(str(err))}"
+        return _fail(args, f"{message} (unexpected: --debug shows where)", ExitCode.BUG)
+
+
+def _fail(args: argparse.Namespace, message: str, code: int) -> int:
+    if args.debug:
+        traceback.print_exc()
+    print(f"error: {message}", file=sys.stderr)
+    return code
 
 
 def _outputs(args: argparse.Namespace) -> StackOutputs:
@@ -124,26 +202,29 @@ def _outputs(args: argparse.Namespace) -> StackOutputs:
     try:
         return StackOutputs.read(args.stack)
     except EndpointError as err:
+        if args.command != "status":
+            raise
         flags = (args.mlflow_url, args.serving_url, args.transfer_url)
-        if args.command != "status" or not any(flags) or args.stack:
+        if not any(flags) or args.stack:
             raise
         print(f"warning: {err}; reporting on the endpoints given as flags", file=sys.stderr)
         return StackOutputs({}, args.stack)
 
 
 def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
-    from .predict import PredictError, predict, report
+    from .predict import predict, report, summary_json
 
-    url = outputs.get(args.serving_url, SERVING_URL, "--serving-url")
+    url = http_url(outputs.get(args.serving_url, SERVING_URL, "--serving-url"), "--serving-url")
     token = _token(args, outputs)
     paths = [f for f in args.files if f != "-"]
-    try:
-        total = sum(1 for line in _lines(paths) if line.strip())
-    except BadFile as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    total = sum(1 for line in _lines(paths) if line.strip())  # every file read before sending
     lines = _lines(args.files)
-    out = open(args.output, "w") if args.output else None  # noqa: SIM115 (closed below)
+    try:
+        out = open(args.output, "w") if args.output else None  # noqa: SIM115 (closed below)
+    except OSError as err:
+        raise InputError(
+            f"--output {args.output}: {_reason(err)}; pass a file in a writable directory"
+        ) from None
     started = time.monotonic()
     try:
         summary = predict(
@@ -156,14 +237,16 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
             progress=not args.no_progress,
             token=token,
             data_format=args.format,
+            retry=Retry(args.retries),
         )
-    except (PredictError, BadFile) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
     finally:
         if out is not None:
             out.close()
-    report(summary, time.monotonic() - started)
+    seconds = time.monotonic() - started
+    if args.json:
+        print(json.dumps(summary_json(summary, seconds), indent=1))
+    else:
+        report(summary, seconds)
     return 0 if summary.examples and not summary.failed else 1
 
 
@@ -173,29 +256,30 @@ MAX_CLICKS = 1000  # per request (serving's limit)
 def run_click(args: argparse.Namespace, outputs: StackOutputs) -> int:
     from elasticctr_common.feedback import CLICK_PATH, valid_request_id
 
-    from .predict import PredictError, post_json
+    from .endpoints import auth_header
 
     clicks = []
     for item in args.clicks:
         request_id, _, index = item.rpartition(":")
         if not valid_request_id(request_id) or not index.isdigit():
-            print(
-                f"error: {item!r} is not REQUEST_ID:INSTANCE (the request id an answer "
-                "carried, a colon, the instance's index from 0)",
-                file=sys.stderr,
+            raise UsageError(
+                f"{item!r} is not REQUEST_ID:INSTANCE (the request id an answer carried, a "
+                "colon, the instance's index from 0)"
             )
-            return 2
         clicks.append({"request_id": request_id, "instance": int(index)})
-    url = outputs.get(args.serving_url, SERVING_URL, "--serving-url").rstrip("/") + CLICK_PATH
+    url = http_url(outputs.get(args.serving_url, SERVING_URL, "--serving-url"), "--serving-url")
+    url = url.rstrip("/") + CLICK_PATH
     token = _token(args, outputs)
     accepted = 0
     try:
         for start in range(0, len(clicks), MAX_CLICKS):
             body = {"clicks": clicks[start : start + MAX_CLICKS]}
-            accepted += int(post_json(url, body, args.timeout, token)["accepted"])
-    except PredictError as err:
-        print(f"error: {err} ({accepted} of {len(clicks)} clicks accepted)", file=sys.stderr)
-        return 1
+            answer = request_json(
+                "POST", url, body, args.timeout, auth_header(token), retry=Retry(args.retries)
+            )
+            accepted += int(answer["accepted"])
+    except CliError as err:
+        raise type(err)(f"{err} ({accepted} of {len(clicks)} clicks accepted)") from None
     print(f"{accepted} clicks accepted")
     return 0
 
@@ -210,12 +294,27 @@ def _lines(files: list[str]) -> Iterator[str]:
     ones decompressed, `\\n` ends a line); BadFile, naming the file, for one that is not
     lines of text."""
     for name in files:
-        with contextlib.nullcontext(sys.stdin.buffer) if name == "-" else open(name, "rb") as f:
+        with contextlib.nullcontext(sys.stdin.buffer) if name == "-" else _open(name) as f:
             try:
                 for _, line in data_lines(f):
                     yield line
             except BadFile as err:
-                raise BadFile(f"{name}: {err}") from None
+                raise InputError(f"{name}: {err}; pass files of example lines") from None
+
+
+def _open(name: str) -> Any:
+    try:
+        return open(name, "rb")
+    except OSError as err:
+        raise InputError(
+            f"{name}: {_reason(err)}; pass files of example lines (or - for stdin)"
+        ) from None
+
+
+def _reason(err: OSError) -> str:
+    """`No such file or directory` as `no such file or directory`."""
+    reason = err.strerror or str(err)
+    return reason[:1].lower() + reason[1:]
 
 
 def run_logs(args: argparse.Namespace, outputs: StackOutputs) -> int:
@@ -226,17 +325,24 @@ def run_logs(args: argparse.Namespace, outputs: StackOutputs) -> int:
     stack_kubeconfig = outputs.values.get(KUBECONFIG)
     if args.kubeconfig or not stack_kubeconfig:
         api = api_client(args.kubeconfig, args.context)
-        return follow_logs(api, namespace, job, args.tail, args.wait)
+        return follow_logs(api, namespace, job, args.tail, args.wait, as_json=args.json)
     # A cluster the stack created: its kubeconfig (a secret stack output) stays in memory;
     # the key files the Kubernetes client needs for TLS live in a private directory that
     # goes away when the command ends, by Ctrl-C or SIGTERM too.
     import yaml
 
-    config_dict = yaml.safe_load(str(stack_kubeconfig))
+    try:
+        config_dict = yaml.safe_load(str(stack_kubeconfig))
+    except yaml.YAMLError:
+        config_dict = None
+    if not isinstance(config_dict, dict):
+        raise CredentialsError(
+            "the stack output kubeconfig is not a kubeconfig; pass the cluster's with --kubeconfig"
+        )
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
     with tempfile.TemporaryDirectory(prefix="elasticctr-logs-") as key_dir:
         api = api_client(None, args.context, config_dict, key_dir)
-        return follow_logs(api, namespace, job, args.tail, args.wait)
+        return follow_logs(api, namespace, job, args.tail, args.wait, as_json=args.json)
 
 
 def run_status(args: argparse.Namespace, outputs: StackOutputs) -> int:
@@ -245,27 +351,29 @@ def run_status(args: argparse.Namespace, outputs: StackOutputs) -> int:
     sources: dict[str, tuple[Any, ...]] = {}  # part: (function, *args)
     mlflow = args.mlflow_url or outputs.values.get(MLFLOW_URL)
     if mlflow:
+        mlflow = http_url(str(mlflow), "--mlflow-url")
         experiment = args.experiment or outputs.values.get(TRAINING_JOB) or "elasticctr-train"
         sources["training"] = (status.training, mlflow, experiment)
     serving = args.serving_url or outputs.values.get(SERVING_URL)
     if serving:
+        serving = http_url(str(serving), "--serving-url")
         sources["serving"] = (status.serving, serving, _token(args, outputs))
     transfer = args.transfer_url or outputs.values.get(CUBE_TRANSFER_URL)
     if transfer:
+        transfer = http_url(str(transfer), "--transfer-url")
         sources["cube"] = (status.transfer, transfer)
     if not sources:
+        how = outputs.missing or "pass a --stack"
         raise EndpointError(
-            "nothing to ask: pass --mlflow-url, --serving-url or --transfer-url, or a --stack"
+            f"nothing to ask: pass --mlflow-url, --serving-url or --transfer-url, or {how}"
         )
-    result = status.collect(sources, args.timeout)
+    result = status.collect(sources, args.timeout, Retry(args.retries))
     print(json.dumps(result, indent=1) if args.json else status.render(result))
     failed = any("error" in part for part in result.values() if isinstance(part, dict))
     return 1 if failed or result["unhealthy"] else 0
 
 
 def run_upload(args: argparse.Namespace, outputs: StackOutputs) -> int:
-    from elasticctr_common.slotconf import SlotConfError
-
     from .upload import upload
 
     dest = args.dest
@@ -278,11 +386,10 @@ def run_upload(args: argparse.Namespace, outputs: StackOutputs) -> int:
             endpoint = outputs.values.get(STORAGE_ENDPOINT)
             if endpoint and "AWS_ENDPOINT_URL" not in os.environ:
                 os.environ["AWS_ENDPOINT_URL"] = str(endpoint)
-    try:
-        report = upload(Path(args.source), dest, Path(args.slot_conf) if args.slot_conf else None)
-    except (FileNotFoundError, SlotConfError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    report = upload(Path(args.source), dest, Path(args.slot_conf) if args.slot_conf else None)
+    if args.json:
+        print(json.dumps({"dest": dest, **dataclasses.asdict(report)}, indent=1))
+        return 0
     print(
         f"uploaded {report.files} files ({report.bytes:,} bytes) to {dest}: "
         f"{len(report.ready)} hours ready, {len(report.not_ready)} without donefile"

@@ -15,25 +15,20 @@ and named in the report.
 
 from __future__ import annotations
 
-import contextlib
-import json
+import math
 import sys
-import urllib.error
-import urllib.request
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from elasticctr_common.lines import BadLine, DenseFeature, LineFormat, dense_value
 
-from .endpoints import auth_header, unreachable_hint
+from .endpoints import auth_header
+from .errors import RefusedError
+from .httpjson import DEFAULT_RETRY, Retry, request_json
 from .progress import Progress
 
 INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
-
-
-class PredictError(Exception):
-    """Serving refused a batch or did not answer; the message has its error."""
 
 
 @dataclass
@@ -106,39 +101,22 @@ def read_examples(lines: Iterable[str], served: Served, summary: Summary) -> Ite
             yield parsed
 
 
-def post_json(
-    url: str, body: dict[str, Any], timeout: float, token: str | None = None
-) -> dict[str, Any]:
-    request = urllib.request.Request(
-        url, data=json.dumps(body).encode(), method="POST", headers=auth_header(token)
-    )
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            answer: dict[str, Any] = json.loads(response.read())
-            return answer
-    except urllib.error.HTTPError as err:
-        detail = err.read().decode(errors="replace")
-        with contextlib.suppress(ValueError):
-            answer = json.loads(detail)
-            detail = answer.get("err_msg") or answer.get("error") or detail
-        raise PredictError(f"serving answered {err.code}: {detail}") from None
-    except (OSError, ValueError) as err:
-        raise PredictError(f"{url}: {err}{unreachable_hint(url)}") from None
-
-
 def served_model(
-    serving_url: str, timeout: float, token: str | None = None, data_format: str | None = None
+    serving_url: str,
+    timeout: float,
+    token: str | None = None,
+    data_format: str | None = None,
+    retry: Retry = DEFAULT_RETRY,
 ) -> Served:
     """The slots, line format and dense features of the model serving now (its /status);
     `data_format` (the user's) over the served one. A serving that does not say: ElasticCTR
     lines, any slot."""
     url = serving_url.rstrip("/") + "/status"
     try:
-        request = urllib.request.Request(url, headers=auth_header(token))
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            status = json.loads(r.read())
-    except (OSError, ValueError):
+        status = request_json("GET", url, None, timeout, auth_header(token), retry=retry)
+    except RefusedError:  # a serving without /status: the first batch says what is wrong
+        status = {}
+    if not isinstance(status, dict):
         status = {}
     slots = status.get("slots")
     dense = tuple(DenseFeature(f["name"], f["dim"]) for f in status.get("dense_features") or [])
@@ -146,7 +124,7 @@ def served_model(
     try:
         form = LineFormat(name, dense)
     except ValueError as err:
-        raise PredictError(f"lines of format {name}: {err}") from None
+        raise RefusedError(f"serving at {url} serves lines of format {name}: {err}") from None
     return Served({str(s) for s in slots} if slots else None, form)
 
 
@@ -160,20 +138,22 @@ def predict(
     progress: bool = True,
     token: str | None = None,
     data_format: str | None = None,
+    retry: Retry = DEFAULT_RETRY,
 ) -> Summary:
     """Send every example; write `<line>\t<label>\t<prob1>\t<version>` rows to `out`.
-    `data_format`: the lines' format (default: the served model's)."""
+    `data_format`: the lines' format (default: the served model's). A batch that meets a
+    refused connection or a 502/503/504 is sent again as `retry` says."""
     url = serving_url.rstrip("/") + INFERENCE_PATH
     summary = Summary()
     bar = Progress(total, "examples", enabled=progress)
     batch: list[Example] = []
-    served = served_model(serving_url, timeout, token, data_format)
+    served = served_model(serving_url, timeout, token, data_format, retry)
     examples = read_examples(lines, served, summary)
     for example in _with_end(examples):
         if example is not None:
             batch.append(example)
         if batch and (example is None or len(batch) >= batch_size):
-            _send(url, batch, timeout, summary, out, token)
+            _send(url, batch, timeout, summary, out, token, retry)
             bar.update(len(batch))
             batch = []
     bar.close()
@@ -186,7 +166,7 @@ def _with_end(items: Iterator[Example]) -> Iterator[Example | None]:
 
 
 def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out: TextIO | None,
-          token: str | None = None) -> None:  # fmt: skip
+          token: str | None = None, retry: Retry = DEFAULT_RETRY) -> None:  # fmt: skip
     instances: list[dict[str, Any]] = []
     for example in batch:
         instance: dict[str, Any] = {
@@ -195,12 +175,15 @@ def _send(url: str, batch: list[Example], timeout: float, summary: Summary, out:
         if example.dense:
             instance["dense"] = example.dense
         instances.append(instance)
-    answer = post_json(url, {"instances": instances}, timeout, token)
+    body = {"instances": instances}
+    answer = request_json("POST", url, body, timeout, auth_header(token), retry=retry)
     if answer.get("err_code", 0) not in (0, PARTIAL):
-        raise PredictError(f"serving: {answer.get('err_msg')}")
+        raise RefusedError(f"serving at {url} refused a batch: {answer.get('err_msg')}")
     predictions = answer["predictions"]
     if len(predictions) != len(batch):
-        raise PredictError(f"{len(batch)} instances sent, {len(predictions)} predictions back")
+        raise RefusedError(
+            f"serving at {url}: {len(batch)} instances sent, {len(predictions)} predictions back"
+        )
     version = answer.get("version")
     if version is not None:
         summary.versions.add(int(version))
@@ -236,6 +219,20 @@ def auc(labels: list[int], scores: list[float]) -> float:
         return float("nan")
     rank_sum = sum(r for r, label in zip(ranks, labels, strict=True) if label)
     return (rank_sum - positives * (positives + 1) / 2) / (positives * negatives)
+
+
+def summary_json(summary: Summary, seconds: float) -> dict[str, Any]:
+    """What `report` prints, as JSON (`predict --json`); AUC null without both classes."""
+    auc_value = summary.auc
+    return {
+        "examples": summary.examples,
+        "model_versions": sorted(summary.versions),
+        "skipped_lines": summary.skipped,
+        "failed_examples": summary.failed,
+        "failures": summary.failures,
+        "auc": None if math.isnan(auc_value) else auc_value,
+        "examples_per_sec": summary.examples / seconds if seconds > 0 else 0.0,
+    }
 
 
 def report(summary: Summary, seconds: float, stream: TextIO = sys.stdout) -> None:

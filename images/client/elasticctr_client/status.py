@@ -16,13 +16,12 @@ answer or does not serve the committed version, each an `UNHEALTHY` line (and th
 
 from __future__ import annotations
 
-import json
-import urllib.error
 import urllib.parse
-import urllib.request
 from typing import Any
 
-from .endpoints import auth_header, unreachable_hint
+from .endpoints import auth_header
+from .errors import CliError, RefusedError
+from .httpjson import DEFAULT_RETRY, Retry, request_json
 
 TRAINING_METRICS = (
     "auc", "loss", "eval_auc", "published", "examples", "examples_per_sec", "bad_lines",
@@ -32,25 +31,21 @@ HELD_BACK_TAG = "held_back_versions"
 
 
 def call(method: str, url: str, body: Any = None, timeout: float = 10.0,
-         headers: dict[str, str] | None = None) -> Any:  # fmt: skip
-    data = None if body is None else json.dumps(body).encode()
-    request = urllib.request.Request(url, data=data, method=method, headers=headers or {})
-    request.add_header("Content-Type", "application/json")
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
-            return json.loads(response.read())
-    except urllib.error.HTTPError as err:
-        raise RuntimeError(f"{url}: HTTP {err.code}: {err.read()[:300]!r}") from None
-    except (OSError, ValueError) as err:
-        raise RuntimeError(f"{url}: {err}{unreachable_hint(url)}") from None
+         headers: dict[str, str] | None = None, service: str = "serving",
+         retry: Retry = DEFAULT_RETRY) -> Any:  # fmt: skip
+    return request_json(method, url, body, timeout, headers, service, retry)
 
 
-def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict[str, Any]:
+def training(
+    mlflow_url: str, experiment: str, timeout: float = 10.0, retry: Retry = DEFAULT_RETRY
+) -> dict[str, Any]:
     base = mlflow_url.rstrip("/") + "/api/2.0/mlflow"
     query = urllib.parse.urlencode({"experiment_name": experiment})
     try:
-        found = call("GET", f"{base}/experiments/get-by-name?{query}", timeout=timeout)
-    except RuntimeError as err:
+        found = call(
+            "GET", f"{base}/experiments/get-by-name?{query}", None, timeout, None, "MLflow", retry
+        )
+    except RefusedError as err:
         if "RESOURCE_DOES_NOT_EXIST" in str(err):
             return {"experiment": experiment, "runs": [], "note": "no such experiment yet"}
         raise
@@ -60,7 +55,8 @@ def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict[st
         "max_results": 100,
         "order_by": ["attributes.start_time DESC"],
     }
-    runs = call("POST", f"{base}/runs/search", search, timeout).get("runs", [])
+    runs = call("POST", f"{base}/runs/search", search, timeout, None, "MLflow", retry)
+    runs = runs.get("runs", [])
     out = []
     for run in runs:
         info, metrics = run["info"], run.get("data", {}).get("metrics", [])
@@ -79,35 +75,42 @@ def training(mlflow_url: str, experiment: str, timeout: float = 10.0) -> dict[st
     return {"experiment": experiment, "runs": sorted(out, key=lambda r: r["run"])}
 
 
-def serving(serving_url: str, token: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
+def serving(
+    serving_url: str, token: str | None = None, timeout: float = 10.0, retry: Retry = DEFAULT_RETRY
+) -> dict[str, Any]:
     url = serving_url.rstrip("/") + "/status"
-    status = call("GET", url, timeout=timeout, headers=auth_header(token))
+    status = call("GET", url, None, timeout, auth_header(token), "serving", retry)
     keep = (
         "version", "cube_committed", "cube_source", "slots", "rejected", "last_error", "requests",
     )  # fmt: skip
     return {k: status.get(k) for k in keep}
 
 
-def transfer(transfer_url: str, timeout: float = 10.0) -> dict[str, Any]:
+def transfer(
+    transfer_url: str, timeout: float = 10.0, retry: Retry = DEFAULT_RETRY
+) -> dict[str, Any]:
     base = transfer_url.rstrip("/")
-    status = call("GET", base + "/status", timeout=timeout)
+    status = call("GET", base + "/status", None, timeout, None, "cube-transfer", retry)
     keep = ("committed", "previous", "phase", "kept_versions", "last_error", "shards")
     report = {k: status.get(k) for k in keep}
     try:
-        report["servers"] = call("GET", base + "/servers", timeout=timeout)["servers"]
-    except (RuntimeError, KeyError, TypeError) as err:
+        servers = call("GET", base + "/servers", None, timeout, None, "cube-transfer", retry)
+        report["servers"] = servers["servers"]
+    except (CliError, KeyError, TypeError) as err:
         report["servers"] = {"error": str(err)}
     return report
 
 
-def collect(sources: dict[str, tuple[Any, ...]], timeout: float) -> dict[str, Any]:
+def collect(
+    sources: dict[str, tuple[Any, ...]], timeout: float, retry: Retry = DEFAULT_RETRY
+) -> dict[str, Any]:
     """{part: result or {"error": ...}} for sources {part: (function, *args)}, and the
     `unhealthy` lines of what the parts say."""
     report: dict[str, Any] = {}
     for part, (function, *args) in sources.items():
         try:
-            report[part] = function(*args, timeout=timeout)
-        except (RuntimeError, KeyError, TypeError) as err:
+            report[part] = function(*args, timeout=timeout, retry=retry)
+        except (CliError, KeyError, TypeError) as err:
             report[part] = {"error": str(err)}
     report["unhealthy"] = unhealthy(report)
     return report

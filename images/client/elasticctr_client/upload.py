@@ -9,6 +9,7 @@ uploaded without one (not ready) and reported. The destination is any storage UR
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import sys
@@ -17,8 +18,16 @@ from pathlib import Path
 from typing import TextIO
 
 from elasticctr_common.contract import DONEFILE
-from elasticctr_common.slotconf import read_slot_conf
-from elasticctr_common.storage import open_store
+from elasticctr_common.slotconf import SLOT_CONF_SUFFIXES, SlotConfError, read_slot_conf
+from elasticctr_common.storage import StorageError, Store, open_store
+
+from .errors import (
+    CredentialsError,
+    InputError,
+    RefusedError,
+    UnreachableError,
+    UsageError,
+)
 
 DAY, HOUR = re.compile(r"^\d{8}$"), re.compile(r"^\d{2}$")
 
@@ -41,13 +50,48 @@ def upload(
     source: Path, dest_uri: str, slot_conf: Path | None = None, log: TextIO = sys.stderr
 ) -> UploadReport:
     if not source.is_dir():
-        raise FileNotFoundError(f"{source} is not a directory")
+        raise InputError(
+            f"{source} is not a directory; pass the local directory of YYYYMMDD/HH hour directories"
+        )
     hours = hour_dirs(source)
     if not hours:
-        raise FileNotFoundError(f"{source} has no YYYYMMDD/HH hour directories")
+        raise InputError(
+            f"{source} has no YYYYMMDD/HH hour directories (e.g. {source}/20191221/00); "
+            "pass the directory above them"
+        )
     if slot_conf is not None:
-        read_slot_conf(slot_conf)  # SlotConfError names the bad line before anything is sent
-    store = open_store(dest_uri)
+        _check_slot_conf(slot_conf)  # before anything is sent
+    try:
+        store = open_store(dest_uri)
+    except StorageError as err:
+        raise UsageError(f"--dest {err}") from None
+    try:
+        return _upload(hours, store, slot_conf, log)
+    except Exception as err:
+        mapped = storage_error(err, dest_uri)
+        if mapped is err:
+            raise
+        raise mapped from err
+
+
+def _check_slot_conf(slot_conf: Path) -> None:
+    try:
+        read_slot_conf(slot_conf)
+    except OSError as err:
+        raise InputError(
+            f"slot.conf {slot_conf}: {err.strerror or err}; pass --slot-conf FILE"
+        ) from None
+    except UnicodeDecodeError as err:
+        raise InputError(
+            f"slot.conf {slot_conf}: a byte that is not UTF-8 at offset {err.start}; "
+            "convert it (iconv -t UTF-8)"
+        ) from None
+    except SlotConfError as err:
+        problems = "; ".join(str(err).splitlines())
+        raise InputError(f"{problems}; slot.conf is one integer slot id per line") from None
+
+
+def _upload(hours: list[Path], store: Store, slot_conf: Path | None, log: TextIO) -> UploadReport:
     report = UploadReport()
     for hour in hours:
         name = f"{hour.parent.name}/{hour.name}"
@@ -70,7 +114,63 @@ def upload(
         store.upload(slot_conf, "slot.conf")
         print(
             f"slot.conf -> {store.uri('slot.conf')} (training reads the stack's slot_conf: "
-            f"`pulumi config set slot_conf {shlex.quote(str(slot_conf.resolve()))}`)",
+            f"`{config_command(slot_conf)}`)",
             file=log,
         )
     return report
+
+
+def config_command(slot_conf: Path) -> str:
+    """The command that makes `slot_conf` the stack's slot_conf: the config takes a path
+    to a file named *.txt or *.conf (absolute, or relative to the project)."""
+    path = slot_conf.resolve()
+    if path.suffix in SLOT_CONF_SUFFIXES:
+        return f"pulumi config set slot_conf {shlex.quote(str(path))}"
+    named = path.with_name(path.name + ".conf")
+    return (
+        f"cp {shlex.quote(str(path))} {shlex.quote(str(named))} && "
+        f"pulumi config set slot_conf {shlex.quote(str(named))}"
+    )
+
+
+S3_CREDENTIAL_CODES = {
+    "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "InvalidToken",
+    "ExpiredToken", "403", "401",
+}  # fmt: skip
+KEYS_HINT = "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) to the storage's keys"
+
+
+def storage_error(err: Exception, dest: str) -> Exception:
+    """A CliError for a failed upload to `dest`, naming it and what to do; `err` itself
+    when it is not a storage failure the user can act on."""
+    try:
+        from boto3.exceptions import S3UploadFailedError
+        from botocore.exceptions import (
+            ClientError,
+            ConnectTimeoutError,
+            EndpointConnectionError,
+            NoCredentialsError,
+        )
+    except ImportError:  # no boto3: not an S3 failure
+        return err
+    if isinstance(err, NoCredentialsError):
+        return CredentialsError(f"{dest}: no S3 credentials; {KEYS_HINT}")
+    if isinstance(err, EndpointConnectionError | ConnectTimeoutError):
+        endpoint = os.environ.get("AWS_ENDPOINT_URL", "AWS S3")
+        return UnreachableError(
+            f"{dest}: cannot connect to the storage at {endpoint}; is it up, and "
+            "AWS_ENDPOINT_URL right?"
+        )
+    code = None
+    if isinstance(err, ClientError):
+        code = str(err.response.get("Error", {}).get("Code"))
+    elif isinstance(err, S3UploadFailedError):  # upload_file wraps the ClientError's text
+        found = re.search(r"An error occurred \((\w+)\)", str(err))
+        code = found.group(1) if found else None
+    if code is None:
+        return err
+    if code in S3_CREDENTIAL_CODES:
+        return CredentialsError(f"{dest}: the storage refused the keys ({code}); {KEYS_HINT}")
+    if code in ("NoSuchBucket", "404"):
+        return RefusedError(f"{dest}: no such bucket; create it, or pass the right --dest")
+    return RefusedError(f"{dest}: the storage answered {code}")

@@ -11,6 +11,8 @@ class SlotConfError(ValueError):
     """slot.conf is not a list of unique integer slot ids; the message names file and line."""
 
 
+# The names the stack's slot_conf may have (infra/load_config.py); upload's hint keeps to them.
+SLOT_CONF_SUFFIXES = (".txt", ".conf")
 # Slot ids are uint64, as the data lines' `<feasign>:<slot>` (lines.py) and the native pipe
 # read them.
 MAX_SLOT = 2**64 - 1

@@ -237,17 +237,24 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
             "runner.passes: online mode trains each partition once (one pass per partition)"
         )
     if not 0 <= runner.max_bad_line_fraction <= 1:
-        raise ConfigError("runner.max_bad_line_fraction: must be within [0, 1]")
+        raise ConfigError(
+            "runner.max_bad_line_fraction: must be within [0, 1], got "
+            f"{runner.max_bad_line_fraction}"
+        )
     if not runner.max_abs_weight > 0:
-        raise ConfigError("runner.max_abs_weight: must be > 0")
+        raise ConfigError(f"runner.max_abs_weight: must be > 0, got {runner.max_abs_weight}")
     if runner.data_wait_seconds < 0:
         raise ConfigError(f"runner.data_wait_seconds: must be >= 0, got {runner.data_wait_seconds}")
     if not runner.online_poll_seconds > 0:
-        raise ConfigError("runner.online_poll_seconds: must be > 0")
+        raise ConfigError(
+            f"runner.online_poll_seconds: must be > 0, got {runner.online_poll_seconds}"
+        )
     if runner.thread_num < 1:
-        raise ConfigError("runner.thread_num: must be >= 1")
+        raise ConfigError(f"runner.thread_num: must be >= 1, got {runner.thread_num}")
     if hyper.sparse_dim < 2:
-        raise ConfigError("hyper_parameters.sparse_dim: must be >= 2 (key 0 is padding)")
+        raise ConfigError(
+            f"hyper_parameters.sparse_dim: must be >= 2 (key 0 is padding), got {hyper.sparse_dim}"
+        )
     # A table row is embed_w and embedding_dim - 1 embedding columns: 1 leaves none.
     if hyper.embedding_dim < 2:
         raise ConfigError(
@@ -261,11 +268,16 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
             f"hyper_parameters.sparse_initial_range: must be >= 0, got {hyper.sparse_initial_range}"
         )
     if not runner.sync_timeout_seconds > 0:
-        raise ConfigError("runner.sync_timeout_seconds: must be > 0")
+        raise ConfigError(
+            f"runner.sync_timeout_seconds: must be > 0, got {runner.sync_timeout_seconds}"
+        )
     if not hyper.fc_sizes or any(size < 1 for size in hyper.fc_sizes):
-        raise ConfigError("hyper_parameters.fc_sizes: a non-empty list of positive sizes")
+        raise ConfigError(
+            f"hyper_parameters.fc_sizes: must be a non-empty list of positive sizes, got "
+            f"{json.dumps(hyper.fc_sizes)}"
+        )
     if hyper.batch_size < 1:
-        raise ConfigError("hyper_parameters.batch_size: must be >= 1")
+        raise ConfigError(f"hyper_parameters.batch_size: must be >= 1, got {hyper.batch_size}")
     if hyper.model not in MODELS:
         raise ConfigError(f"hyper_parameters.model: expected one of {MODELS}, got {hyper.model!r}")
     if hyper.model == "custom" and not hyper.network_module:
@@ -305,11 +317,20 @@ def line_format(config: TrainerConfig) -> LineFormat:
 
 
 def load_config(path: str | Path) -> TrainerConfig:
+    """trainer.json at `path`; a ConfigError whose lines each name the file, then the key,
+    the value and what is allowed."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise ConfigError(f"{path}: cannot be read ({err.strerror or err})") from None
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text (a byte at offset {err.start})") from None
     except json.JSONDecodeError as err:
         raise ConfigError(f"{path}: not JSON ({err})") from None
-    return parse_config(data)
+    try:
+        return parse_config(data)
+    except ConfigError as err:
+        raise ConfigError("\n".join(f"{path}: {line}" for line in str(err).splitlines())) from None
 
 
 def apply_settings(data: dict[str, Any], settings: list[str]) -> dict[str, Any]:

@@ -18,3 +18,7 @@ import zlib  # noqa: F401
 # (networks.NetworkError): the Volcano Job ends on it instead of restarting into the same
 # failure (components/training.py keeps the same number).
 BAD_DATA_EXIT_CODE = 3
+
+# `generate`'s and `simulate`'s slots unless told: slot ids 1..26, those of stacks/slot.txt
+# (the stack's default slot_conf), so generated data fits a default stack.
+DEFAULT_SLOTS, DEFAULT_FIRST_SLOT = 26, 1

@@ -11,6 +11,8 @@ import sys
 from elasticctr_common.logs import log_info_to_stderr
 from elasticctr_common.trainer_json import HyperParameters
 
+from . import BAD_DATA_EXIT_CODE, DEFAULT_FIRST_SLOT, DEFAULT_SLOTS
+
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m elasticctr_trainer")
@@ -43,10 +45,13 @@ def main(argv: list[str] | None = None) -> int:
         "--sparse-dim", type=int, default=HyperParameters.sparse_dim, help="for --baselines"
     )
     gen.add_argument("--max-vocab", type=int, default=100_000, help="realistic: largest slot")
-    gen.add_argument("--slots", type=int, default=8)
     gen.add_argument(
-        "--first-slot", type=int, default=101, help="slot ids FIRST.. (1: stacks/slot.txt's)"
+        "--slots", type=int, default=DEFAULT_SLOTS, help="simple: how many (stacks/slot.txt's)"
     )
+    gen.add_argument(
+        "--first-slot", type=int, default=DEFAULT_FIRST_SLOT,
+        help="slot ids FIRST.. (default: stacks/slot.txt's)",
+    )  # fmt: skip
     gen.add_argument("--vocab", type=int, default=200, help="feasigns per slot")
     gen.add_argument("--start", help="first hour, YYYYMMDD/HH (simple: 20191221/00)")
     gen.add_argument("--hours", type=int, help="simple: 2")
@@ -62,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
     sim.add_argument("--serving-url", required=True)
     sim.add_argument("--token", default=os.environ.get("ELASTICCTR_SERVING_TOKEN", ""))
     sim.add_argument("--truth", help="generate's truth.json (URI or path); else made from:")
-    sim.add_argument("--slots", type=int, default=8)
-    sim.add_argument("--first-slot", type=int, default=101)
+    sim.add_argument("--slots", type=int, default=DEFAULT_SLOTS)
+    sim.add_argument("--first-slot", type=int, default=DEFAULT_FIRST_SLOT)
     sim.add_argument("--vocab", type=int, default=200)
     sim.add_argument("--seed", type=int, default=7, help="the truth's (generate's) seed")
     sim.add_argument("--seconds", type=float, default=60.0, help="how long to send requests")
@@ -84,18 +89,24 @@ def main(argv: list[str] | None = None) -> int:
 
     args = parser.parse_args(argv)
     log_info_to_stderr("elasticctr_trainer")
-    if args.command == "run":
-        from elasticctr_common.trainer_json import load_config
+    if args.command in ("run", "local"):
+        from elasticctr_common.trainer_json import ConfigError, load_config
 
+        try:
+            config = load_config(args.config)
+        except ConfigError as err:  # every attempt would meet it: end the Job, name the key
+            for line in str(err).splitlines():
+                logging.getLogger("elasticctr_trainer").error("trainer.json %s", line)
+            return BAD_DATA_EXIT_CODE
+    if args.command == "run":
         from .roles import role_from_env
 
-        config, role = load_config(args.config), role_from_env()
+        role = role_from_env()
         # Paddle's train_from_dataset writes debug files (<id>_train_desc.prototxt) into the
         # current directory: keep them in the scratch directory, not wherever we started.
         os.makedirs(config.runner.work_dir, exist_ok=True)
         os.chdir(config.runner.work_dir)
         code = 0
-        from . import BAD_DATA_EXIT_CODE
         from .checkpoint import CheckpointMismatch
         from .networks import NetworkError
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
+import string
 import subprocess
 import sys
 
@@ -32,9 +34,28 @@ def stack(tmp_path_factory, cube_server_bin):
         processes.stop_all()
 
 
-def run_client(*args: str, env: dict | None = None, timeout: float = 120, stdin: str = ""):
-    """python -m elasticctr_client ARGS; the CompletedProcess (text)."""
-    full_env = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
+# Serving's bearer token in the guarded stack: as the stack makes it
+# (components/generated_secret.py), letters and digits.
+TOKEN = "".join(secrets.choice(string.ascii_letters + string.digits) for _ in range(40))
+
+
+@pytest.fixture(scope="module")
+def guarded(tmp_path_factory, cube_server_bin):
+    """The stack with serving.auth token: serving wants TOKEN."""
+    root = tmp_path_factory.mktemp("client-auth-stack")
+    processes = Processes(root)
+    try:
+        yield start_stack(processes, root, serving_env={"SERVING_AUTH_TOKEN": TOKEN})
+    finally:
+        processes.stop_all()
+
+
+def run_client(*args: str, env: dict | None = None, timeout: float = 120, stdin: str = "",
+               drop: tuple[str, ...] = ()):  # fmt: skip
+    """python -m elasticctr_client ARGS; the CompletedProcess (text). `drop`: prefixes of
+    environment variables the client must not see."""
+    inherited = {k: v for k, v in os.environ.items() if not k.startswith(drop or ("\0",))}
+    full_env = {**inherited, "PYTHONPATH": PYTHONPATH, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "elasticctr_client", *args],
         input=stdin,

@@ -167,3 +167,12 @@ def test_the_stacks_kubeconfig_never_stays_on_disk(kubeconfig, tmp_path):
     assert done.returncode == 0, done.stderr
     assert "[transfer] version 1 committed" in done.stdout
     assert list(tmpdir.rglob("*")) == []  # nothing left behind, the token least of all
+
+
+def test_logs_json(kubeconfig):
+    done = run_client("logs", "--kubeconfig", str(kubeconfig), "--namespace", NAMESPACE,
+                      "--job", JOB, "--wait", "5", "--json", timeout=60)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    records = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [r["line"] for r in records if r["source"] == "trainer-0"] == PODS[f"{JOB}-trainer-0"]
+    assert [r["line"] for r in records if r["source"] == "transfer"] == PODS["cube-transfer-5d8f"]

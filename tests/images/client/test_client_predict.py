@@ -92,7 +92,7 @@ def test_predict_reads_data_files_as_the_trainer_does(stack, data, tmp_path):
     noise = tmp_path / "noise"
     noise.write_bytes(random.Random(22).randbytes(5000))
     done = run_client("predict", str(path), str(noise), "--serving-url", url, "--no-progress")
-    assert done.returncode == 1
+    assert done.returncode == 3
     assert f"error: {noise}: not UTF-8 text at line 1" in done.stderr
 
 
@@ -105,7 +105,7 @@ def test_endpoints_come_from_pulumi_stack_output(stack, data, tmp_path):
     args = (tmp_path / "pulumi-args").read_text()
     assert args.strip() == "stack output --json --show-secrets --stack dev"
     done = run_client("predict", str(path), env=fake_pulumi(tmp_path / "empty", {}))
-    assert done.returncode == 2
+    assert done.returncode == 4
     assert "no --serving-url: pass --serving-url, or run where" in done.stderr
 
 
@@ -113,7 +113,7 @@ def test_predict_reports_a_refused_batch(stack, tmp_path):
     path = tmp_path / "lines"
     path.write_text("1 0 18446744073709551615:101\n")
     done = run_client("predict", str(path), "--serving-url", stack.serving.url + "/nope")
-    assert done.returncode == 1 and "serving answered 404" in done.stderr
+    assert done.returncode == 7 and "serving answered 404" in done.stderr
 
 
 def test_status_shows_versions_and_training_progress(stack, mlflow_server, tmp_path):
@@ -164,7 +164,7 @@ def test_status_shows_versions_and_training_progress(stack, mlflow_server, tmp_p
     assert f"warning: `stack output --json --show-secrets` failed: {NO_LOGIN}" in broken.stderr
     # Nothing given but the stack: its error is the answer.
     nothing = run_client("status", env=no_login)
-    assert nothing.returncode == 2 and NO_LOGIN in nothing.stderr
+    assert nothing.returncode == 4 and NO_LOGIN in nothing.stderr
     outside = run_client(
         "--timeout",
         "2",

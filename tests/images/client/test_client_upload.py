@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from elasticctr_client import upload as upload_module
 from elasticctr_common.storage import LocalStore, open_store
@@ -101,9 +103,20 @@ def test_bad_slot_conf_uploads_nothing(hours, tmp_path):
         "upload", str(src), "--dest", f"file://{tmp_path}/dest", "--slot-conf", str(slot_conf)
     )
     assert (
-        done.returncode == 1
+        done.returncode == 3
         and "slot id must be an integer from 0 to 18446744073709551615, got 'abc'" in done.stderr
     )
     assert not (tmp_path / "dest").exists()
     done = run_client("upload", str(tmp_path / "nothing"), "--dest", f"file://{tmp_path}/d")
-    assert done.returncode == 1 and "is not a directory" in done.stderr
+    assert done.returncode == 3 and "is not a directory" in done.stderr
+
+
+def test_upload_json(hours, tmp_path):
+    src, slot_conf = hours
+    dest = f"file://{tmp_path}/dest"
+    done = run_client("upload", str(src), "--dest", dest, "--slot-conf", str(slot_conf), "--json")
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == {
+        "dest": dest, "ready": ["20191221/00"], "not_ready": ["20191221/01"], "files": 3,
+        "bytes": sum(f.stat().st_size for f in src.rglob("part-*")),
+    }  # fmt: skip

@@ -16,13 +16,14 @@ from elasticctr_common.seqfile import SYNC_INTERVAL, SequenceFileWriter
 from elasticctr_common.seqfile import read_sequence_file as shared_reader
 from elasticctr_common.storage import open_store
 from elasticctr_common.trainer_json import ConfigError, parse_config
+from elasticctr_trainer import BAD_DATA_EXIT_CODE
 from elasticctr_trainer.hours import hour_range, ready_hours, wait_for_hours
 from elasticctr_trainer.metrics import auc, auc_from_histograms
 from elasticctr_trainer.modelcheck import check_model
 from elasticctr_trainer.roles import RoleError, role_from_env
 from elasticctr_trainer.sync import PassSync, SyncTimeout
 
-from tests.images.trainer.trainertest import read_sequence_file
+from tests.images.trainer.trainertest import read_sequence_file, trainer_env
 from tests.support.trainer_json import RUNNER
 
 
@@ -341,3 +342,56 @@ def test_online_hours_skip_an_hour_once_a_later_one_is_ready(tmp_path):
     data.write_text("20191221/02/donefile", "")
     hours = list(wait_for_hours(data, "20191221/00", "20191221/02", 5.0, lambda s: None))
     assert hours == ["20191221/02"]
+
+
+@pytest.mark.parametrize(
+    ("hyper", "problem"),
+    [
+        ({"batch_size": 1.5}, "hyper_parameters.batch_size: expected an integer, got 1.5"),
+        ({"batch_size": "abc"}, 'hyper_parameters.batch_size: expected an integer, got "abc"'),
+        ({"batch_size": 0}, "hyper_parameters.batch_size: must be >= 1, got 0"),
+    ],
+)
+@pytest.mark.parametrize("command", ["run", "local"])
+def test_a_bad_trainer_json_ends_the_job_with_one_line(tmp_path, hyper, problem, command):
+    """The image's side of trainer.json's types (the program's: tests/infra/test_config.py):
+    a trainer given a bad value logs one line naming the file, the key, the value and what
+    is allowed, and exits with the code that ends the Volcano Job (a restart would meet it
+    again), with no traceback."""
+    config = tmp_path / "trainer.json"
+    config.write_text(json.dumps({"runner": RUNNER, "hyper_parameters": hyper}))
+    done = subprocess.run(
+        [sys.executable, "-m", "elasticctr_trainer", command, "--config", str(config)],
+        capture_output=True, text=True, env=trainer_env(), timeout=120,
+    )  # fmt: skip
+    assert done.returncode == BAD_DATA_EXIT_CODE, done.stderr
+    assert "Traceback" not in done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.endswith(f" ERROR trainer.json {config}: {problem}"), line
+
+
+def test_generate_writes_the_default_stacks_slots_unless_told(tmp_path):
+    """Data generated with the defaults fits a stack with the default slot_conf
+    (stacks/slot.txt): the same slot ids, and every line uses only those."""
+    from elasticctr_common.slotconf import read_slot_conf
+
+    from tests.images.trainer.trainertest import REPO
+
+    done = subprocess.run(
+        [sys.executable, "-m", "elasticctr_trainer", "generate", "--out", f"file://{tmp_path}",
+         "--hours", "1", "--examples-per-hour", "200", "--files-per-hour", "1", "--heldout",
+         "0"],
+        capture_output=True, text=True, env=trainer_env(), timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    stack_slots = read_slot_conf(REPO / "stacks" / "slot.txt")
+    assert json.loads(done.stdout.splitlines()[-1])["slots"] == stack_slots
+    store = open_store(f"file://{tmp_path}")
+    assert read_slot_conf(tmp_path / "slot.conf") == stack_slots
+    [part] = [p for p in store.list("train/20191221/00") if p.startswith("part")]
+    used = {
+        int(token.split(":")[1])
+        for line in store.read_text(f"train/20191221/00/{part}").splitlines()
+        for token in line.split()[2:]
+    }
+    assert used and used <= set(stack_slots)
