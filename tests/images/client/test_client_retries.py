@@ -9,7 +9,7 @@ import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 from elasticctr_client.errors import RefusedError, UnreachableError
@@ -74,7 +74,7 @@ def failing(fail: int, how: int | str) -> None:
     Flaky.fail, Flaky.how = fail, how
 
 
-BODY = {"instances": [{"slots": []}]}
+BODY: dict[str, Any] = {"instances": [{"slots": []}]}
 
 
 @pytest.mark.parametrize("how", [502, 503, 504, "reset"])
