@@ -50,6 +50,7 @@ DATATYPES: dict[str, tuple[type[np.generic], int]] = {
     "BYTES": (np.object_, 0),
 }
 MAX_INT64 = 2**63 - 1
+_WIRE = {name: np.dtype(dtype).newbyteorder("<") for name, (dtype, _) in DATATYPES.items()}
 
 
 @dataclass
@@ -168,7 +169,7 @@ def _binary(name: str, datatype: str, count: int, raw: bytes) -> NDArray[Any]:
                 f"input {name!r}: {len(raw)} bytes of {datatype} data, the shape needs "
                 f"{count} x {width}"
             )
-        return np.frombuffer(raw, dtype=np.dtype(dtype).newbyteorder("<")).astype(dtype)
+        return np.frombuffer(raw, dtype=_WIRE[datatype]).astype(dtype, copy=False)
     elements: list[bytes] = []
     at = 0
     while at < len(raw):  # each element: its length (uint32, little endian), its bytes
@@ -264,7 +265,8 @@ def _count(tensor: Tensor, rank: int, max_instances: int) -> int:
 
 def _from_tensors(inputs: dict[str, Tensor], space: SlotSpace, max_instances: int) -> Parsed:
     count: int | None = None
-    raws, slots, rows = [], [], []
+    matrices: list[NDArray[np.uint64]] = []  # [n, k] per slot
+    slot_indexes: list[int] = []
     dense = np.zeros((0, space.dense_dim), dtype=np.float32) if space.dense else None
     for tensor in inputs.values():
         slot = space.index.get(tensor.name)
@@ -307,11 +309,8 @@ def _from_tensors(inputs: dict[str, Tensor], space: SlotSpace, max_instances: in
             raise BadRequest(
                 f"input {tensor.name!r}: feasign {bad} is not an unsigned 64-bit integer"
             )
-        raw = tensor.data.astype(np.uint64)
-        given = raw != 0  # the padding feasign: what a slot with fewer feasigns is filled with
-        raws.append(raw[given])
-        slots.append(np.full(int(given.sum()), slot, dtype=np.int32))
-        rows.append(np.repeat(np.arange(n, dtype=np.int32), tensor.shape[1])[given])
+        matrices.append(tensor.data.astype(np.uint64, copy=False).reshape(n, tensor.shape[1]))
+        slot_indexes.append(slot)
     assert count is not None  # decode refuses a request without inputs
     missing = [f.name for f in space.dense if f.name not in inputs]
     if missing:
@@ -319,16 +318,20 @@ def _from_tensors(inputs: dict[str, Tensor], space: SlotSpace, max_instances: in
             f"input(s) {', '.join(repr(m) for m in missing)} missing: every request needs the "
             f"model's dense features ({space.describe_dense()})"
         )
-    raw_all = np.concatenate(raws) if raws else np.zeros(0, dtype=np.uint64)
-    rows_all = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int32)
+    # One [n, all slots' k] matrix: raveled, its feasigns are in instance order (as the
+    # other forms'), whole-array operations only, however many slots.
+    widths = [m.shape[1] for m in matrices]
+    table = np.hstack(matrices) if matrices else np.zeros((count, 0), dtype=np.uint64)
+    raw = table.ravel()
+    slot_of = np.tile(np.repeat(np.array(slot_indexes, dtype=np.int32), widths), count)
+    rows = np.repeat(np.arange(count, dtype=np.int32), sum(widths))
+    given = raw != 0  # the padding feasign: what a slot with fewer feasigns is filled with
     if not space.dense:
-        given_rows = np.bincount(rows_all, minlength=count)
-        if given_rows.min() == 0:
-            empty = int(np.argmin(given_rows))
+        per_instance = given.reshape(count, -1).any(axis=1) if raw.size else np.zeros(count, bool)
+        if not per_instance.all():
+            empty = int(np.argmin(per_instance))
             raise BadRequest(f"instance {empty} is empty: no slot has a feasign")
-    slots_all = np.concatenate(slots) if slots else np.zeros(0, dtype=np.int32)
-    order = np.argsort(rows_all, kind="stable")  # instance order, as the other forms
-    parsed = parsed_keys(count, raw_all[order], slots_all[order], rows_all[order], space)
+    parsed = parsed_keys(count, raw[given], slot_of[given], rows[given], space)
     parsed.dense = dense
     return parsed
 
