@@ -81,7 +81,7 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
         # per shard (2 in dev): a StatefulSet, a Service and a PodDisruptionBudget
         "elasticctr:cube:Cube": 17,
         "elasticctr:training:PsJob": 6,
-        "elasticctr:serving:Serving": 6,
+        "elasticctr:serving:Serving": 7,  # + its PodDisruptionBudget
     }
 
 
@@ -360,3 +360,24 @@ def test_selectors_and_replacing_pod_templates_keep_todays_labels() -> None:
                         "app.kubernetes.io/managed-by": "pulumi",
                     }, f"{stack}: {owner}: {labels}"
         assert selectors > 20
+
+
+def test_disruption_budgets_let_a_drain_through_one_pod_at_a_time(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    """Each cube shard's and serving's budget selects exactly one workload's pods and lets
+    one of them go: a drain goes through, one pod of each at a time."""
+    stack, graph = stack_graph
+    manifests = graph.manifests()
+    pods = [(owner, t) for m in manifests for owner, t in pod_templates(m)]
+    covered = []
+    for budget in (m for m in manifests if m["kind"] == "PodDisruptionBudget"):
+        spec = budget["spec"]
+        assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec, describe(budget)
+        selector = spec["selector"]["matchLabels"]
+        (owner,) = [o for o, t in pods if t["metadata"]["labels"].items() >= selector.items()]
+        covered.append(owner.split("/")[0])
+    assert covered.count("Deployment") == 1, f"{stack}: {covered}"  # serving's
+    shards = [m for m in manifests if m["kind"] == "StatefulSet" and SHARD_LABEL in
+              m["spec"]["selector"]["matchLabels"]]  # fmt: skip
+    assert covered.count("StatefulSet") == len(shards) > 0, f"{stack}: {covered}"
