@@ -382,6 +382,7 @@ class Cube(pulumi.ComponentResource):
             node_pool=args.node_pool,
             extra_labels={k: v for k, v in selector.items() if k in (SHARD_LABEL, LAYOUT_LABEL)},
             affinity=spread,
+            recommended_labels=False,  # a new template is a new layout (kube.pod_template)
         )
         return {
             "service_name": "cube-headless",

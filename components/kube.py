@@ -10,6 +10,7 @@ import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from importlib import metadata as package_metadata
 from typing import Any
 
 import pulumi
@@ -21,6 +22,12 @@ from elasticctr_common.contract import DATA_DIR as DATA_DIR
 
 RUN_AS_USER = 1000
 PART_OF = "elasticctr"
+# Kubernetes' recommended labels beyond the selector's part-of and component.
+NAME_LABEL = "app.kubernetes.io/name"
+INSTANCE_LABEL = "app.kubernetes.io/instance"  # the stack: two stacks in one cluster differ
+VERSION_LABEL = "app.kubernetes.io/version"
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "pulumi"
 # Seconds a server goes on answering, not ready, after SIGTERM before it stops accepting:
 # time for the endpoints to drop the pod, so no client is sent to a closed port. With the
 # drain after it (10 s at most), well inside the default grace period of 30 s.
@@ -64,7 +71,7 @@ class KubeTarget:
         meta: dict[str, Any] = {
             "name": name,
             "namespace": self.namespace,
-            "labels": labels(component),
+            "labels": object_labels(component),
         }
         if merged:
             meta["annotations"] = merged
@@ -72,8 +79,26 @@ class KubeTarget:
 
 
 def labels(component: str) -> dict[str, str]:
-    """Selector labels of one component (stable: they select pods)."""
+    """Selector labels of one component (stable: they select pods, and a selector of a
+    Deployment or StatefulSet cannot change)."""
     return {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": component}
+
+
+def stack_labels(component: str) -> dict[str, str]:
+    """The selector labels and the recommended ones that never change for a stack's object:
+    what pod templates carry (pod_template)."""
+    return {
+        **labels(component),
+        NAME_LABEL: component,
+        INSTANCE_LABEL: pulumi.get_stack(),
+        MANAGED_BY_LABEL: MANAGED_BY,
+    }
+
+
+def object_labels(component: str) -> dict[str, str]:
+    """Every recommended label, the program's version included: the labels of each object
+    the program makes (KubeTarget.metadata), never of a pod template (pod_template)."""
+    return {**stack_labels(component), VERSION_LABEL: package_metadata.version(PART_OF)}
 
 
 def quantity_cpu(cores: float) -> str:
@@ -315,6 +340,7 @@ def pod_template(
     node_pool: str = "",
     extra_labels: Mapping[str, pulumi.Input[str]] | None = None,
     affinity: k8s.core.v1.AffinityArgsDict | None = None,
+    recommended_labels: bool = True,
 ) -> k8s.core.v1.PodTemplateSpecArgsDict:
     """A pod of `component`: its labels (and `extra_labels`), the restricted security
     context, no API token, the /tmp scratch volume its read-only containers mount, and,
@@ -337,7 +363,14 @@ def pod_template(
         spec["node_selector"] = {POOL_LABEL: node_pool}
     if affinity is not None:
         spec["affinity"] = affinity
-    metadata: dict[str, Any] = {"labels": {**labels(component), **(extra_labels or {})}}
+    # A pod template's labels are part of what its pods are: a change rolls them. So never
+    # the version (every release would restart every pod, its image changed or not), and
+    # the stack's other labels only where a one-time rolling restart on the upgrade that
+    # adds them is harmless: `recommended_labels=False` for the training Job's pods (a new
+    # template replaces the Job) and the cube shards' (a new template is a new layout:
+    # cube memory twice over while it rolls out). Their owners carry every label.
+    own = stack_labels(component) if recommended_labels else labels(component)
+    metadata: dict[str, Any] = {"labels": {**own, **(extra_labels or {})}}
     if annotations:
         metadata["annotations"] = annotations
     return {"metadata": metadata, "spec": spec}

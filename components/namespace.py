@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.kube import PART_OF, KubeTarget
+from components.kube import PART_OF, KubeTarget, object_labels
 from components.network import DNS, egress_rule
 
 SLOT_CONF_MAP = "slot-conf"
@@ -48,6 +48,7 @@ class Namespace(pulumi.ComponentResource):
                     "name": target.namespace,
                     # Pods that break the restricted Pod Security Standard are refused.
                     "labels": {
+                        **object_labels("namespace"),
                         "pod-security.kubernetes.io/enforce": "restricted",
                         "pod-security.kubernetes.io/enforce-version": "v1.28",
                     },

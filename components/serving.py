@@ -1,8 +1,9 @@
 """Serving: the CTR prediction API (docs/architecture.md, "Serving").
 
-A Deployment scaled by a HorizontalPodAutoscaler on CPU, behind one Service. Pods read
-dense models from the bucket and embeddings from cube (cube.conf mounted); a new cube.conf
-rolls the pods so none keeps a stale shard list.
+A Deployment scaled by a HorizontalPodAutoscaler on CPU, behind one Service, drained one
+pod at a time (a PodDisruptionBudget). Pods read dense models from the bucket and
+embeddings from cube (cube.conf mounted); a new cube.conf rolls the pods so none keeps a
+stale shard list.
 
 Who may call it: clients from `source_ranges` (the load balancer's source ranges and the
 pods' NetworkPolicy, which sees client addresses because the Service keeps them:
@@ -215,6 +216,20 @@ class Serving(pulumi.ComponentResource):
                 ],
             },
             opts=target.opts(self, depends_on=[deployment]),
+        )
+        # A drain (or any eviction) takes one serving pod at a time, at whatever count the
+        # HPA has scaled to (a fixed minAvailable would not follow it). With one replica a
+        # drain still goes through, at the cost of serving while the pod moves. A pod that
+        # is not ready serves nothing: evicting it must never hold a drain up.
+        k8s.policy.v1.PodDisruptionBudget(
+            f"{name}-budget",
+            metadata=target.metadata("serving", "serving"),
+            spec={
+                "max_unavailable": 1,
+                "selector": {"match_labels": kube.labels("serving")},
+                "unhealthy_pod_eviction_policy": "AlwaysAllow",
+            },
+            opts=target.opts(self),
         )
         # The prediction API is for its clients: from source_ranges, else from anywhere.
         clients: list[Peer] = [Outside(cidr) for cidr in args.source_ranges] or [ANYWHERE]

@@ -202,6 +202,7 @@ class Training(pulumi.ComponentResource):
                 # would have lost its part of the model.
                 restart_policy="Never",
                 node_pool=args.node_pool,
+                recommended_labels=False,  # a new template replaces the Job (kube.pod_template)
             )
             spec: dict[str, Any] = {
                 "name": role,

@@ -30,6 +30,7 @@ from components.cluster import (
     after,
     kubernetes_provider,
 )
+from components.kube import object_labels
 from components.network import Outside, Route
 
 NODE_POLICIES = (
@@ -163,6 +164,7 @@ class EksCluster(pulumi.ComponentResource):
             f"{name}-gp3",
             metadata={
                 "name": "gp3",
+                "labels": object_labels("storage-class"),
                 "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
             },
             provisioner="ebs.csi.aws.com",

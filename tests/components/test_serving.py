@@ -131,3 +131,20 @@ def policy(graph: Graph, name: str) -> dict[str, Any]:
         if p.inputs["metadata"]["name"] == name
     ]
     return dict(found)
+
+
+@pytest.mark.parametrize("replicas", [1, 2])
+def test_a_drain_takes_one_serving_pod_at_a_time(replicas: int) -> None:
+    """One pod at a time at any count the HPA scales to; with one replica a drain still
+    goes through; a pod that is not ready never holds a drain up."""
+    graph = run_component(lambda t: Serving("serving", args(t, replicas=replicas)))
+    budget = graph.one("kubernetes:policy/v1:PodDisruptionBudget").inputs
+    deployment = graph.one("kubernetes:apps/v1:Deployment").inputs
+    assert budget["metadata"]["name"] == "serving"
+    assert budget["spec"] == {
+        "maxUnavailable": 1,
+        "selector": deployment["spec"]["selector"],
+        "unhealthyPodEvictionPolicy": "AlwaysAllow",
+    }
+    pod_labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert pod_labels.items() >= budget["spec"]["selector"]["matchLabels"].items()

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 from collections import Counter
+from collections.abc import Iterator
+from typing import Any
 
+from components import kube
+from components.cube import LAYOUT_LABEL, SHARD_LABEL
 from infra import outputs
 from tests.support import pulumi_harness as harness
-from tests.support.stacks import TEST_SECRETS, run_stack
+from tests.support.manifests import describe, pod_templates
+from tests.support.stacks import STACKS, TEST_SECRETS, run_stack
+from tests.support.stacks import graph as stack_graph_of
 
 COMPONENTS = {
     "elasticctr:namespace:Namespace",
@@ -74,7 +81,7 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
         # per shard (2 in dev): a StatefulSet, a Service and a PodDisruptionBudget
         "elasticctr:cube:Cube": 17,
         "elasticctr:training:PsJob": 6,
-        "elasticctr:serving:Serving": 6,
+        "elasticctr:serving:Serving": 7,  # + its PodDisruptionBudget
     }
 
 
@@ -263,3 +270,114 @@ def test_deployments_keep_no_old_replica_sets(stack_graph: tuple[str, harness.Gr
     for deployment in deployments:
         limit = deployment.inputs["spec"].get("revisionHistoryLimit")
         assert limit == 0, f"{stack}: {deployment.urn} keeps {limit} old ReplicaSets"
+
+
+RECOMMENDED = {
+    "app.kubernetes.io/name",
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/version",
+    "app.kubernetes.io/managed-by",
+}
+SELECTOR_LABELS = {
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/component",
+    SHARD_LABEL,
+    LAYOUT_LABEL,
+}
+
+
+def _selectors(value: Any, where: str = "") -> Iterator[tuple[str, dict[str, str]]]:
+    """(path, labels) of every label selector in an object: spec.selector (a Service's map
+    or a matchLabels), podSelector and namespaceSelector, the NetworkPolicy peers' too."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}"
+            if key in ("selector", "podSelector", "namespaceSelector") and isinstance(item, dict):
+                yield path, item.get("matchLabels", {} if "matchExpressions" in item else item)
+            elif key != "template":  # a pod template's labels are no selector
+                yield from _selectors(item, path)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            yield from _selectors(item, f"{where}[{i}]")
+
+
+def _label_graphs() -> list[tuple[str, harness.Graph]]:
+    from tests.infra.test_pod_contract import feedback_graph
+
+    graphs = [(stack, stack_graph_of(stack)) for stack in STACKS]
+    return [*graphs, ("dev with feedback", feedback_graph("dev"))]
+
+
+def test_every_object_has_the_recommended_labels() -> None:
+    """Kubernetes' recommended labels on every object the program makes (Helm's release is
+    no object; Volcano's chart labels its own): the stack as the instance, the program's
+    version, Pulumi as the manager."""
+    version = importlib.metadata.version("elasticctr")
+    for stack, graph in _label_graphs():
+        instance = stack.split()[0]
+        manifests = graph.manifests()
+        assert len(manifests) > 30
+        for manifest in manifests:
+            labels = manifest["metadata"].get("labels", {})
+            component = labels.get("app.kubernetes.io/component")
+            assert component, f"{stack}: {describe(manifest)} has no component: {labels}"
+            assert {key: labels.get(key) for key in RECOMMENDED} == {
+                "app.kubernetes.io/name": component,
+                "app.kubernetes.io/instance": instance,
+                "app.kubernetes.io/version": version,
+                "app.kubernetes.io/managed-by": "pulumi",
+            }, f"{stack}: {describe(manifest)}: {labels}"
+            assert labels["app.kubernetes.io/part-of"] == "elasticctr"
+
+
+def test_selectors_and_replacing_pod_templates_keep_todays_labels() -> None:
+    """Selectors keep today's labels (a Deployment's or StatefulSet's cannot change; a
+    Service's, a NetworkPolicy's or a budget's would stop matching running pods). No pod
+    template carries the version (every release would restart every pod); the training
+    Job's and the cube shards' carry none of the new labels (a new template replaces the
+    Job, makes a new cube layout); the others carry the stack's stable ones."""
+    for stack, graph in _label_graphs():
+        selectors = 0
+        for manifest in graph.manifests():
+            for path, selector in _selectors(manifest.get("spec", {}), "spec"):
+                if path.endswith("namespaceSelector"):  # other namespaces: the kubelet's, DNS
+                    continue
+                selectors += 1
+                assert set(selector) <= SELECTOR_LABELS, f"{stack}: {describe(manifest)}{path}"
+                assert selector.get("app.kubernetes.io/part-of", "elasticctr") == "elasticctr"
+            for owner, template in pod_templates(manifest):
+                labels = template["metadata"]["labels"]
+                component = labels["app.kubernetes.io/component"]
+                assert "app.kubernetes.io/version" not in labels, f"{stack}: {owner}"
+                replaced = manifest["kind"] == "Job" and "tasks" in manifest["spec"]
+                if replaced or SHARD_LABEL in labels:
+                    assert set(labels) <= SELECTOR_LABELS, f"{stack}: {owner}: {labels}"
+                else:
+                    assert labels == {
+                        **kube.labels(component),
+                        "app.kubernetes.io/name": component,
+                        "app.kubernetes.io/instance": stack.split()[0],
+                        "app.kubernetes.io/managed-by": "pulumi",
+                    }, f"{stack}: {owner}: {labels}"
+        assert selectors > 20
+
+
+def test_disruption_budgets_let_a_drain_through_one_pod_at_a_time(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    """Each cube shard's and serving's budget selects exactly one workload's pods and lets
+    one of them go: a drain goes through, one pod of each at a time."""
+    stack, graph = stack_graph
+    manifests = graph.manifests()
+    pods = [(owner, t) for m in manifests for owner, t in pod_templates(m)]
+    covered = []
+    for budget in (m for m in manifests if m["kind"] == "PodDisruptionBudget"):
+        spec = budget["spec"]
+        assert spec["maxUnavailable"] == 1 and "minAvailable" not in spec, describe(budget)
+        selector = spec["selector"]["matchLabels"]
+        (owner,) = [o for o, t in pods if t["metadata"]["labels"].items() >= selector.items()]
+        covered.append(owner.split("/")[0])
+    assert covered.count("Deployment") == 1, f"{stack}: {covered}"  # serving's
+    shards = [m for m in manifests if m["kind"] == "StatefulSet" and SHARD_LABEL in
+              m["spec"]["selector"]["matchLabels"]]  # fmt: skip
+    assert covered.count("StatefulSet") == len(shards) > 0, f"{stack}: {covered}"

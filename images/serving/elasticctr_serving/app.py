@@ -5,6 +5,8 @@
 - POST /predict                                 plain JSON
 - POST /click                                   clicks on answered instances (feedback.py)
 - GET  /healthz  /readyz  /status  /metrics
+- KServe's Open Inference Protocol (v2 REST, v2.py): GET /v2, /v2/health/{live,ready},
+  /v2/models/elasticctr[/versions/V][/ready]; POST /v2/models/elasticctr[/versions/V]/infer
 
 Every answer carries its request id (`request_id` in the body, `X-Request-Id`); with the
 feedback loop on, each instance answered is an impression under that id (feedback.py).
@@ -27,18 +29,20 @@ import signal
 import time
 from collections.abc import Callable
 
+import numpy as np
 import orjson
 from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_runner import GracefulExit
 from elasticctr_common.feedback import CLICK_PATH, REQUEST_ID_HEADER, valid_request_id
 
-from . import native
+from . import native, v2
 from .batcher import Batcher, Prediction, Unavailable
 from .feasign_check import ReducedFeasignCheck
 from .feedback import FeedbackLog, RequestIds
-from .instances import BadRequest, load_json, parse_request
+from .instances import BadRequest, Parsed, load_json, parse_request
 from .metrics import ServingMetrics
+from .model import DenseModel
 from .recent import INTERNAL, LOG_PERIOD_SECONDS, NO_MODEL, Failure, FailureLog, RecentRequests
 from .rollout import ModelManager
 
@@ -47,7 +51,11 @@ INFERENCE_PATH = "/ElasticCTRPredictionService/inference"
 PATHS = {INFERENCE_PATH, "/predict", CLICK_PATH, "/healthz", "/readyz", "/status", "/metrics"}
 MAX_CLICKS = 1000  # per /click request
 PROBES = {"/healthz", "/readyz"}  # the kubelet's: no credentials
-PREDICTIONS = {INFERENCE_PATH, "/predict"}  # what users call: counted in /status
+V2_MODEL = "/v2/models/{name}"
+V2_VERSION = V2_MODEL + "/versions/{version}"
+V2_INFER = {V2_MODEL + "/infer", V2_VERSION + "/infer"}
+# what users call: counted in /status
+PREDICTIONS = {INFERENCE_PATH, "/predict", *V2_INFER}
 # Why an answer is a 5xx, as the handler knew it, for the counting in `_errors`.
 FAILURE = web.ResponseKey("elasticctr_failure", Failure)
 REALM = 'Bearer realm="elasticctr-serving"'
@@ -122,7 +130,30 @@ def plain_answer(prediction: Prediction, request_id: str) -> web.Response:
 
 
 def plain_error(status: int, message: str) -> web.Response:
+    """Also the v2 protocol's error form."""
     return _json({"error": message}, status)
+
+
+def v2_answer(decoded: v2.InferRequest, prediction: Prediction, request_id: str) -> web.Response:
+    """200 even when some instances failed (v2 clients take any other status for a failed
+    request): their probability is NaN (null in JSON), and the parameters say why."""
+    scores = prediction.probabilities[:, 1].astype(np.float32)
+    parameters: dict[str, str | int] = {"request_id": request_id}
+    if prediction.failures:
+        failed = _failures(prediction)
+        scores[[i for i, _, _ in failed]] = np.nan
+        parameters["failed_instances"] = len(failed)
+        parameters["error"] = (
+            f"{len(failed)} of {len(scores)} instances failed, their probability is NaN "
+            f"(null in JSON); the first: {failed[0][2]}"
+        )
+    body, header_length = v2.answer(decoded, prediction.version, scores, parameters)
+    headers = {"X-Model-Version": str(prediction.version), REQUEST_ID_HEADER: request_id}
+    content_type = "application/json"
+    if header_length is not None:
+        headers[v2.HEADER_LENGTH] = str(header_length)
+        content_type = "application/octet-stream"
+    return web.Response(body=body, content_type=content_type, headers=headers)
 
 
 def _graceful_exit() -> None:
@@ -165,6 +196,13 @@ class ServingApp:
         app.router.add_get("/readyz", self.readyz)
         app.router.add_get("/status", self.status)
         app.router.add_get("/metrics", self.metrics_text)
+        app.router.add_get("/v2", self.v2_server)
+        app.router.add_get("/v2/health/live", self.v2_live)
+        app.router.add_get("/v2/health/ready", self.v2_ready)
+        for prefix in (V2_MODEL, V2_VERSION):
+            app.router.add_get(prefix, self.v2_model)
+            app.router.add_get(prefix + "/ready", self.v2_model_ready)
+            app.router.add_post(prefix + "/infer", self.v2_infer)
         return app
 
     @web.middleware
@@ -172,6 +210,9 @@ class ServingApp:
         """Latency and counts of every request; aiohttp's own errors (404, 405) as JSON."""
         started = time.perf_counter()
         path = request.path if request.path in PATHS else "other"
+        resource = request.match_info.route.resource
+        if resource is not None and resource.canonical.startswith("/v2"):
+            path = resource.canonical  # the route, not the path: a bounded label set
         try:
             response = await handler(request)
         except web.HTTPException as err:
@@ -239,15 +280,38 @@ class ServingApp:
         return response
 
     async def inference(self, request: web.Request) -> web.Response:
-        return await self._predict(request, False, elasticctr_answer, elasticctr_error)
+        def parse(body: bytes, model: DenseModel) -> Parsed:
+            return parse_request(body, model.space, self.max_instances, False)
+
+        return await self._predict(request, parse, elasticctr_answer, elasticctr_error)
 
     async def predict(self, request: web.Request) -> web.Response:
-        return await self._predict(request, True, plain_answer, plain_error)
+        def parse(body: bytes, model: DenseModel) -> Parsed:
+            return parse_request(body, model.space, self.max_instances, True)
+
+        return await self._predict(request, parse, plain_answer, plain_error)
+
+    async def v2_infer(self, request: web.Request) -> web.Response:
+        unknown = self._v2_unknown_name(request)
+        if unknown is not None:
+            return unknown
+        decoded: list[v2.InferRequest] = []
+
+        def parse(body: bytes, model: DenseModel) -> Parsed:
+            self._v2_check_version(request, model)
+            decoded.append(v2.decode(body, request.headers.get(v2.HEADER_LENGTH)))
+            data_format = model.meta.get("data_format", "elasticctr")
+            return v2.to_parsed(decoded[0], model.space, data_format, self.max_instances)
+
+        def answer(prediction: Prediction, request_id: str) -> web.Response:
+            return v2_answer(decoded[0], prediction, request_id)
+
+        return await self._predict(request, parse, answer, plain_error)
 
     async def _predict(
         self,
         request: web.Request,
-        plain: bool,
+        parse: Callable[[bytes, DenseModel], Parsed],
         answer: Callable[[Prediction, str], web.Response],
         error: Callable[[int, str], web.Response],
     ) -> web.Response:
@@ -265,7 +329,7 @@ class ServingApp:
             if model is None:
                 raise Unavailable("no model version is loaded yet", NO_MODEL)
             parse_started = time.perf_counter()
-            parsed = parse_request(body, model.space, self.max_instances, plain)
+            parsed = parse(body, model)
             self.feasigns.observe(model.space.sparse_dim, len(parsed.keys), parsed.largest_feasign)
             self.metrics.stage_seconds.inc(time.perf_counter() - parse_started, "parse")
             if len(parsed.keys) > self.batcher.max_keys:
@@ -340,6 +404,64 @@ class ServingApp:
             reason = self.manager.last_error or "no model version loaded yet"
             return _json({"ready": False, "reason": reason}, 503)
         return _json({"ready": True, "version": model.version}, version=model.version)
+
+    def _v2_unknown_name(self, request: web.Request) -> web.Response | None:
+        name = request.match_info["name"]
+        if name == v2.MODEL_NAME:
+            return None
+        return plain_error(404, f"unknown model {name!r}: this serving serves {v2.MODEL_NAME!r}")
+
+    def _v2_check_version(self, request: web.Request, model: DenseModel) -> None:
+        """BadRequest 404 when the path names a version other than the one served."""
+        version = request.match_info.get("version")
+        if version is not None and version != str(model.version):
+            raise BadRequest(
+                f"model {v2.MODEL_NAME!r} version {version!r:.40} is not served: "
+                f"serving version {model.version} (or leave the version out)",
+                404,
+            )
+
+    def _v2_active(self, request: web.Request) -> DenseModel | web.Response:
+        """The model the path names, or the error answer."""
+        unknown = self._v2_unknown_name(request)
+        if unknown is not None:
+            return unknown
+        model = self.manager.active()
+        if model is None:
+            return plain_error(503, "no model version is loaded yet")
+        try:
+            self._v2_check_version(request, model)
+        except BadRequest as err:
+            return plain_error(err.status, str(err))
+        return model
+
+    async def v2_server(self, request: web.Request) -> web.Response:
+        return _json(
+            {"name": v2.SERVER_NAME, "version": v2.SERVER_VERSION, "extensions": v2.EXTENSIONS}
+        )
+
+    async def v2_live(self, request: web.Request) -> web.Response:
+        return _json({"live": True})
+
+    async def v2_ready(self, request: web.Request) -> web.Response:
+        ready = self.manager.ready() and not self.stopping
+        return _json({"ready": ready}, 200 if ready else 503)
+
+    async def v2_model(self, request: web.Request) -> web.Response:
+        model = self._v2_active(request)
+        if isinstance(model, web.Response):
+            return model
+        return _json(v2.model_metadata(model.version, model.space), version=model.version)
+
+    async def v2_model_ready(self, request: web.Request) -> web.Response:
+        model = self._v2_active(request)
+        if isinstance(model, web.Response):
+            if model.status != 503:
+                return model
+            return _json({"name": v2.MODEL_NAME, "ready": False}, 503)
+        ready = not self.stopping
+        body = {"name": v2.MODEL_NAME, "version": str(model.version), "ready": ready}
+        return _json(body, 200 if ready else 503, version=model.version)
 
     async def status(self, request: web.Request) -> web.Response:
         stats = self.batcher.cube.stats

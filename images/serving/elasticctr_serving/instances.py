@@ -108,7 +108,7 @@ def parse_request(body: bytes, space: SlotSpace, max_instances: int, plain: bool
         got = native.parse(body, space.names, plain, max_instances)
         if got is not None:
             count, raw, slots, rows = got
-            return _keys(count, raw, slots, rows, space)
+            return parsed_keys(count, raw, slots, rows, space)
     quick = b"true" not in body and b"false" not in body  # booleans need the careful path
     parse = parse_plain if plain else parse_elasticctr
     return parse(load_json(body), space, max_instances, quick)
@@ -201,7 +201,7 @@ def _parse_elasticctr_quickly(instances: list[Any], space: SlotSpace) -> Parsed:
         raise BadRequest("empty instance")  # the careful loop says which
     rows = np.repeat(entry_rows, counts)
     slot_of = np.repeat(np.array(slots, dtype=np.int32), counts)
-    return _keys(count, raw, slot_of, rows, space)
+    return parsed_keys(count, raw, slot_of, rows, space)
 
 
 _SLOTS = itemgetter("slots")
@@ -315,18 +315,20 @@ def _finish(
     counts = np.fromiter((e[2] for e in entries), np.int64, len(entries))
     slots = np.repeat(np.fromiter((e[1] for e in entries), np.int32, len(entries)), counts)
     rows = np.repeat(np.fromiter((e[0] for e in entries), np.int32, len(entries)), counts)
-    parsed = _keys(count, raw, slots, rows, space)
+    parsed = parsed_keys(count, raw, slots, rows, space)
     parsed.dense = dense
     return parsed
 
 
-def _keys(
+def parsed_keys(
     count: int,
     raw: NDArray[np.uint64],
     slots: NDArray[np.int32],
     rows: NDArray[np.int32],
     space: SlotSpace,
 ) -> Parsed:
+    """Raw feasigns (with their slot index and instance) -> a Parsed: sparse keys, the
+    padding key dropped."""
     keys = raw % np.uint64(space.sparse_dim)
     real = keys != 0
     kept_slots, kept_rows = slots, rows

@@ -13,12 +13,12 @@ from elasticctr_serving.batcher import pool
 from elasticctr_serving.instances import (
     BadRequest,
     SlotSpace,
-    _keys,
     load_json,
     merge,
     parse_elasticctr,
     parse_plain,
     parse_request,
+    parsed_keys,
 )
 from elasticctr_serving.metrics import ServingMetrics
 from hypothesis import given, settings
@@ -207,7 +207,7 @@ def native_parse(native, body: bytes, plain: bool):
     if got is None:
         return None
     count, raw, slots, rows = got
-    p = _keys(count, raw, slots, rows, SPACE)
+    p = parsed_keys(count, raw, slots, rows, SPACE)
     return (p.count, p.keys.tolist(), p.slots.tolist(), p.rows.tolist())
 
 

@@ -109,6 +109,36 @@ def test_an_instance_without_a_finite_score_is_an_error_and_the_others_are_answe
                          code="207") == 2  # fmt: skip
 
 
+def test_v2_answers_nan_for_an_instance_without_a_finite_score(poisoned):
+    """The Open Inference Protocol: 200 (v2 clients take any other status for a failed
+    request), the failed instances' probability NaN (null in JSON), the others exact."""
+    import tritonclient.http as triton
+
+    url, spec = poisoned.serving.url, poisoned.spec
+    instances, want = mixed(spec)
+    lines = [" ".join(["1", "0"] + [f"{f}:{e['slot_name']}" for e in i["slots"]
+                                    for f in e["feasigns"]]) for i in instances]  # fmt: skip
+    tensor = triton.InferInput("lines", [len(lines)], "BYTES")
+    tensor.set_data_from_numpy(np.array([line.encode() for line in lines], dtype=object))
+    client = triton.InferenceServerClient(url.removeprefix("http://"))
+    try:
+        result = client.infer("elasticctr", [tensor])
+    finally:
+        client.close()
+    got = result.as_numpy("probability")
+    assert np.isnan(got).tolist() == [False, True, False, True, False]
+    assert np.max(np.abs(got[[0, 2, 4]] - want)) <= 1e-5
+    parameters = result.get_response()["parameters"]
+    assert parameters["failed_instances"] == 2
+    assert parameters["error"].startswith(
+        "2 of 5 instances failed, their probability is NaN (null in JSON); the first: instance "
+        f"1: the embedding of sparse key {NAN_KEY} (slot 103)"
+    )
+    body = {"inputs": [{"name": "lines", "datatype": "BYTES", "shape": [5], "data": lines}]}
+    code, answer, _ = http("POST", url + "/v2/models/elasticctr/infer", body)
+    assert code == 200 and answer["outputs"][0]["data"][1::2] == [None, None], answer
+
+
 def test_a_model_whose_output_overflows_fails_those_instances_only(poisoned):
     """Dense version 2 passes the load check (finite parameters; the probe's zero inputs
     leave hidden unit 0 of its first layer at 0), but its weights multiply that unit by
