@@ -643,7 +643,7 @@ def test_6d_bad_data_hour_ends_the_job_and_serving_keeps_its_version(life: Lifec
 def test_5_online_mode_follows_a_new_hour(life: Lifecycle) -> None:
     """A stack switched to online mode: its Job waits for the next hour's donefile, trains
     it when it appears and the new version reaches serving, with no command in between.
-    Last of the phases: an online Job runs for good."""
+    After the offline phases: an online Job runs for good."""
     started = time.monotonic()
     new_hour = "20191221/07"
     old = volcano_job(life.stack, JOB)
