@@ -219,14 +219,15 @@ def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
     path.chmod(0o600)
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a server's log, for an error message."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -252,23 +253,23 @@ def terminate_pids(procs: Sequence[dict[str, Any]], timeout: float = 20.0) -> li
     """SIGTERM each {pid, exe, marker} (in the given order), SIGKILL what outlives `timeout`.
 
     Returns the PIDs that are still alive afterwards (normally none)."""
-    mine = [p for p in procs if _pid_alive(p["pid"]) and _pid_is(p["pid"], p["exe"], p["marker"])]
+    mine = [p for p in procs if pid_alive(p["pid"]) and _pid_is(p["pid"], p["exe"], p["marker"])]
     for p in mine:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p["pid"], signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _pid_alive(p["pid"]) and time.monotonic() < deadline:
+        while pid_alive(p["pid"]) and time.monotonic() < deadline:
             _reap(p["pid"])
             time.sleep(0.1)
-        if _pid_alive(p["pid"]):
+        if pid_alive(p["pid"]):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p["pid"], signal.SIGKILL)
             deadline = time.monotonic() + 5
-            while _pid_alive(p["pid"]) and time.monotonic() < deadline:
+            while pid_alive(p["pid"]) and time.monotonic() < deadline:
                 _reap(p["pid"])
                 time.sleep(0.1)
         _reap(p["pid"])
-    return [p["pid"] for p in mine if _pid_alive(p["pid"])]
+    return [p["pid"] for p in mine if pid_alive(p["pid"])]
 
 
 def _reap(pid: int) -> None:
@@ -552,7 +553,7 @@ class ControlPlane:
             if server.proc is not None and server.proc.poll() is not None:
                 raise ControlPlaneError(
                     f"{name} exited with code {server.proc.returncode}; "
-                    f"{server.log}:\n{_tail(server.log)}"
+                    f"{server.log}:\n{log_tail(server.log)}"
                 )
             try:
                 if ready():
@@ -562,7 +563,7 @@ class ControlPlane:
             time.sleep(0.25)
         raise ControlPlaneError(
             f"{name} not ready after {self.start_timeout:.0f}s (last: {last}); "
-            f"{server.log}:\n{_tail(server.log)}"
+            f"{server.log}:\n{log_tail(server.log)}"
         )
 
     def stop(self, keep_workdir: bool | None = None) -> None:

@@ -129,7 +129,7 @@ def test_control_plane_serves_volcano_jobs_and_stops_clean(volcano_crd_dir: Path
         cp.stop()
 
     for name, pid in pids.items():
-        assert not controlplane._pid_alive(pid), f"{name} (pid {pid}) still running"
+        assert not controlplane.pid_alive(pid), f"{name} (pid {pid}) still running"
     assert not workdir.exists()
 
 
@@ -148,7 +148,7 @@ def test_cli_up_and_down(tmp_path, volcano_crd_dir: Path):
     assert kubeconfig.is_file()
     pids = [p["pid"] for p in json.loads((state / "controlplane.json").read_text())["processes"]]
     try:
-        assert len(pids) == 2 and all(controlplane._pid_alive(p) for p in pids)
+        assert len(pids) == 2 and all(controlplane.pid_alive(p) for p in pids)
         api_client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
         crds = kubernetes.client.ApiextensionsV1Api(api_client).list_custom_resource_definition()
         assert {c.metadata.name for c in crds.items} >= {
@@ -162,5 +162,5 @@ def test_cli_up_and_down(tmp_path, volcano_crd_dir: Path):
             [*tool, "down", "--dir", str(state)], capture_output=True, text=True, timeout=120
         )
     assert down.returncode == 0, down.stderr
-    assert not any(controlplane._pid_alive(p) for p in pids)
+    assert not any(controlplane.pid_alive(p) for p in pids)
     assert not state.exists()
