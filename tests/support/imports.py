@@ -134,3 +134,16 @@ def private_uses(path: Path, source: str | None = None) -> list[Use]:
         and use.module != own
         and module_file(use.module) is not None
     )
+
+
+def harness_uses(path: Path, source: str | None = None) -> list[Use]:
+    """The modules under tests/ other than tests/support that `path` imports (each `Use`
+    names the module itself: `from tests.x import y`, where y is a module, names tests.x.y)."""
+    found = []
+    for use in uses(path, source):
+        module = use.module
+        if use.name is not None and module_file(f"{module}.{use.name}") is not None:
+            module = f"{module}.{use.name}"
+        if module.split(".")[0] == "tests" and module.split(".")[:2] != ["tests", "support"]:
+            found.append(Use(use.line, module, None))
+    return sorted(set(found))

@@ -10,8 +10,7 @@ import string
 import pytest
 
 from tests.images.client.conftest import fake_pulumi, run_client
-from tests.images.serving.conftest import start_stack
-from tests.images.serving.servingtest import Processes
+from tests.support.serving import Processes, start_stack
 
 pytestmark = pytest.mark.slow
 # As the stack makes it (components/generated_secret.py): letters and digits. A token of

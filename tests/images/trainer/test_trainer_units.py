@@ -22,7 +22,7 @@ from elasticctr_trainer.modelcheck import check_model
 from elasticctr_trainer.roles import RoleError, role_from_env
 from elasticctr_trainer.sync import PassSync, SyncTimeout
 
-from tests.images.trainer.trainertest import read_sequence_file
+from tests.support.trainer import read_sequence_file
 from tests.support.trainer_json import RUNNER
 
 
