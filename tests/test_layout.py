@@ -11,6 +11,7 @@ from tests.support.imports import (
     ROOT,
     Use,
     harness_uses,
+    module_name,
     private_uses,
     python_files,
 )
@@ -32,6 +33,19 @@ def test_no_product_module_uses_a_private_name_of_another_module() -> None:
 def test_bench_takes_from_tests_only_tests_support() -> None:
     found = [_where(p, use) for p in python_files("bench") for use in harness_uses(p)]
     assert not found, "bench/ imports test modules (move what it needs to tests/support):\n" + (
+        "\n".join(found)
+    )
+
+
+def test_test_folders_share_helpers_only_through_tests_support() -> None:
+    found = [
+        _where(p, use)
+        for p in python_files("tests")
+        if not p.is_relative_to(ROOT / "tests" / "support")
+        for use in harness_uses(p)
+        if use.module.rpartition(".")[0] != module_name(p).rpartition(".")[0]
+    ]
+    assert not found, "test modules of other folders (move what is shared to tests/support):\n" + (
         "\n".join(found)
     )
 

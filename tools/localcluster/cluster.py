@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tools import controlplane
-from tools.localcluster import addons, host, node, provisioner
+from tools.localcluster import addons, controlplane, host, node, provisioner
 from tools.localcluster.api import Api
 from tools.localcluster.settings import (
     CLUSTER_CIDR,
