@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tests.images.serving.servingtest import Load
+    from tests.support.serving import Load
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)] + [str(REPO / "images" / p) for p in ("serving", "cube", "common")]
@@ -111,10 +111,15 @@ def main() -> int:
     from elasticctr_cube.server import build_server
     from elasticctr_serving.native import build_parser
 
-    from tests.images.serving.conftest import start_stack
-    from tests.images.serving.make_model import default_spec, make_versions
-    from tests.images.serving.servingtest import Load, Processes, expected, probe_instances
-    from tests.images.serving.test_rollout import announce
+    from tests.support.make_model import default_spec, make_versions
+    from tests.support.serving import (
+        Load,
+        Processes,
+        announce,
+        expected,
+        probe_instances,
+        start_stack,
+    )
 
     build_server()
     build_parser()

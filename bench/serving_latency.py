@@ -51,7 +51,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
-    from tests.images.serving.servingtest import Serving
+    from tests.support.serving import Serving
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)] + [str(REPO / "images" / p) for p in ("serving", "cube", "common")]
@@ -65,7 +65,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def scrape(url: str) -> dict[str, float]:
-    from tests.images.serving.servingtest import http
+    from tests.support.serving import http
 
     text = http("GET", url + "/metrics")[1]
     found = {}
@@ -405,8 +405,8 @@ def main() -> int:
     from elasticctr_cube.server import build_server
     from elasticctr_serving.native import build_parser
 
-    from tests.images.cube.cubetest import CubeCluster
-    from tests.images.serving.servingtest import Processes, Serving, publish
+    from tests.support.cube import CubeCluster
+    from tests.support.serving import Processes, Serving, publish
 
     build_server()
     build_parser()

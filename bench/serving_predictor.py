@@ -4,7 +4,7 @@
         [--slots 26] [--fc 400,400,400] [--serving]
 
 Writes a synthetic model version with the production architecture (26 slots x 9, FC
-400-400-400, tests/images/serving/make_model.py: the trainer's exported graph) and prints:
+400-400-400, tests/support/make_model.py: the trainer's exported graph) and prints:
 - the exported program's ops, and the FLOPs per example of its matrix products (2 x in x out
   per layer, from the weights' shapes);
 - the FLOP bound: those products alone at batch 1 and 64 on numpy's BLAS (one thread;
@@ -152,7 +152,7 @@ def median_us(call: Callable[[], Any], calls: int) -> float:
 
 
 def numpy_probabilities(params_dir: Path, pooled: NDArray[np.float32]) -> NDArray[np.float32]:
-    from tests.images.serving.make_model import expected_probabilities
+    from tests.support.make_model import expected_probabilities
 
     flat = pooled.transpose(1, 0, 2).reshape(pooled.shape[1], -1)
     return expected_probabilities(params_dir, 1, flat)
@@ -180,7 +180,7 @@ def main() -> int:
     p.add_argument("--seconds", type=float, default=5.0, help="--serving's cell length")
     args = p.parse_args()
     rounds, calls = (1, {1: 100, 64: 30}) if args.quick else (args.rounds, {1: 400, 64: 100})
-    from tests.images.serving.make_model import default_spec, make_versions
+    from tests.support.make_model import default_spec, make_versions
 
     with tempfile.TemporaryDirectory(prefix="serving-predictor-") as tmp:
         spec = default_spec(Path(tmp), [1], slots=list(range(1, args.slots + 1)), keys=10,

@@ -3,17 +3,30 @@
 Each starts the first time a test asks for it and stops at the end of the session. They skip
 only when a prerequisite cannot exist on this machine (no java for HDFS); a server that should
 start and does not is an error, with its log in the message.
+
+The Pulumi CLI and a Kubernetes control plane (the end-to-end tests, the local cluster's
+provisioner test): `pulumi_path` (the PATH the CLI runs with) and `cluster_path` (the same,
+when the control plane's binaries are there too) skip a test, saying what is missing and how
+to build it, unless ELASTICCTR_E2E_REQUIRED=1 (CI, once tools/setup.sh has built the tools):
+then a missing tool is an error, so the suite cannot pass by skipping. `control_plane` is one
+throwaway etcd + kube-apiserver + controller-manager + scheduler per test module, with
+Volcano's CRDs registered; it is stopped by PID and its directory removed, also when a test
+fails.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
+from tests.support import controlplane, pulumi_cli
 from tests.support.prerequisites import unavailable
 from tests.support.services import HdfsMiniCluster, MlflowServer, S3Server
+from tests.support.volcano_crds import CrdsUnavailable, crd_dir
+from tools.localcluster.controlplane import BinariesNotFound, ControlPlane
 
 
 @pytest.fixture(scope="session")
@@ -38,6 +51,51 @@ def mlflow_server() -> Iterator[MlflowServer]:
     """MLflow tracking server; env: `mlflow_server.env()` (MLFLOW_TRACKING_URI, telemetry off)."""
     with MlflowServer() as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def pulumi_path() -> str:
+    """PATH with the Pulumi CLI, its Python host and the Kubernetes provider."""
+    path = pulumi_cli.search_path()
+    reason = pulumi_cli.skip_reason(path)
+    if reason:
+        unavailable(reason)
+    return path
+
+
+@pytest.fixture(scope="session")
+def cluster_path(pulumi_path: str) -> str:
+    """`pulumi_path`, which also has kube-apiserver and etcd."""
+    reason = pulumi_cli.skip_reason(pulumi_path, cluster=True)
+    if reason:
+        unavailable(reason)
+    return pulumi_path
+
+
+@pytest.fixture(scope="session")
+def volcano_crd_dir() -> Path:
+    try:
+        return crd_dir()
+    except CrdsUnavailable as why:
+        unavailable(f"Volcano's CRDs are unavailable: {why}")
+        raise  # unreachable: unavailable() raises
+
+
+@pytest.fixture(scope="module")
+def control_plane(cluster_path: str, volcano_crd_dir: Path) -> Iterator[ControlPlane]:
+    """A fresh control plane for the module; `.kubeconfig` is its admin kubeconfig.
+
+    The controller manager is required: `pulumi destroy` deletes the namespace, and only its
+    namespace controller empties and removes a terminating namespace."""
+    try:
+        cp = controlplane.start([volcano_crd_dir], controllers="required")
+    except BinariesNotFound as why:
+        unavailable(str(why))
+        raise  # unreachable: unavailable() raises
+    try:
+        yield cp
+    finally:
+        cp.stop()
 
 
 @pytest.fixture

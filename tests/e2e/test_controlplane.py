@@ -1,4 +1,5 @@
-"""The local control plane of tools/controlplane.py: start, use, stop, nothing left behind."""
+"""The control plane (tools/localcluster/controlplane.py, with the CRDs and CLI of
+tests/support/controlplane.py): start, use, stop, nothing left behind."""
 
 from __future__ import annotations
 
@@ -10,12 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.controlplane import load_controlplane
+from tests.support.controlplane import start
+from tools.localcluster import controlplane
 
 REPO = Path(__file__).resolve().parents[2]
 
-
-controlplane = load_controlplane()
 kubernetes = pytest.importorskip(
     "kubernetes", reason="the kubernetes Python client is not installed"
 )
@@ -72,10 +72,10 @@ def _volcano_job(trainers: int, pservers: int) -> dict:
 
 def test_control_plane_serves_volcano_jobs_and_stops_clean(volcano_crd_dir: Path):
     _require_binaries()
-    cp = controlplane.ControlPlane(crd_dirs=[volcano_crd_dir])
-    cp.start()
+    cp = start([volcano_crd_dir])
     pids = dict(cp.pids)
     workdir = cp.dir
+    assert workdir is not None  # set by start()
     try:
         assert {"etcd", "kube-apiserver"} <= set(pids)
         api_client = kubernetes.config.new_client_from_config(config_file=str(cp.kubeconfig))
@@ -129,26 +129,27 @@ def test_control_plane_serves_volcano_jobs_and_stops_clean(volcano_crd_dir: Path
         cp.stop()
 
     for name, pid in pids.items():
-        assert not controlplane._pid_alive(pid), f"{name} (pid {pid}) still running"
+        assert not controlplane.pid_alive(pid), f"{name} (pid {pid}) still running"
     assert not workdir.exists()
 
 
 def test_cli_up_and_down(tmp_path, volcano_crd_dir: Path):
     _require_binaries()
     state = tmp_path / "cp"
-    tool = [sys.executable, str(REPO / "tools" / "controlplane.py")]
+    tool = [sys.executable, "-m", "tests.support.controlplane"]
     up = subprocess.run(
         [*tool, "up", "--dir", str(state), "--crds", str(volcano_crd_dir), "--no-controllers"],
         capture_output=True,
         text=True,
         timeout=300,
+        cwd=REPO,
     )
     assert up.returncode == 0, up.stderr
     kubeconfig = Path(up.stdout.strip())
     assert kubeconfig.is_file()
     pids = [p["pid"] for p in json.loads((state / "controlplane.json").read_text())["processes"]]
     try:
-        assert len(pids) == 2 and all(controlplane._pid_alive(p) for p in pids)
+        assert len(pids) == 2 and all(controlplane.pid_alive(p) for p in pids)
         api_client = kubernetes.config.new_client_from_config(config_file=str(kubeconfig))
         crds = kubernetes.client.ApiextensionsV1Api(api_client).list_custom_resource_definition()
         assert {c.metadata.name for c in crds.items} >= {
@@ -159,8 +160,12 @@ def test_cli_up_and_down(tmp_path, volcano_crd_dir: Path):
         api_client.close()
     finally:
         down = subprocess.run(
-            [*tool, "down", "--dir", str(state)], capture_output=True, text=True, timeout=120
+            [*tool, "down", "--dir", str(state)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
         )
     assert down.returncode == 0, down.stderr
-    assert not any(controlplane._pid_alive(p) for p in pids)
+    assert not any(controlplane.pid_alive(p) for p in pids)
     assert not state.exists()

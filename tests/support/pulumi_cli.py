@@ -45,7 +45,7 @@ BUILD_TOOLS = ROOT / "tools" / "build-tools.sh"
 PROJECT_PARTS = ("Pulumi.yaml", "infra", "components", "stacks", "policy", "tools/build-tools.sh")
 PROJECT = "elasticctr"
 # Binaries each kind of test needs: the CLI with its Python host and Kubernetes provider,
-# and for a cluster the control plane of tools/controlplane.py.
+# and for a cluster the control plane of tests/support/controlplane.py.
 CLI_TOOLS = ("pulumi", "pulumi-language-python", "pulumi-resource-kubernetes")
 CLUSTER_TOOLS = ("kube-apiserver", "etcd")
 # Plugin warnings every command prints with the offline tools (docs/tooling.md).
@@ -305,7 +305,7 @@ class Project:
         ]
 
 
-# The e2e suite's stack (stacks/Pulumi.ci.yaml), on a control plane of tools/controlplane.py.
+# The e2e suite's stack (stacks/Pulumi.ci.yaml), on a control plane of tests/support/controlplane.py.
 CI_STACK = "ci"
 CI_NAMESPACE = "elasticctr-ci"
 CI_JOB = "elasticctr-train"

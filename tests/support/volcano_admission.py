@@ -1,6 +1,6 @@
 """Volcano's own Job-mutating admission webhook (vc-webhook-manager, built by
 tools/build-tools.sh at the pinned chart's version) in front of a control plane of
-tools/controlplane.py, so that the e2e API server stores a Volcano Job as a real cluster
+tests/support/controlplane.py, so that the e2e API server stores a Volcano Job as a real cluster
 does: as the webhook mutated it (tests/support/volcano_webhook.py says what it changes).
 
 The chart's set-up on loopback: a MutatingWebhookConfiguration of the chart's name and rule
@@ -16,8 +16,8 @@ import contextlib
 import shutil
 from typing import Any
 
-from tests.support.controlplane import load_controlplane
 from tests.support.services import ServerProcess, free_port
+from tools.localcluster.controlplane import Cert, make_pki
 
 BINARY = "vc-webhook-manager"
 # The chart's name of the configuration: the manager looks it up by this name.
@@ -68,10 +68,9 @@ class VolcanoJobWebhook(ServerProcess):
         # Called in the fresh workdir, before the process starts: its certificate, and the
         # configuration the manager completes with the CA bundle.
         assert self.workdir is not None
-        controlplane = load_controlplane()
         pki = self.workdir / "pki"
-        server = controlplane.Cert("/CN=volcano-admission", "serverAuth", ("IP:127.0.0.1",))
-        controlplane.make_pki(pki, {"webhook": server})
+        server = Cert("/CN=volcano-admission", "serverAuth", ("IP:127.0.0.1",))
+        make_pki(pki, {"webhook": server})
         self._register()
         return [
             self.binary,

@@ -24,8 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tools import controlplane
-from tools.localcluster import addons, host, node, provisioner
+from tools.localcluster import addons, controlplane, host, node, provisioner
 from tools.localcluster.api import Api
 from tools.localcluster.settings import (
     CLUSTER_CIDR,
@@ -278,9 +277,9 @@ class LocalCluster:
         deadline = time.monotonic() + timeout
         last = ""
         while time.monotonic() < deadline:
-            if not controlplane._pid_alive(proc.pid):
+            if not controlplane.pid_alive(proc.pid):
                 raise ClusterError(
-                    f"{name} exited; {proc.log}:\n{controlplane._tail(Path(proc.log))}"
+                    f"{name} exited; {proc.log}:\n{controlplane.log_tail(Path(proc.log))}"
                 )
             try:
                 if ready():
@@ -290,7 +289,7 @@ class LocalCluster:
             time.sleep(0.5)
         raise ClusterError(
             f"{name} not ready after {timeout:.0f}s ({last}); "
-            f"{proc.log}:\n{controlplane._tail(Path(proc.log))}"
+            f"{proc.log}:\n{controlplane.log_tail(Path(proc.log))}"
         )
 
     def _containerd_ready(self) -> bool:
@@ -411,8 +410,8 @@ class LocalCluster:
         state = State.load(self.layout.state_file)
         cp_file = self.layout.controlplane / controlplane.STATE_FILE
         cp_procs = json.loads(cp_file.read_text())["processes"] if cp_file.exists() else []
-        processes = {p["name"]: controlplane._pid_alive(p["pid"]) for p in cp_procs}
-        processes |= {p.name: controlplane._pid_alive(p.pid) for p in state.processes}
+        processes = {p["name"]: controlplane.pid_alive(p["pid"]) for p in cp_procs}
+        processes |= {p.name: controlplane.pid_alive(p.pid) for p in state.processes}
         ready = False
         with contextlib.suppress(OSError, RuntimeError, ValueError):
             ready = self._node_ready(self.api(state), state.node_name)
@@ -442,7 +441,7 @@ class LocalCluster:
 
 
 def _alive(state: State, name: str) -> bool:
-    return any(p.name == name and controlplane._pid_alive(p.pid) for p in state.processes)
+    return any(p.name == name and controlplane.pid_alive(p.pid) for p in state.processes)
 
 
 def _healthz(port: int, path: str = "/healthz") -> bool:

@@ -15,8 +15,7 @@ import pytest
 from elasticctr_cube.server import build_server
 
 # procs: the serving tests' processes of one test, stopped by PID at its end.
-from tests.images.serving.conftest import procs, start_stack  # noqa: F401
-from tests.images.serving.servingtest import PYTHONPATH, Processes
+from tests.support.serving import PYTHONPATH, Processes, procs, start_stack  # noqa: F401
 
 
 @pytest.fixture(scope="session")

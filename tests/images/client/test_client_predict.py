@@ -11,9 +11,15 @@ import numpy as np
 import pytest
 
 from tests.images.client.conftest import NO_LOGIN, fake_pulumi, run_client
-from tests.images.serving.conftest import HUGE_KEY, NAN_KEY, clean_instances, poisoned_stack
-from tests.images.serving.servingtest import expected, probe_instances
 from tests.support.compressors import compress
+from tests.support.serving import (
+    HUGE_KEY,
+    NAN_KEY,
+    clean_instances,
+    expected,
+    poisoned_stack,
+    probe_instances,
+)
 
 pytestmark = pytest.mark.slow
 

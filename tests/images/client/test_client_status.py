@@ -10,8 +10,7 @@ import pytest
 from elasticctr_cube.httpjson import call
 
 from tests.images.client.conftest import run_client
-from tests.images.serving.conftest import start_stack
-from tests.images.serving.servingtest import http, probe_instances, publish
+from tests.support.serving import http, probe_instances, publish, start_stack
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"

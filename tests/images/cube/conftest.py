@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 from elasticctr_cube.server import build_server
 
-from tests.images.cube.cubetest import CubeCluster, Procs
+from tests.support.cube import CubeCluster, Procs
 
 
 @pytest.fixture(scope="session")

@@ -18,7 +18,7 @@ from elasticctr_cube.httpjson import call
 from elasticctr_cube.manifest import layout_dir
 from elasticctr_cube.shardfile import read_shard_file
 
-from tests.images.cube.cubetest import (
+from tests.support.cube import (
     free_port,
     http_ok,
     model_table,

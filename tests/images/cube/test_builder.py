@@ -23,7 +23,7 @@ from elasticctr_cube.shardfile import (
     scan_shard_file,
 )
 
-from tests.images.cube.cubetest import model_table, write_model_version
+from tests.support.cube import model_table, write_model_version
 
 
 def test_build_partitions_keys_by_modulo_and_writes_a_manifest(tmp_path):

@@ -12,7 +12,7 @@ from elasticctr_common.cube.client import CubeClient, CubeUnavailable, CubeVersi
 from elasticctr_common.cube.conf import CubeConf, CubeConfError, CubeNode
 from elasticctr_cube.shardfile import write_shard_file
 
-from tests.images.cube.cubetest import (
+from tests.support.cube import (
     control_call,
     expect_values,
     free_port,

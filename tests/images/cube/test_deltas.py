@@ -14,7 +14,7 @@ import pytest
 from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_cube.builder import build
 
-from tests.images.cube.cubetest import wait_until
+from tests.support.cube import wait_until
 
 pytestmark = pytest.mark.slow
 DIM = 4

@@ -12,7 +12,7 @@ from elasticctr_common.metrics import CUBE_AGENT, CUBE_SERVER, CUBE_TRANSFER
 from elasticctr_common.storage import open_store
 from elasticctr_cube.builder import build, publish
 
-from tests.images.cube.cubetest import committed, model_table, wait_until, write_model_version
+from tests.support.cube import committed, model_table, wait_until, write_model_version
 from tests.support.metrics import scrape, value
 
 pytestmark = pytest.mark.slow

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from tests.images.cube.cubetest import committed, expect_values, model_table, wait_until
+from tests.support.cube import committed, expect_values, model_table, wait_until
 from tests.support.paddle_cube import PythonMeta, cpp_meta
 
 pytestmark = pytest.mark.slow

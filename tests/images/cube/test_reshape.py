@@ -11,7 +11,7 @@ import threading
 
 import pytest
 
-from tests.images.cube.cubetest import committed, expect_values, model_table, wait_until
+from tests.support.cube import committed, expect_values, model_table, wait_until
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 from elasticctr_cube.httpjson import call
 
-from tests.images.cube.cubetest import committed, expect_values, model_table, wait_until
+from tests.support.cube import committed, expect_values, model_table, wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -102,7 +102,7 @@ def test_a_corrupt_shard_aborts_the_rollout_and_the_old_version_keeps_serving(cu
     from elasticctr_cube.builder import build, publish
     from elasticctr_cube.shardfile import read_shard_file, write_shard_file
 
-    from tests.images.cube.cubetest import write_model_version
+    from tests.support.cube import write_model_version
 
     cluster = cube_cluster()
     tables = {v: model_table(v) for v in (1, 2, 3)}

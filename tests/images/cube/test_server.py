@@ -20,7 +20,7 @@ from elasticctr_common.cube.conf import CubeConf, CubeNode
 from elasticctr_cube.httpjson import HttpCallError, call
 from elasticctr_cube.shardfile import write_shard_file
 
-from tests.images.cube.cubetest import (
+from tests.support.cube import (
     control_call,
     free_port,
     http_ok,

@@ -9,9 +9,8 @@ import logging
 import pytest
 from elasticctr_serving.recent import Failure, FailureLog, RecentRequests
 
-from tests.images.cube.cubetest import wait_until
-from tests.images.serving.conftest import start_stack
-from tests.images.serving.servingtest import Serving, http, metric_sample, probe_instances
+from tests.support.cube import wait_until
+from tests.support.serving import Serving, http, metric_sample, probe_instances, start_stack
 
 INFERENCE = "/ElasticCTRPredictionService/inference"
 

@@ -25,7 +25,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.images.serving.servingtest import metric_sample
+from tests.support.serving import metric_sample
 
 SPACE = SlotSpace([101, 102, 103], 1000)
 

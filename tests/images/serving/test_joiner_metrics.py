@@ -14,11 +14,11 @@ import pytest
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, Click, pack_impressions
 from elasticctr_common.metrics import JOINER
 
-from tests.images.cube.cubetest import free_port, wait_until
-from tests.images.serving.servingtest import Processes
+from tests.support.cube import free_port, wait_until
 from tests.support.kafka import create_topics
 from tests.support.metrics import scrape, value
 from tests.support.services import KafkaBroker
+from tests.support.serving import Processes
 
 pytestmark = pytest.mark.slow
 

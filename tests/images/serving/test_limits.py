@@ -9,8 +9,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from tests.images.serving.conftest import start_stack
-from tests.images.serving.servingtest import expected, http, probe_instances
+from tests.support.serving import expected, http, probe_instances, start_stack
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"

@@ -13,7 +13,7 @@ from elasticctr_serving.graph import fuse_inputs
 from elasticctr_serving.model import ModelError, load_model, predictor_config
 from paddle.base.proto import framework_pb2
 
-from tests.images.serving.make_model import default_spec, expected_probabilities, make_versions
+from tests.support.make_model import default_spec, expected_probabilities, make_versions
 
 SLOTS = list(range(1, 27))
 

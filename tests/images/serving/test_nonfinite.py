@@ -8,21 +8,19 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.images.cube.cubetest import control_call
-from tests.images.serving.conftest import (
+from tests.support.cube import control_call
+from tests.support.make_model import table
+from tests.support.serving import (
     HUGE_KEY,
     NAN_KEY,
     clean_instances,
-    poisoned_stack,
-    serve_directly,
-)
-from tests.images.serving.make_model import table
-from tests.images.serving.servingtest import (
     expected,
     http,
     metric_sample,
+    poisoned_stack,
     pooled_inputs,
     publish,
+    serve_directly,
 )
 
 pytestmark = pytest.mark.slow

@@ -13,29 +13,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from elasticctr_common.storage import open_store
-from elasticctr_common.versions import Version, append_version
 
-from tests.images.cube.cubetest import CubeCluster, free_port, wait_until
-from tests.images.serving.conftest import start_stack
-from tests.images.serving.make_model import default_spec, make_versions
-from tests.images.serving.servingtest import (
+from tests.support.cube import CubeCluster, free_port, wait_until
+from tests.support.make_model import default_spec, make_versions
+from tests.support.serving import (
     Load,
     Serving,
+    announce,
     expected,
     http,
     probe_instances,
     publish,
+    start_stack,
 )
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"
-
-
-def announce(cluster, version: int) -> None:
-    """The trainer's last step: the donefile line that makes version V exist."""
-    models = open_store(f"file://{cluster.model_dir}")
-    append_version(models, Version(version, version, models.uri(f"{version}/sparse")))
 
 
 def test_five_rollouts_under_load_never_fail_nor_mix_versions(procs, tmp_path, cube_server_bin):

@@ -10,7 +10,7 @@ import threading
 import numpy as np
 import pytest
 
-from tests.images.serving.servingtest import (
+from tests.support.serving import (
     Serving,
     expected,
     http,

@@ -8,8 +8,7 @@ import secrets
 import numpy as np
 import pytest
 
-from tests.images.serving.conftest import start_stack
-from tests.images.serving.servingtest import expected, http, metric_sample, probe_instances
+from tests.support.serving import expected, http, metric_sample, probe_instances, start_stack
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"
@@ -18,7 +17,7 @@ TOKEN = secrets.token_urlsafe(30)
 
 @pytest.fixture(scope="module")
 def guarded(tmp_path_factory, cube_server_bin):
-    from tests.images.serving.servingtest import Processes
+    from tests.support.serving import Processes
 
     procs = Processes(tmp_path_factory.mktemp("auth"))
     try:

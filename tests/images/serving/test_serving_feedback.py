@@ -21,16 +21,17 @@ from elasticctr_common.feedback import (
     parse_click,
 )
 
-from tests.images.serving.conftest import Stack, start_stack
-from tests.images.serving.servingtest import (
+from tests.support.kafka import create_topics, read_topic
+from tests.support.services import KafkaBroker
+from tests.support.serving import (
     PYTHONPATH,
     Processes,
+    Stack,
     http,
     metric_sample,
     probe_instances,
+    start_stack,
 )
-from tests.support.kafka import create_topics, read_topic
-from tests.support.services import KafkaBroker
 
 pytestmark = pytest.mark.slow
 INFERENCE = "/ElasticCTRPredictionService/inference"

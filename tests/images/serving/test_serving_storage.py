@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from elasticctr_common.storage import open_store
 
-from tests.images.cube.cubetest import CubeCluster, wait_until
-from tests.images.serving.servingtest import (
+from tests.support.cube import CubeCluster, wait_until
+from tests.support.serving import (
     Serving,
     expected,
     http,

@@ -12,8 +12,7 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.images.serving.conftest import start_stack
-from tests.images.serving.servingtest import Processes, expected, http, probe_instances
+from tests.support.serving import Processes, expected, http, probe_instances, start_stack
 
 pytestmark = pytest.mark.slow
 TOKEN = secrets.token_urlsafe(30)

@@ -17,8 +17,8 @@ from elasticctr_trainer.model import SPARSE_WEIGHT_BOUND
 from elasticctr_trainer.staging import NO_REPORT
 
 from components import training
-from tests.images.trainer.trainertest import LocalJob, read_sequence_file, run_job, write_config
 from tests.support.compressors import compress, concatenated
+from tests.support.trainer import LocalJob, read_sequence_file, run_job, write_config
 
 pytestmark = pytest.mark.slow
 

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from tests.images.trainer.conftest import BAD_FILE, BAD_LINES, HOURS, MISSING_HOUR
-from tests.images.trainer.trainertest import (
+from tests.support.trainer import (
     AUC_TOLERANCE,
     full_table,
     heldout_auc,

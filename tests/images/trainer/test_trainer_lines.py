@@ -18,8 +18,8 @@ from elasticctr_trainer.lines import MAX_SHOW, BadLine, LineParser, multislot_li
 from elasticctr_trainer.pipe import convert
 from elasticctr_trainer.staging import NO_REPORT, collect_reports, stage
 
-from tests.images.trainer.trainertest import native_pipe_bin, trainer_env
 from tests.support.compressors import compress
+from tests.support.trainer import native_pipe_bin, trainer_env
 
 SLOTS = [101, 102, 103]
 

@@ -14,8 +14,8 @@ from elasticctr_common.storage import open_store
 
 from tests.images.trainer.conftest import BAD_LINES, MISSING_HOUR
 from tests.images.trainer.test_trainer_storage import copy_tree
-from tests.images.trainer.trainertest import LocalJob, wait_for, write_config
 from tests.support.metrics import scrape, value
+from tests.support.trainer import LocalJob, wait_for, write_config
 
 pytestmark = pytest.mark.slow
 

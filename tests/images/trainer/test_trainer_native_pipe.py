@@ -18,8 +18,8 @@ from elasticctr_common.trainer_json import load_config
 from elasticctr_trainer.pipe import NATIVE_PIPE_ENV, build_native_pipe
 from elasticctr_trainer.trainer import pipe_command
 
-from tests.images.trainer.trainertest import trainer_env, write_config
 from tests.support.compressors import READ, compress, concatenated
+from tests.support.trainer import trainer_env, write_config
 
 SLOTS = [101, 102, 103, 7]
 SPARSE_DIM = 1000

@@ -16,7 +16,7 @@ import pytest
 from elasticctr_trainer import synth
 from elasticctr_trainer.generate import Generated, generate_profile
 
-from tests.images.trainer.trainertest import (
+from tests.support.trainer import (
     LocalJob,
     read_sequence_file,
     run_job,

@@ -23,7 +23,7 @@ from elasticctr_trainer.modelcheck import EmbeddingScan
 from elasticctr_trainer.roles import Role
 from elasticctr_trainer.trainer import Trainer
 
-from tests.images.trainer.trainertest import run_job, write_config
+from tests.support.trainer import run_job, write_config
 
 SPARSE_DIM = 100003  # write_config's
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.images.trainer.trainertest import (
+from tests.support.trainer import (
     LocalJob,
     impressions,
     read_sequence_file,

@@ -10,7 +10,7 @@ import signal
 import pytest
 from elasticctr_trainer.pipe import NATIVE_PIPE_ENV
 
-from tests.images.trainer.trainertest import (
+from tests.support.trainer import (
     LocalJob,
     has_descendant,
     native_pipe_bin,

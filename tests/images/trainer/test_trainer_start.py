@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from tests.images.trainer.trainertest import LocalJob, wait_for, write_config
+from tests.support.trainer import LocalJob, wait_for, write_config
 
 pytestmark = pytest.mark.slow
 

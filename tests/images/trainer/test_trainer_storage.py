@@ -12,7 +12,7 @@ import pytest
 from elasticctr_common.storage import Store, open_store
 
 from tests.images.trainer.conftest import BAD_LINES, MISSING_HOUR
-from tests.images.trainer.trainertest import (
+from tests.support.trainer import (
     AUC_TOLERANCE,
     LocalJob,
     heldout_auc,

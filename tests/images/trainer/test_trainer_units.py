@@ -23,7 +23,7 @@ from elasticctr_trainer.modelcheck import check_model
 from elasticctr_trainer.roles import RoleError, role_from_env
 from elasticctr_trainer.sync import PassSync, SyncTimeout
 
-from tests.images.trainer.trainertest import read_sequence_file, trainer_env
+from tests.support.trainer import read_sequence_file, trainer_env
 from tests.support.trainer_json import RUNNER
 
 
@@ -375,7 +375,7 @@ def test_generate_writes_the_default_stacks_slots_unless_told(tmp_path):
     (stacks/slot.txt): the same slot ids, and every line uses only those."""
     from elasticctr_common.slotconf import read_slot_conf
 
-    from tests.images.trainer.trainertest import REPO
+    from tests.support.trainer import REPO
 
     done = subprocess.run(
         [sys.executable, "-m", "elasticctr_trainer", "generate", "--out", f"file://{tmp_path}",

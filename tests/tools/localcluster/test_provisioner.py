@@ -12,11 +12,9 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.conftest import cluster_path, control_plane, pulumi_path, volcano_crd_dir
 from tools.localcluster import addons, provisioner
 from tools.localcluster.api import Api
 
-__all__ = ["cluster_path", "control_plane", "pulumi_path", "volcano_crd_dir"]
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 

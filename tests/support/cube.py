@@ -1,4 +1,5 @@
-"""Helpers of the cube tests: test data, child processes by PID, a 3-shard cluster."""
+"""Helpers of the cube and serving tests and the serving benchmarks: test data, child
+processes by PID, a 3-shard cube cluster."""
 
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from elasticctr_common.versions import DELETED, Version, append_version, deleted
 from elasticctr_cube.httpjson import HttpCallError, call
 from elasticctr_cube.manifest import layout_dir
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(str(REPO / "images" / p) for p in ("cube", "common"))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(str(REPO / p) for p in ("images/trainer", "images/common", "."))
 JOB_TIMEOUT = 600
 AUC_TOLERANCE = 0.03  # below the generator's Bayes-optimal AUC: the bar a job must reach

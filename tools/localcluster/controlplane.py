@@ -1,32 +1,24 @@
-#!/usr/bin/env python3
-"""A throwaway Kubernetes control plane on loopback for end-to-end tests.
+"""A Kubernetes control plane as host processes: the local cluster's, and the tests'.
 
 etcd + kube-apiserver (+ kube-controller-manager and kube-scheduler when they
-are built) on 127.0.0.1 with free ports, a fresh CA, serving and client
-certificates (made with the ``openssl`` command), a service-account signing key
-and an admin kubeconfig. Optionally registers CustomResourceDefinitions from a
-directory of YAML files and waits until they are Established.
-
-No node ever joins: pods stay Pending, so workloads get objects, not containers.
+are built) with free ports, a fresh CA, serving and client certificates (made
+with the ``openssl`` command), a service-account signing key and an admin
+kubeconfig. tools/localcluster/cluster.py joins a node to it; the end-to-end tests
+run it alone on loopback (no node: pods stay Pending, workloads get objects, not
+containers), with CRDs registered and a CLI (tests/support/controlplane.py).
 
 Library::
 
-    with ControlPlane(crd_dirs=["../shared/schemas/volcano-v1.15.0"]) as cp:
+    with ControlPlane() as cp:
         cp.kubeconfig  # Path of the admin kubeconfig
-
-CLI::
-
-    python tools/controlplane.py up --dir D [--crds DIR]...   # prints the kubeconfig path
-    python tools/controlplane.py down --dir D
 
 Binaries are looked up on PATH, then in the directories that
 ``tools/build-tools.sh --print-path`` names (see docs/tooling.md).
-Standard library only, plus PyYAML for the CRD files.
+Standard library only.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import base64
 import contextlib
@@ -38,7 +30,6 @@ import signal
 import socket
 import ssl
 import subprocess
-import sys
 import tempfile
 import time
 import urllib.error
@@ -48,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_TOOLS = REPO_ROOT / "tools" / "build-tools.sh"
 STATE_FILE = "controlplane.json"
 
@@ -219,14 +210,15 @@ def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
     path.chmod(0o600)
 
 
-def _tail(path: Path, lines: int = 40) -> str:
+def log_tail(path: Path, lines: int = 40) -> str:
+    """The last `lines` lines of a server's log, for an error message."""
     try:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return "(no log)"
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
     """True while the process exists and is not a zombie."""
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -252,23 +244,23 @@ def terminate_pids(procs: Sequence[dict[str, Any]], timeout: float = 20.0) -> li
     """SIGTERM each {pid, exe, marker} (in the given order), SIGKILL what outlives `timeout`.
 
     Returns the PIDs that are still alive afterwards (normally none)."""
-    mine = [p for p in procs if _pid_alive(p["pid"]) and _pid_is(p["pid"], p["exe"], p["marker"])]
+    mine = [p for p in procs if pid_alive(p["pid"]) and _pid_is(p["pid"], p["exe"], p["marker"])]
     for p in mine:
         with contextlib.suppress(ProcessLookupError):
             os.kill(p["pid"], signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _pid_alive(p["pid"]) and time.monotonic() < deadline:
+        while pid_alive(p["pid"]) and time.monotonic() < deadline:
             _reap(p["pid"])
             time.sleep(0.1)
-        if _pid_alive(p["pid"]):
+        if pid_alive(p["pid"]):
             with contextlib.suppress(ProcessLookupError):
                 os.kill(p["pid"], signal.SIGKILL)
             deadline = time.monotonic() + 5
-            while _pid_alive(p["pid"]) and time.monotonic() < deadline:
+            while pid_alive(p["pid"]) and time.monotonic() < deadline:
                 _reap(p["pid"])
                 time.sleep(0.1)
         _reap(p["pid"])
-    return [p["pid"] for p in mine if _pid_alive(p["pid"])]
+    return [p["pid"] for p in mine if pid_alive(p["pid"])]
 
 
 def _reap(pid: int) -> None:
@@ -292,17 +284,15 @@ class ControlPlane:
 
     workdir: where certs, data, kubeconfigs and logs go; a fresh temp dir if None
       (then `stop()` removes it). An existing workdir must be empty.
-    crd_dirs: directories of CRD YAML files to register after start.
     controllers: also start kube-controller-manager and kube-scheduler if found
       (True), never (False), or demand them ("required").
     """
 
     workdir: Path | str | None = None
-    crd_dirs: Sequence[Path | str] = ()
     controllers: bool | str = True
     start_timeout: float = 120.0
     keep_workdir: bool = False
-    detach: bool = False  # CLI `up`: servers outlive this Python process
+    detach: bool = False  # servers outlive this Python process (the local cluster, CLI `up`)
     binaries: dict[str, str] = field(default_factory=dict)
     # Where the API server listens and what it advertises: loopback without a node; the
     # node's InternalIP when a kubelet joins (pods reach the API through the `kubernetes`
@@ -355,8 +345,6 @@ class ControlPlane:
             atexit.register(self.stop)
         try:
             self._start_servers()
-            if self.crd_dirs:
-                self.apply_crds(self.crd_dirs)
         except BaseException:
             self.stop()  # the error carries the log tail; keep_workdir=True keeps the rest
             raise
@@ -552,7 +540,7 @@ class ControlPlane:
             if server.proc is not None and server.proc.poll() is not None:
                 raise ControlPlaneError(
                     f"{name} exited with code {server.proc.returncode}; "
-                    f"{server.log}:\n{_tail(server.log)}"
+                    f"{server.log}:\n{log_tail(server.log)}"
                 )
             try:
                 if ready():
@@ -562,7 +550,7 @@ class ControlPlane:
             time.sleep(0.25)
         raise ControlPlaneError(
             f"{name} not ready after {self.start_timeout:.0f}s (last: {last}); "
-            f"{server.log}:\n{_tail(server.log)}"
+            f"{server.log}:\n{log_tail(server.log)}"
         )
 
     def stop(self, keep_workdir: bool | None = None) -> None:
@@ -647,137 +635,3 @@ class ControlPlane:
                 return e.code, json.loads(raw or b"{}")
             except ValueError:
                 return e.code, {"message": raw.decode(errors="replace")}
-
-    def apply_crds(self, dirs: Iterable[Path | str], timeout: float = 60.0) -> list[str]:
-        """Create the CRDs found in the YAML files of `dirs`; wait until Established and served."""
-        import yaml  # PyYAML: a dependency of the pulumi SDK
-
-        crds = []
-        for d in dirs:
-            files = sorted(p for p in Path(d).iterdir() if p.suffix in (".yaml", ".yml"))
-            if not files:
-                raise ControlPlaneError(f"no CRD YAML files in {d}")
-            for f in files:
-                for doc in yaml.safe_load_all(f.read_text()):
-                    if doc and doc.get("kind") == "CustomResourceDefinition":
-                        crds.append(doc)
-        base = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-        for crd in crds:
-            status, resp = self.request("POST", base, crd)
-            if status == 409:  # already there: replace it with this definition
-                _, current = self.request("GET", f"{base}/{crd['metadata']['name']}")
-                crd = {
-                    **crd,
-                    "metadata": {
-                        **crd["metadata"],
-                        "resourceVersion": current["metadata"]["resourceVersion"],
-                    },
-                }
-                status, resp = self.request("PUT", f"{base}/{crd['metadata']['name']}", crd)
-            if status not in (200, 201):
-                raise ControlPlaneError(
-                    f"CRD {crd['metadata']['name']}: HTTP {status}: {resp.get('message')}"
-                )
-        deadline = time.monotonic() + timeout
-        names = [c["metadata"]["name"] for c in crds]
-        for crd in crds:
-            name, group = crd["metadata"]["name"], crd["spec"]["group"]
-            plural = crd["spec"]["names"]["plural"]
-            versions = [v["name"] for v in crd["spec"]["versions"] if v.get("served", True)]
-            while True:
-                _, cur = self.request("GET", f"{base}/{name}")
-                conds = {
-                    c["type"]: c["status"]
-                    for c in (cur.get("status") or {}).get("conditions") or []
-                }
-                served = conds.get("Established") == "True" and all(
-                    plural
-                    in [
-                        r["name"]
-                        for r in self.request("GET", f"/apis/{group}/{v}")[1].get("resources", [])
-                    ]
-                    for v in versions
-                )
-                if served:
-                    break
-                if time.monotonic() > deadline:
-                    raise ControlPlaneError(
-                        f"CRD {name} not Established after {timeout:.0f}s: {conds}"
-                    )
-                time.sleep(0.2)
-        return names
-
-
-# ---- CLI ---------------------------------------------------------------------
-def _cmd_up(args: argparse.Namespace) -> int:
-    cp = ControlPlane(
-        workdir=args.dir,
-        crd_dirs=args.crds,
-        controllers=not args.no_controllers,
-        start_timeout=args.timeout,
-        keep_workdir=True,
-        detach=True,
-    )
-    try:
-        cp.start()
-    except ControlPlaneError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 1
-    assert cp.dir is not None  # set by start()
-    print(cp.kubeconfig)
-    print(
-        f"servers: {', '.join(f'{n} (pid {p})' for n, p in cp.pids.items())}; "
-        f"state: {cp.dir / STATE_FILE}",
-        file=sys.stderr,
-    )
-    return 0
-
-
-def _cmd_down(args: argparse.Namespace) -> int:
-    d = Path(args.dir).resolve()
-    state_file = d / STATE_FILE
-    if not state_file.exists():
-        print(f"error: no {STATE_FILE} in {d}: nothing started there", file=sys.stderr)
-        return 1
-    state = json.loads(state_file.read_text())
-    procs = [
-        {"pid": p["pid"], "exe": p["exe"], "marker": str(d)} for p in reversed(state["processes"])
-    ]
-    left = terminate_pids(procs)
-    if left:
-        print(f"error: still alive: {left}", file=sys.stderr)
-        return 1
-    if not args.keep_dir:
-        shutil.rmtree(d, ignore_errors=True)
-    return 0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    sub = parser.add_subparsers(dest="command", required=True)
-    up = sub.add_parser("up", help="start; print the admin kubeconfig path")
-    up.add_argument("--dir", required=True, help="state dir (created; must be empty)")
-    up.add_argument(
-        "--crds",
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="register the CRD YAML files of DIR (repeatable)",
-    )
-    up.add_argument(
-        "--no-controllers",
-        action="store_true",
-        help="do not start kube-controller-manager and kube-scheduler",
-    )
-    up.add_argument(
-        "--timeout", type=float, default=120.0, help="seconds each server may take to be ready"
-    )
-    down = sub.add_parser("down", help="stop the servers started in --dir and remove it")
-    down.add_argument("--dir", required=True)
-    down.add_argument("--keep-dir", action="store_true", help="keep certs, data and logs")
-    args = parser.parse_args(argv)
-    return _cmd_up(args) if args.command == "up" else _cmd_down(args)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,5 +1,6 @@
-"""Helpers of the serving and client tests: cube (3 servers + 3 agents + transfer, from the
-cube tests) and serving as real processes, stopped by PID when the test ends."""
+"""Helpers of the serving and client tests and the serving benchmarks: cube (3 servers + 3
+agents + transfer, tests/support/cube.py) and serving as real processes, stopped by PID
+when the test ends; a whole stack with synthetic version 1, or with poisoned embeddings."""
 
 from __future__ import annotations
 
@@ -10,14 +11,20 @@ import sys
 import threading
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import pytest
+from elasticctr_common.storage import open_store
+from elasticctr_common.versions import Version, append_version
+from elasticctr_cube.shardfile import write_shard_file
 
-from tests.images.cube.cubetest import CubeCluster, Procs, free_port, wait_until
-from tests.images.serving.make_model import default_spec, make_versions, table
+from tests.support.cube import CubeCluster, Procs, control_call, free_port, load_version, wait_until
+from tests.support.make_model import default_spec, make_versions, table
 
-REPO = Path(__file__).resolve().parents[3]
+REPO = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(
     str(REPO / "images" / p) for p in ("serving", "client", "cube", "common")
 )
@@ -141,7 +148,7 @@ def probe_instances(spec: dict, count: int, seed: int = 3) -> list[dict]:
 
 def expected(spec: dict, version: int, instances: list[dict]) -> np.ndarray:
     """Click probabilities of `instances` under synthetic `version`, computed with numpy."""
-    from tests.images.serving.make_model import expected_probabilities
+    from tests.support.make_model import expected_probabilities
 
     flat = pooled_inputs(spec, version, instances)
     return expected_probabilities(cluster_model_dir(spec), version, flat)
@@ -227,3 +234,98 @@ def metric_sample(text: str, name: str, **labels: str) -> float | None:
             if sample.name == name and sample.labels == labels:
                 return float(sample.value)
     return None
+
+
+def announce(cluster, version: int) -> None:
+    """The trainer's last step: the donefile line that makes version V exist."""
+    models = open_store(f"file://{cluster.model_dir}")
+    append_version(models, Version(version, version, models.uri(f"{version}/sparse")))
+
+
+@pytest.fixture
+def procs(tmp_path):
+    p = Processes(tmp_path)
+    try:
+        yield p
+    finally:
+        p.stop_all()
+
+
+@dataclass
+class Stack:
+    cluster: CubeCluster
+    serving: Serving
+    spec: dict
+    procs: Processes
+
+
+def start_stack(procs: Processes, root, *serving_args: str, unload_after: str = "5",
+                server_args: tuple[str, ...] = (), replicas: int = 1,
+                transfer_args: tuple[str, ...] = (),
+                serving_env: dict[str, str] | None = None, **conf) -> Stack:  # fmt: skip
+    """3 cube shards (of `replicas` servers each) + transfer + serving, version 1 served;
+    `conf`: cube.conf settings (CubeConf's fields)."""
+    cluster = CubeCluster(procs, root, 3, ["--max-attempts", "1", "--unload-previous-after",
+                                           unload_after, *transfer_args], replicas,
+                          server_args, **conf)  # fmt: skip
+    spec = publish(cluster, [1])
+    result = cluster.wait_result(1)
+    # A failed first rollout (one attempt) left serving nothing to wait for: say so here.
+    assert result.get("result") == "committed", f"version 1: {result}\n{cluster.dump()}"
+    serving = Serving(procs, "serving", cluster, *serving_args, env=serving_env)
+    serving.wait_version(1)
+    return Stack(cluster, serving, spec, procs)
+
+
+NAN_KEY, HUGE_KEY = 1234, 1500  # poisoned sparse keys of start_poisoned_stack
+
+
+def clean_instances(spec: dict, count: int, seed: int) -> list[dict]:
+    """`count` probe instances that use neither poisoned key."""
+    poisoned = {NAN_KEY, HUGE_KEY}
+    return [
+        i
+        for i in probe_instances(spec, count * 2, seed)
+        if not any(f % spec["sparse_dim"] in poisoned for e in i["slots"] for f in e["feasigns"])
+    ][:count]
+
+
+def serve_directly(cluster: CubeCluster, version: int, keys, values) -> None:
+    """Shard files of `version` written and switched in through each server's control
+    port: no build, no agent, no transfer (nothing of this is committed)."""
+    for s in range(cluster.shards):
+        mine = keys % np.uint64(cluster.shards) == s
+        path = cluster.root / f"direct-v{version}-{s}.cube"
+        write_shard_file(path, version=version, shard=s, shard_num=cluster.shards,
+                         keys=keys[mine], values=values[mine])  # fmt: skip
+        port = cluster.node(s).port
+        assert load_version(port, version, path)["bg_version"] == version
+        assert control_call(port, "POST", "/control/switch", {"version": version})[0] == 200
+
+
+def start_poisoned_stack(procs: Processes, root) -> Stack:
+    """3 cube-servers holding synthetic version 1 with a NaN in the vector of NAN_KEY and
+    3e38 (finite, the float32 range ends at 3.4e38) in every value of HUGE_KEY's; serving
+    on version 1. The shard files are loaded through the servers' control ports, past the
+    builder's and the agents' checks (which refuse NaN): serving must not rely on them.
+    Serving is given no transfer (nothing is committed): it follows the servers."""
+    cluster = CubeCluster(procs, root, 3, ["--max-attempts", "1"])
+    spec = publish(cluster, [1], publish=False)
+    keys, values = table(spec, 1)
+    values[NAN_KEY - 1, 4] = np.nan  # keys are 1..K
+    values[HUGE_KEY - 1] = 3e38
+    serve_directly(cluster, 1, keys, values)
+    dead = f"http://127.0.0.1:{free_port()}"
+    serving = Serving(procs, "serving", cluster, "--cube-transfer-url", dead)
+    serving.wait_version(1)
+    return Stack(cluster, serving, spec, procs)
+
+
+def poisoned_stack(tmp_path_factory) -> Iterator[Stack]:
+    """The body of a module fixture: start_poisoned_stack, stopped when the module ends."""
+    root = tmp_path_factory.mktemp("poisoned")
+    procs = Processes(root)
+    try:
+        yield start_poisoned_stack(procs, root)
+    finally:
+        procs.stop_all()

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-REPO = HERE.parents[2]
+REPO = HERE.parents[1]
 
 
 def table(spec: dict, version: int) -> tuple[np.ndarray, np.ndarray]:
