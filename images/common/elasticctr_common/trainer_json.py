@@ -73,11 +73,7 @@ class HyperParameters:
     fc_sizes: list[int] = field(default_factory=lambda: [400, 400, 400])
     learning_rate: float = 0.0001  # dense Adam
     batch_size: int = 32
-    # Plain SGD of an id's own weight (embed_w, the wide part): the step per example, so a
-    # merged push learns as per-example SGD whatever the batch or the trainers' load.
-    # Measured best of 0.01-0.05 on passes over unseen data (docs/trainer.md, "Model quality").
-    id_weight_learning_rate: float = 0.02
-    sparse_learning_rate: float = 0.05  # AdaGrad of the ids' embedding vectors (embedx)
+    sparse_learning_rate: float = 0.05  # AdaGrad of the sparse table (CTR accessor)
     sparse_initial_range: float = 0.0001
     model: Model = "wide_deep"  # a built-in network (networks.py) or "custom"
     # model "custom": the user's network, a Python file (path ending .py) or an importable
@@ -264,7 +260,7 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         raise ConfigError(
             f"hyper_parameters.embedding_dim: must be >= 2, got {hyper.embedding_dim}"
         )
-    for key in ("learning_rate", "id_weight_learning_rate", "sparse_learning_rate"):
+    for key in ("learning_rate", "sparse_learning_rate"):
         if not getattr(hyper, key) > 0:
             raise ConfigError(f"hyper_parameters.{key}: must be > 0, got {getattr(hyper, key)}")
     if hyper.sparse_initial_range < 0:

@@ -51,23 +51,10 @@ class ModelLayout:
     embedding_dim: int  # the width of a sparse row
     slots: list[int]  # the dense model's inputs, in order
     fc_sizes: list[int]
-    # The sparse rows' format: which optimizer state each row carries. A record without it
-    # was taken before the ids' own weights moved to plain SGD (one state column more).
-    sparse_rows: str = "adagrad-all"
 
     @classmethod
     def of(cls, hyper: HyperParameters, slots: list[int]) -> ModelLayout:
-        return cls(
-            hyper.sparse_dim,
-            hyper.embedding_dim,
-            list(slots),
-            list(hyper.fc_sizes),
-            SPARSE_ROWS,
-        )
-
-
-# This trainer's sparse rows: the id's own weight by plain SGD, its vector by AdaGrad.
-SPARSE_ROWS = "sgd-weight-adagrad-vector"
+        return cls(hyper.sparse_dim, hyper.embedding_dim, list(slots), list(hyper.fc_sizes))
 
 
 # Where each ModelLayout field is set: trainer.json's key (the stack config's).
@@ -76,7 +63,6 @@ LAYOUT_KEYS = {
     "embedding_dim": "hyper_parameters.embedding_dim (stack: training.embedding_dim)",
     "slots": "the slots of runner.slot_conf (stack: slot_conf)",
     "fc_sizes": "hyper_parameters.fc_sizes",
-    "sparse_rows": "the trainer's sparse row format (an older elasticctr's checkpoint)",
 }
 
 

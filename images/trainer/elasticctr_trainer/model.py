@@ -29,12 +29,6 @@ AUC_THRESHOLDS = 2**12
 # The sparse SGD rule clamps every embedding value into [-bound, bound] (Paddle's default,
 # set explicitly): modelcheck refuses a version with a value at the clamp.
 SPARSE_WEIGHT_BOUND = 10.0
-# The click logit's global bias is BIAS_SCALE x a dense parameter. The pservers run one
-# Adam with one learning rate over the whole dense table (a parameter's own rate is ignored
-# there), so a plain bias moved about 1e-4 a step and was far from the click rate's logit
-# for most of a pass, while every id's own weight absorbed the difference. Adam's step
-# does not depend on the gradient's scale: the factor is the bias's rate.
-BIAS_SCALE = 500.0
 
 
 @dataclass
@@ -75,14 +69,6 @@ def _accumulator(name: str) -> paddle.static.Variable:
     return paddle.static.create_global_var(
         shape=[1], value=0.0, dtype="float32", persistable=True, name=name
     )
-
-
-def _global_bias() -> paddle.static.Variable:
-    """[1]: the logit's bias, learning BIAS_SCALE times as fast as the other dense weights."""
-    bias = paddle.static.create_parameter(
-        [1], "float32", name="global_bias", default_initializer=paddle.nn.initializer.Constant(0.0)
-    )
-    return paddle.scale(bias, BIAS_SCALE)
 
 
 def dense_var_name(name: str) -> str:
@@ -126,7 +112,7 @@ def build_ctr_model(
 
     name, build = network
     inputs = NetInputs(pooled, dense_vars, embedding_dim, list(fc_sizes), dense_l2)
-    logit = paddle.add(call_network(name, build, inputs), _global_bias())
+    logit = call_network(name, build, inputs)
     # Two classes [no click, click]: softmax([0, z]) is [1 - sigmoid(z), sigmoid(z)].
     logits = paddle.concat([paddle.zeros_like(logit), logit], axis=1)
     prob = paddle.nn.functional.softmax(logits)
@@ -163,15 +149,12 @@ class AccessorParams:
 
 def async_strategy(
     embedding_dim: int,
-    id_weight_learning_rate: float,
     sparse_learning_rate: float,
     sparse_initial_range: float,
     shard_num: int,
     accessor: AccessorParams,
 ) -> Any:
-    """Async parameter-server strategy with the CTR accessor on the sparse table: plain SGD
-    of each id's own weight (embed_w) at `id_weight_learning_rate`, AdaGrad of its
-    embedding vector (embedx) at `sparse_learning_rate`."""
+    """Async parameter-server strategy with the CTR accessor on the sparse table."""
     from paddle.distributed import fleet
 
     prefix = f"table_parameters.{SPARSE_TABLE}."
@@ -184,23 +167,14 @@ def async_strategy(
     table["accessor.embedx_threshold"] = accessor.embedx_threshold
     for name in ("nonclk_coeff", "click_coeff", "show_click_decay_rate", "delete_threshold"):
         table[f"accessor.ctr_accessor_param.{name}"] = getattr(accessor, name)
-    bounds = [-SPARSE_WEIGHT_BOUND, SPARSE_WEIGHT_BOUND]
-    # An id's own weight: plain SGD on the sum of its gradients in a push. AdaGrad here, as
-    # Paddle's CTR rules do it, divides a push's gradient by the id's shows in it, and the
-    # client merges up to 12 batches into one push when the trainers are busy: a
-    # frequent id then took one averaged step per push instead of one per example, and
-    # learnt slower the busier the trainers were (docs/trainer.md, "Model quality").
-    embed = "accessor.embed_sgd_param."
-    table[embed + "name"] = "SparseNaiveSGDRule"
-    table[embed + "naive.learning_rate"] = id_weight_learning_rate
-    table[embed + "naive.initial_range"] = 0.0
-    table[embed + "naive.weight_bounds"] = bounds
-    embedx = "accessor.embedx_sgd_param."
-    table[embedx + "name"] = "SparseAdaGradSGDRule"
-    table[embedx + "adagrad.learning_rate"] = sparse_learning_rate
-    table[embedx + "adagrad.initial_range"] = sparse_initial_range
-    table[embedx + "adagrad.initial_g2sum"] = 3.0
-    table[embedx + "adagrad.weight_bounds"] = bounds
+    for part, initial_range in (("embed", 0.0), ("embedx", sparse_initial_range)):
+        table[f"accessor.{part}_sgd_param.name"] = "SparseAdaGradSGDRule"
+        table[f"accessor.{part}_sgd_param.adagrad.learning_rate"] = sparse_learning_rate
+        table[f"accessor.{part}_sgd_param.adagrad.initial_range"] = initial_range
+        table[f"accessor.{part}_sgd_param.adagrad.initial_g2sum"] = 3.0
+        table[f"accessor.{part}_sgd_param.adagrad.weight_bounds"] = [
+            -SPARSE_WEIGHT_BOUND, SPARSE_WEIGHT_BOUND,
+        ]  # fmt: skip
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     strategy.sparse_table_configs = {SPARSE_TABLE: {prefix + k: v for k, v in table.items()}}

@@ -194,7 +194,6 @@ def test_a_version_that_fails_the_model_check_is_not_published(synthetic, tmp_pa
     run_job(config, tmp_path / "logs-1", pservers=1, trainers=2, env=mlflow_server.env())
     settings = json.loads(config.read_text())
     settings["runner"]["passes"] = 2
-    settings["hyper_parameters"]["id_weight_learning_rate"] = 1e4
     settings["hyper_parameters"]["sparse_learning_rate"] = 1e4
     config.write_text(json.dumps(settings))
     job = LocalJob(config, tmp_path / "logs-2", pservers=1, trainers=2, env=mlflow_server.env())

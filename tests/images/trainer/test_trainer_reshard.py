@@ -180,10 +180,10 @@ def test_a_new_pserver_count_resumes_from_the_checkpoint(
     expected = {}
     for line in (r for rows in old_rows.values() for r in rows):
         key, *fields = line.split()
-        # slot, unseen days, delta score, show, click, embed_w (plain SGD: no state); for an
-        # id with an embedding vector, the vector and its AdaGrad g2sum
-        assert len(fields) in (6, 6 + EMBEDDING_DIM)
-        embedx = fields[6:-1] if len(fields) > 6 else [b"0"] * (EMBEDDING_DIM - 1)
+        # slot, unseen days, delta score, show, click, embed_w and its g2sum; for an id
+        # with an embedding vector, the vector and its g2sum
+        assert len(fields) in (7, 7 + EMBEDDING_DIM)
+        embedx = fields[7:-1] if len(fields) > 7 else [b"0"] * (EMBEDDING_DIM - 1)
         expected[int(key)] = np.array([strtof(f) for f in [fields[5], *embedx]]).tobytes()
     pulled = export(work / "models", 2)
     assert pulled.keys() == expected.keys()

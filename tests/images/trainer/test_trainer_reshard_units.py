@@ -6,14 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
-from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_trainer import reshard
 from elasticctr_trainer.checkpoint import (
-    SPARSE_ROWS,
     Checkpoint,
     CheckpointMismatch,
     ModelLayout,
@@ -171,13 +169,7 @@ def test_a_missing_pserver_directory_is_named(tmp_path):
         reshard.build(store, 1, 2, 0, 1, PER_SERVER, 1, tmp_path / "out")
 
 
-LAYOUT = ModelLayout(
-    sparse_dim=1000001,
-    embedding_dim=9,
-    slots=[1, 2, 3],
-    fc_sizes=[400, 400],
-    sparse_rows=SPARSE_ROWS,
-)
+LAYOUT = ModelLayout(sparse_dim=1000001, embedding_dim=9, slots=[1, 2, 3], fc_sizes=[400, 400])
 
 
 def test_the_index_line_records_the_layout_and_reads_old_lines(tmp_path):
@@ -209,17 +201,3 @@ def test_another_layout_is_refused_naming_each_difference(tmp_path):
     )
     assert "slot" not in message.split("belongs")[1].split("Its rows")[0]
     assert f"removing file://{tmp_path}/index" in message
-
-
-def test_a_checkpoint_of_the_older_row_format_is_refused(tmp_path):
-    """A layout record written before the row format was recorded is of the older format
-    (one optimizer state column more per row): refused, not misread."""
-    store = open_store(f"file://{tmp_path}")
-    record = {k: v for k, v in asdict(LAYOUT).items() if k != "sparse_rows"}
-    old = {"pass_id": 2, "hour": None, "version": 2, "pservers": 2, "trainers": 2}
-    store.write_text("index", json.dumps(old | {"layout": record}) + "\n")
-    checkpoint = latest(store)
-    assert checkpoint is not None and checkpoint.layout is not None
-    assert checkpoint.layout.sparse_rows == "adagrad-all"
-    with pytest.raises(CheckpointMismatch, match=r"sparse row format .* was adagrad-all"):
-        check_layout(store, checkpoint, LAYOUT)

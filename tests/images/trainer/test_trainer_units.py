@@ -395,36 +395,3 @@ def test_generate_writes_the_default_stacks_slots_unless_told(tmp_path):
         for token in line.split()[2:]
     }
     assert used and used <= set(stack_slots)
-
-
-def test_ids_own_weights_take_plain_sgd_steps_and_vectors_adagrad():
-    """embed_w by plain SGD (a push's summed gradient, per example whatever the merging),
-    embedx by AdaGrad, each at its own rate from trainer.json."""
-    from elasticctr_trainer.model import AccessorParams, async_strategy
-
-    accessor = AccessorParams(50, 1.0, 1.0, 1.0, 1000.0)
-    strategy = async_strategy(9, 0.02, 0.05, 1e-4, shard_num=8, accessor=accessor)
-    [table] = strategy.sparse_table_configs
-    embed, embedx = table.accessor.embed_sgd_param, table.accessor.embedx_sgd_param
-    assert embed.name == "SparseNaiveSGDRule"
-    assert embed.naive.learning_rate == pytest.approx(0.02) and embed.naive.initial_range == 0
-    assert embedx.name == "SparseAdaGradSGDRule"
-    assert embedx.adagrad.learning_rate == pytest.approx(0.05)
-    assert embedx.adagrad.initial_range == pytest.approx(1e-4)
-
-
-def test_every_network_gets_a_fast_global_bias():
-    """The logit is the network's plus BIAS_SCALE x global_bias, a dense parameter."""
-    import paddle
-    from elasticctr_trainer.model import BIAS_SCALE, build_ctr_model
-    from elasticctr_trainer.networks import BUILT_IN
-
-    paddle.enable_static()
-    main, startup = paddle.static.Program(), paddle.static.Program()
-    with paddle.static.program_guard(main, startup):
-        build_ctr_model(2, 101, 3, [4], ("network 'dnn'", BUILT_IN["dnn"]))
-    ops = main.global_block().ops
-    [scale] = [op for op in ops if op.type == "scale" and op.input("X") == ["global_bias"]]
-    assert scale.attr("scale") == BIAS_SCALE
-    [add] = [op for op in ops if scale.output("Out")[0] in op.input_arg_names]
-    assert add.type == "elementwise_add"
