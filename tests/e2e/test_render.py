@@ -118,10 +118,12 @@ def test_rendered_objects_are_what_the_program_declares(rendered: Rendered) -> N
     by_key = {key(m): m for m in rendered.manifests}
     for manifest in mock_manifests(rendered.directory):
         rendered_one = by_key[key(manifest)]
-        labels = rendered_one.get("metadata", {}).get("labels", {})
-        assert labels.pop("app.kubernetes.io/managed-by", "pulumi") == "pulumi"
-        if not labels:
-            rendered_one["metadata"].pop("labels", None)
+        # The label is the program's on most objects and the provider's on all of them.
+        for side in (rendered_one, manifest):
+            labels = side.get("metadata", {}).get("labels", {})
+            assert labels.pop("app.kubernetes.io/managed-by", "pulumi") == "pulumi"
+            if not labels:
+                side["metadata"].pop("labels", None)
         if manifest["kind"] == "Secret":
             assert set(rendered_one["data"]) == set(manifest["stringData"])
             manifest = {k: v for k, v in manifest.items() if k != "stringData"}
