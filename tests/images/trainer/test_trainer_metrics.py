@@ -12,8 +12,8 @@ from elasticctr_common.feedback import partition_bounds
 from elasticctr_common.metrics import TRAINER
 from elasticctr_common.storage import open_store
 
-from tests.images.trainer.conftest import BAD_LINES, MISSING_HOUR
-from tests.images.trainer.test_trainer_storage import copy_tree
+from tests.images.trainer.conftest import BAD_LINES
+from tests.images.trainer.test_trainer_storage import online_job_on
 from tests.support.metrics import scrape, value
 from tests.support.trainer import LocalJob, wait_for, write_config
 
@@ -22,21 +22,7 @@ pytestmark = pytest.mark.slow
 
 def test_a_running_trainer_serves_its_pass_metrics(synthetic, tmp_path):
     root = open_store((tmp_path / "store").as_uri())
-    copy_tree(synthetic.root / "train", root.child("train"))  # hour 02 has no donefile yet
-    copy_tree(synthetic.root / "heldout", root.child("heldout"))
-    runner = {
-        "mode": "online",
-        "train_data_uri": root.uri("train"),
-        "start_date_hr": "20191221/00",
-        "end_date_hr": MISSING_HOUR,
-        "slot_conf": synthetic.slot_conf,
-        "model_uri": root.uri("models"),
-        "checkpoint_uri": root.uri("checkpoints"),
-        "eval_data_uri": root.uri("heldout"),
-        "publish_every_version": True,
-        "work_dir": str(tmp_path / "scratch"),
-        "online_poll_seconds": 0.5,
-    }
+    runner = online_job_on(root, synthetic, tmp_path / "scratch")
     job = LocalJob(write_config(tmp_path / "trainer.json", runner), tmp_path / "logs", 1, 1)
     try:
         wait_for(lambda: job.events("trainer-0", "metrics_port"), 300, "the trainer's metrics port")

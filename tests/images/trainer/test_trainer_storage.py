@@ -32,6 +32,26 @@ def copy_tree(local: Path, store: Store, skip: tuple[str, ...] = ()) -> None:
             store.write_bytes(relative, path.read_bytes())
 
 
+def online_job_on(root: Store, synthetic, work_dir: Path) -> dict[str, object]:
+    """The synthetic hours (the last without its donefile) and the held-out set copied
+    into `root`, and the runner of an online job that trains them there and waits."""
+    copy_tree(synthetic.root / "train", root.child("train"))  # hour 02 has no donefile yet
+    copy_tree(synthetic.root / "heldout", root.child("heldout"))
+    return {
+        "mode": "online",
+        "train_data_uri": root.uri("train"),
+        "start_date_hr": "20191221/00",
+        "end_date_hr": MISSING_HOUR,
+        "slot_conf": synthetic.slot_conf,
+        "model_uri": root.uri("models"),
+        "checkpoint_uri": root.uri("checkpoints"),
+        "eval_data_uri": root.uri("heldout"),
+        "publish_every_version": True,  # no gate: see test_trainer_job.py's job
+        "work_dir": str(work_dir),
+        "online_poll_seconds": 0.5,
+    }
+
+
 def eval_auc(models: Store, version: int, synthetic) -> float:
     predictions = np.array(models.read_text(f"{version}/eval/predictions.txt").split(), float)
     auc = heldout_auc(synthetic.heldout, predictions)
@@ -70,21 +90,7 @@ def test_online_training_on_hdfs_waits_for_the_next_hour(
     synthetic, hdfs_cluster, hdfs_env, tmp_path
 ):
     root = open_store(f"{hdfs_cluster.url}/elasticctr")
-    copy_tree(synthetic.root / "train", root.child("train"))  # hour 02 has no donefile yet
-    copy_tree(synthetic.root / "heldout", root.child("heldout"))
-    runner = {
-        "mode": "online",
-        "train_data_uri": root.uri("train"),
-        "start_date_hr": "20191221/00",
-        "end_date_hr": MISSING_HOUR,
-        "slot_conf": synthetic.slot_conf,
-        "model_uri": root.uri("models"),
-        "checkpoint_uri": root.uri("checkpoints"),
-        "eval_data_uri": root.uri("heldout"),
-        "publish_every_version": True,  # no gate: see test_trainer_job.py's job
-        "work_dir": str(tmp_path / "scratch"),
-        "online_poll_seconds": 0.5,
-    }
+    runner = online_job_on(root, synthetic, tmp_path / "scratch")
     config = write_config(tmp_path / "trainer.json", runner)
     models = root.child("models")
     job = LocalJob(config, tmp_path / "logs", pservers=1, trainers=2, env=hdfs_env)
