@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cluster import LocalStack, pods, wait_for
+from tests.support.cluster import LocalStack, pods, unschedulable, wait_for
 from tests.support.lifecycle import (
     LoadGenerator,
     Timings,
@@ -705,6 +705,11 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     _up(
         life,
         **{
+            # The 2-core node has no room for Kafka and the joiner beside 3 trainers and 2
+            # pservers: a gang waiting for room takes the first pod's that frees (a deleted
+            # joiner's or Kafka's), which then stays Pending.
+            "trainers": "2",
+            "pservers": "1",
             "training.mode": "online",
             "training.passes": "1",
             "feedback.enabled": "true",
@@ -716,8 +721,18 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
             "data.start": hour,
         },
     )
-    _replaced(life, old["metadata"]["uid"])
+    online = _replaced(life, old["metadata"]["uid"])
     core = client.CoreV1Api(life.stack.api())
+    everything_placed = functools.partial(unschedulable, life.stack.api(), NS)
+    wait_for(
+        lambda: (
+            (groups := podgroups_of(life.stack, online["metadata"]["uid"]))
+            and groups[0]["status"].get("phase") == "Running"
+        ),
+        300,
+        "the online job gang-scheduled beside Kafka and the joiner",
+        explain=everything_placed,
+    )
     record = life.work / "feedback" / "impressions.jsonl"
     record.parent.mkdir(parents=True, exist_ok=True)
     sim = subprocess.Popen(
@@ -763,7 +778,12 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     dataset = open_store(f"hdfs://{namenode}:8020/train_data")
     first = partition_of(min(r["t"] for r in sent), 1)
     last = next_partition(partition_of(max(r["t"] for r in sent), 1), 1)
-    wait_for(lambda: dataset.exists(partition_done(last)), 600, f"the joiner to close {last}")
+    wait_for(
+        lambda: dataset.exists(partition_done(last)),
+        600,
+        f"the joiner to close {last}",
+        explain=everything_placed,
+    )
     joined: Counter[str] = Counter()
     manifests = {}
     name = first

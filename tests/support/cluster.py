@@ -266,8 +266,15 @@ def exec_in(api: Any, namespace: str, pod: str, container: str, argv: list[str])
     return (code if code is not None else -1), output
 
 
-def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
-    """`check()` until it returns something true; AssertionError naming `what` otherwise."""
+def wait_for(
+    check: Callable[[], Any],
+    timeout: float,
+    what: str,
+    interval: float = 1.0,
+    explain: Callable[[], Any] | None = None,
+) -> Any:
+    """`check()` until it returns something true; AssertionError naming `what` otherwise,
+    with what `explain()` says then (the state that may tell why)."""
     deadline = time.monotonic() + timeout
     last: Any = None
     while time.monotonic() < deadline:
@@ -275,7 +282,19 @@ def wait_for(check: Callable[[], Any], timeout: float, what: str, interval: floa
         if last:
             return last
         time.sleep(interval)
-    raise AssertionError(f"{what}: not within {timeout:.0f}s (last: {last!r})")
+    why = f"; {explain()!r}" if explain is not None else ""
+    raise AssertionError(f"{what}: not within {timeout:.0f}s (last: {last!r}){why}")
+
+
+def unschedulable(api: Any, namespace: str) -> list[str]:
+    """'<pod>: <the scheduler's reason>' for each pod of `namespace` that no node can take
+    (a Volcano gang's members as well as a plain pod)."""
+    found = []
+    for pod in pods(api, namespace):
+        for condition in pod.status.conditions or []:
+            if (condition.type, condition.status) == ("PodScheduled", "False"):
+                found.append(f"{pod.metadata.name}: {condition.message or condition.reason}")
+    return found
 
 
 def link_exists(name: str = BRIDGE) -> bool:
