@@ -87,10 +87,13 @@ class Parser(argparse.ArgumentParser):
         self.exit(ExitCode.USAGE, f"error: {self.prog}: {one_line(message)} (--help lists them)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(
+    prog: str = "python -m elasticctr_client", epilog: str | None = None
+) -> argparse.ArgumentParser:
     p = Parser(
-        prog="python -m elasticctr_client",
+        prog=prog,
         description=__doc__,
+        epilog=epilog,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--stack", help="Pulumi stack whose outputs give the endpoints")
@@ -167,8 +170,12 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(
+    argv: list[str] | None = None,
+    prog: str = "python -m elasticctr_client",
+    epilog: str | None = None,
+) -> int:
+    args = build_parser(prog, epilog).parse_args(argv)
     needs_stack = {
         "predict": not args.serving_url if args.command == "predict" else False,
         "click": not args.serving_url if args.command == "click" else False,
