@@ -718,11 +718,12 @@ def test_an_unknown_key_gets_a_did_you_mean(config: dict[str, Any], expected: st
     assert problem.startswith(expected)
 
 
+@pytest.mark.parametrize("bom", [b"", b"\xef\xbb\xbf"])
 @pytest.mark.parametrize("name", ["slot.conf", "slots.txt", "slots", "my slots.cfg"])
-def test_the_slot_conf_upload_suggests_is_taken(tmp_path: Any, name: str) -> None:
+def test_the_slot_conf_upload_suggests_is_taken(tmp_path: Any, name: str, bom: bytes) -> None:
     """`elasticctr_client upload --slot-conf` prints a `config set slot_conf` line: what
     it sets passes the config, whatever the file is called (the config takes *.txt and
-    *.conf: another name is copied to one first)."""
+    *.conf: another name is copied to one first) and with a Windows editor's BOM."""
     import io
     import shlex
     import subprocess
@@ -731,7 +732,7 @@ def test_the_slot_conf_upload_suggests_is_taken(tmp_path: Any, name: str) -> Non
 
     (tmp_path / "data" / "20191221" / "00").mkdir(parents=True)
     (tmp_path / "data" / "20191221" / "00" / "part-0").write_text("1 0 5:1\n")
-    (tmp_path / name).write_text("1\n2\n")
+    (tmp_path / name).write_bytes(bom + b"1\n2\n")
     log = io.StringIO()
     upload(tmp_path / "data", f"file://{tmp_path}/dest", tmp_path / name, log=log)
     [line] = [line for line in log.getvalue().splitlines() if "config set slot_conf" in line]

@@ -51,4 +51,6 @@ def parse_slot_conf(text: str, source: str = "slot.conf") -> list[int]:
 
 
 def read_slot_conf(path: str | Path) -> list[int]:
-    return parse_slot_conf(Path(path).read_text(encoding="utf-8"), source=str(path))
+    # A BOM from a Windows editor is fine here as in the stack's slot_conf
+    # (infra/load_config.py): the same file passes or fails on both sides.
+    return parse_slot_conf(Path(path).read_text(encoding="utf-8-sig"), source=str(path))

@@ -71,3 +71,9 @@ def test_read_slot_conf_names_the_file(tmp_path):
 def test_read_slot_conf_of_a_missing_file_raises_file_not_found(tmp_path):
     with pytest.raises(FileNotFoundError):
         read_slot_conf(tmp_path / "absent.conf")
+
+
+def test_a_bom_is_read_as_the_program_reads_it(tmp_path):
+    path = tmp_path / "slot.conf"
+    path.write_bytes(b"\xef\xbb\xbf101\n102\n")
+    assert read_slot_conf(path) == [101, 102]
