@@ -393,7 +393,8 @@ def run_upload(args: argparse.Namespace, outputs: StackOutputs) -> int:
             endpoint = outputs.values.get(STORAGE_ENDPOINT)
             if endpoint and "AWS_ENDPOINT_URL" not in os.environ:
                 os.environ["AWS_ENDPOINT_URL"] = str(endpoint)
-    report = upload(Path(args.source), dest, Path(args.slot_conf) if args.slot_conf else None)
+    slot_conf = Path(args.slot_conf) if args.slot_conf else None
+    report = upload(Path(args.source), dest, slot_conf, timeout=args.timeout)
     if args.json:
         print(json.dumps({"dest": dest, **dataclasses.asdict(report)}, indent=1))
         return 0

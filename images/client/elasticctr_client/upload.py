@@ -12,10 +12,13 @@ from __future__ import annotations
 import os
 import re
 import shlex
+import socket
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
+from urllib.parse import urlparse
 
 from elasticctr_common.contract import DONEFILE
 from elasticctr_common.slotconf import SLOT_CONF_SUFFIXES, SlotConfError, read_slot_conf
@@ -30,6 +33,7 @@ from .errors import (
 )
 
 DAY, HOUR = re.compile(r"^\d{8}$"), re.compile(r"^\d{2}$")
+HDFS_PORT = 8020  # a namenode's RPC port when the URI names none
 
 
 @dataclass
@@ -47,7 +51,11 @@ def hour_dirs(source: Path) -> list[Path]:
 
 
 def upload(
-    source: Path, dest_uri: str, slot_conf: Path | None = None, log: TextIO = sys.stderr
+    source: Path,
+    dest_uri: str,
+    slot_conf: Path | None = None,
+    log: TextIO = sys.stderr,
+    timeout: float = 30.0,
 ) -> UploadReport:
     if not source.is_dir():
         raise InputError(
@@ -65,6 +73,7 @@ def upload(
         store = open_store(dest_uri)
     except StorageError as err:
         raise UsageError(f"--dest {err}") from None
+    _check_namenode(dest_uri, store, timeout)
     try:
         return _upload(hours, store, slot_conf, log)
     except Exception as err:
@@ -72,6 +81,40 @@ def upload(
         if mapped is err:
             raise
         raise mapped from err
+
+
+def _check_namenode(dest_uri: str, store: Store, timeout: float) -> None:
+    """An hdfs:// namenode that refuses, is not there or does not answer fails here within
+    `timeout`: the HDFS client itself retries for minutes before it gives up."""
+    parsed = urlparse(dest_uri)
+    if parsed.scheme != "hdfs":
+        return
+    address = f"{parsed.hostname}:{parsed.port or HDFS_PORT}"
+    try:
+        socket.create_connection((parsed.hostname, parsed.port or HDFS_PORT), timeout).close()
+    except OSError as err:
+        reason = "no answer" if isinstance(err, TimeoutError) else (err.strerror or str(err))
+        raise UnreachableError(
+            f"{dest_uri}: cannot connect to the HDFS namenode at {address} ({reason.lower()}); "
+            "is it up, and --dest's host:port right?"
+        ) from None
+    answered = threading.Event()
+    failures: list[Exception] = []
+
+    def probe() -> None:
+        try:
+            store.exists("")
+        except Exception as err:  # the upload itself meets it again, and maps it
+            failures.append(err)
+        finally:
+            answered.set()
+
+    threading.Thread(target=probe, name="namenode-probe", daemon=True).start()
+    if not answered.wait(timeout):
+        raise UnreachableError(
+            f"{dest_uri}: the HDFS namenode at {address} does not answer within {timeout:g} s; "
+            "is that its RPC port (8020 by default), or pass a larger --timeout"
+        )
 
 
 def _check_slot_conf(slot_conf: Path) -> None:

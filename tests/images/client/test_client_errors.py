@@ -114,6 +114,11 @@ def hours(ctx: Context) -> Path:
     return ctx.tmp / "data"
 
 
+def hdfs(url: str) -> str:
+    """The dataset under a namenode at `url`'s address."""
+    return url.replace("http://", "hdfs://", 1) + "/train_data"
+
+
 NO_AWS = {
     "AWS_EC2_METADATA_DISABLED": "true",  # no instance-metadata lookup for keys
     "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent",
@@ -196,6 +201,10 @@ SCENARIOS: dict[str, Callable[[Context], Scenario]] = {
     "the storage cannot be reached": lambda c: (
         ["upload", str(hours(c)), "--dest", "s3://bucket/train_data"],
         {**WITH_KEYS, "AWS_ENDPOINT_URL": c.closed_url(), "HOME": str(c.tmp)}, ("AWS_",)),
+    "the HDFS namenode cannot be reached": lambda c: (
+        ["upload", str(hours(c)), "--dest", hdfs(c.closed_url())], {}, ()),
+    "the HDFS namenode does not answer": lambda c: (
+        ["--timeout", "1", "upload", str(hours(c)), "--dest", hdfs(c.silent_url())], {}, ()),
     "serving refuses a request": lambda c: (
         ["--token", TOKEN, "predict", str(c.lines), "--serving-url",
          c.guarded().serving.url + "/nope", L], {}, ()),
