@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import fields
 from typing import Any
 
 import pulumi
 from elasticctr_common.contract import NETWORK_FILE
 from elasticctr_common.lines import DenseFeature
-from elasticctr_common.trainer_json import HyperParameters, Runner
+from elasticctr_common.trainer_json import HyperParameters, Runner, section_of
 
 from components.bucket_access import BucketUser
 from components.cluster import ClusterResult
@@ -42,9 +41,8 @@ def trainer_settings(config: StackConfig) -> tuple[HyperParameters, dict[str, An
     goes to the part that has a field of its name: a new setting needs no line here, and
     a key that neither part (nor PROGRAM_SETTINGS) knows fails at preview."""
     training = config.training.model_dump(exclude=set(PROGRAM_SETTINGS))
-    runner_keys = {f.name for f in fields(Runner)}
     data = config.data
-    runner = {key: value for key, value in training.items() if key in runner_keys} | {
+    runner = {k: v for k, v in training.items() if section_of(k) == "runner"} | {
         "start_date_hr": data.start,
         # Online follows new hours for good (data.end is for offline passes only).
         "end_date_hr": data.end if config.training.mode == "offline" else None,
@@ -58,7 +56,7 @@ def trainer_settings(config: StackConfig) -> tuple[HyperParameters, dict[str, An
             else Runner.partition_minutes
         ),
     }
-    model = {key: value for key, value in training.items() if key not in runner_keys}
+    model = {k: v for k, v in training.items() if section_of(k) == "hyper_parameters"}
     # A .py file of the project is mounted in the pods (the training ConfigMap); a module
     # name is the trainer image's.
     module = model["network_module"]

@@ -483,8 +483,9 @@ def add_data_arguments(p: argparse.ArgumentParser) -> None:
     own.add_argument("--end", help="last hour (default: --hours after 20191221/00)")
     own.add_argument(
         "--set", action="append", default=[], metavar="SECTION.KEY=JSON",
-        help="a trainer.json setting, e.g. hyper_parameters.model=dnn or "
-        "hyper_parameters.embedx_threshold=10 (docs/trainer.md lists them)",
+        help="a training setting by the stack's name, e.g. training.model=dnn or "
+        "training.embedx_threshold=10 (docs/trainer.md lists them); runner.KEY and "
+        "hyper_parameters.KEY name trainer.json's sections",
     )  # fmt: skip
 
 

@@ -3,6 +3,7 @@ each key by its own name, defaults from the contract (elasticctr_common.trainer_
 
 from __future__ import annotations
 
+import json
 from dataclasses import fields
 from typing import Any
 
@@ -50,3 +51,18 @@ def test_set_keys_reach_trainer_json_and_the_trainer_reads_them() -> None:
     assert read.runner.mode == "online" and read.runner.end_date_hr is None
     assert (read.runner.max_bad_line_fraction, read.runner.publish_every_version) == (0.2, True)
     assert (read.runner.data_wait_seconds, read.runner.online_poll_seconds) == (120, 9)
+
+
+def test_the_demos_training_settings_land_where_the_stacks_do() -> None:
+    """`tools/demo.py --set training.KEY=...` and the stack's `training.KEY` reach the
+    same trainer.json field, for every key of the section trainer.json has."""
+    from elasticctr_common.trainer_json import apply_settings
+
+    values = {"batch_size": 7, "model": "dnn", "nonclk_coeff": 0.5, "passes": 3,
+              "max_bad_line_fraction": 0.2, "publish_every_version": True}  # fmt: skip
+    hyper, runner = trainer_settings(StackConfig.model_validate({"training": values}))
+    settings = [f"training.{key}={json.dumps(value)}" for key, value in values.items()]
+    data = apply_settings({"runner": {**URIS, **runner}}, settings)
+    for key, value in values.items():
+        section = data["runner"] if key in runner else data["hyper_parameters"]
+        assert section[key] == value == (runner[key] if key in runner else getattr(hyper, key))

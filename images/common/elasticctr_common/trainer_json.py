@@ -333,14 +333,26 @@ def load_config(path: str | Path) -> TrainerConfig:
         raise ConfigError("\n".join(f"{path}: {line}" for line in str(err).splitlines())) from None
 
 
+def section_of(key: str) -> str:
+    """The trainer.json section a stack's `training.KEY` goes to: the runner's when it has
+    a field of that name, else the model's. The program and the demo map by this rule."""
+    return "runner" if key in {f.name for f in fields(Runner)} else "hyper_parameters"
+
+
 def apply_settings(data: dict[str, Any], settings: list[str]) -> dict[str, Any]:
     """trainer.json `data` with `section.key=JSON` settings applied (the demo's and the
-    benchmark's --set), each checked as trainer.json is: a bad one names itself."""
+    benchmark's --set), each checked as trainer.json is: a bad one names itself. Section
+    `training` is the stack's: each key goes where the program would put it."""
     for item in settings:
         key, sep, text = item.partition("=")
         section, dot, name = key.partition(".")
-        if not sep or not dot or section not in ("runner", "hyper_parameters"):
-            raise ConfigError(f"{item!r}: expected runner.KEY=JSON or hyper_parameters.KEY=JSON")
+        if not sep or not dot or section not in ("training", "runner", "hyper_parameters"):
+            raise ConfigError(
+                f"{item!r}: expected training.KEY=JSON (the stack's training section), "
+                "runner.KEY=JSON or hyper_parameters.KEY=JSON"
+            )
+        if section == "training":
+            section = section_of(name)
         try:
             value = json.loads(text)
         except json.JSONDecodeError:

@@ -70,3 +70,19 @@ def test_integers_are_numbers_and_null_is_an_unset_optional() -> None:
 def test_a_setting_given_on_the_command_line_is_typed_too() -> None:
     with pytest.raises(ConfigError, match=r"hyper_parameters\.batch_size: expected an integer"):
         apply_settings({"runner": RUNNER}, ["hyper_parameters.batch_size=abc"])
+
+
+def test_a_training_setting_goes_where_the_program_puts_it() -> None:
+    """The demo's `--set training.KEY=...` takes the stack's names: a runner key to the
+    runner, a model key to hyper_parameters, as infra/program.py maps the stack's section."""
+    data = apply_settings(
+        {"runner": dict(RUNNER)},
+        ["training.passes=3", "training.model=wide_deep", "training.delete_threshold=50"],
+    )
+    assert data["runner"]["passes"] == 3
+    assert data["hyper_parameters"] == {"model": "wide_deep", "delete_threshold": 50}
+
+
+def test_an_unknown_section_names_the_three_it_takes() -> None:
+    with pytest.raises(ConfigError, match=r"expected training\.KEY=JSON"):
+        apply_settings({"runner": RUNNER}, ["model.passes=3"])
