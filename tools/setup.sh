@@ -10,12 +10,37 @@
 #      when `pulumi` is not on PATH (users with internet install it with the official
 #      installer instead). About 22 minutes on a quiet fresh 2-core machine, seconds once cached.
 #      ELASTICCTR_SKIP_TOOLS=1 skips this step (the end-to-end tests then skip, saying why).
+# `--demo`: only what the demo without a cluster needs (Python 3.11 and cargo): .venv with
+# requirements-demo.txt, then `.venv/bin/elasticctr demo`. A later full set-up adds the rest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+python=${PYTHON:-python3.11}
+command -v "$python" >/dev/null || python=python3
+venv() {  # .venv with the packages of requirements file $1, pinned by constraints.txt
+  if [ ! -x .venv/bin/python ]; then
+    "$python" -m venv .venv
+  fi
+  .venv/bin/python -m pip install --quiet --upgrade pip
+  .venv/bin/python -m pip install --quiet -r "$1" -c constraints.txt
+  echo "set-up: $(.venv/bin/python --version), $(.venv/bin/pip list 2>/dev/null | wc -l) packages"
+}
 
 need() {  # a command the set-up or the tests run, with what to do when it is missing
   command -v "$1" >/dev/null || { echo "set-up: '$1' is missing: $2" >&2; exit 1; }
 }
+case "${1:-}" in
+  "") ;;
+  --demo)
+    command -v cargo >/dev/null \
+      || { echo "set-up: 'cargo' is missing: install Rust with rustup (the cube server is native)" >&2; exit 1; }
+    venv requirements-demo.txt
+    echo "set-up: the demo's packages; run .venv/bin/elasticctr demo (it builds the cube server with cargo the first time)"
+    exit 0 ;;
+  *) echo "set-up: unknown argument '$1'; allowed: --demo (only what the demo needs), or none" >&2
+     exit 2 ;;
+esac
+
 need openssl "apt-get install openssl (the local control plane makes its certificates)"
 need java "install Java 17 (the HDFS tests run Hadoop's minicluster)"
 need mvn "apt-get install maven (fetches Hadoop's minicluster jars)"
@@ -51,14 +76,7 @@ for compressor in gzip bzip2 xz zstd pzstd lz4 zip; do
   need "$compressor" "apt-get install gzip bzip2 xz-utils zstd lz4 zip (the data-file tests write files with the real tools)"
 done
 
-python=${PYTHON:-python3.11}
-command -v "$python" >/dev/null || python=python3
-if [ ! -x .venv/bin/python ]; then
-  "$python" -m venv .venv
-fi
-.venv/bin/python -m pip install --quiet --upgrade pip
-.venv/bin/python -m pip install --quiet -r requirements-dev.txt -c constraints.txt
-echo "set-up: $(.venv/bin/python --version), $(.venv/bin/pip list 2>/dev/null | wc -l) packages"
+venv requirements-dev.txt
 
 # checkov, the IaC scanner the tests run over the stacks' manifests, in a virtualenv of its
 # own: its exact pins cannot share constraints.txt (tests/support/scanner.py).
