@@ -98,6 +98,7 @@ class CubeArgs:
     transfer_cpu: float
     transfer_mem: float  # GiB
     node_pool: str  # shards and transfer on this pool's nodes; "": any node
+    priority_class: str = ""  # the shards' and the transfer's; "": the cluster's default
     clients: tuple[str, ...] = ("serving",)  # components that look up embeddings
     transfer_store: ObjectStore | None = None  # the transfer's (writes shards); None: store
 
@@ -380,6 +381,7 @@ class Cube(pulumi.ComponentResource):
             [server, agent],
             service_account=account_name,
             node_pool=args.node_pool,
+            priority_class=args.priority_class,
             extra_labels={k: v for k, v in selector.items() if k in (SHARD_LABEL, LAYOUT_LABEL)},
             affinity=spread,
             recommended_labels=False,  # a new template is a new layout (kube.pod_template)
@@ -455,6 +457,7 @@ class Cube(pulumi.ComponentResource):
                     annotations={"elasticctr.io/config-sha256": self.config_hash},
                     tmp_size=args.storage,
                     node_pool=args.node_pool,
+                    priority_class=args.priority_class,
                 ),
             },
             opts=target.opts(self),

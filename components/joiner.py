@@ -48,6 +48,7 @@ class JoinerArgs:
     # HDFS (namenode, datanodes), or the bucket
     data_routes: tuple[Route | pulumi.Output[Route], ...] = ()
     hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
+    priority_class: str = ""  # the pod's; "": the cluster's default
 
 
 class Joiner(pulumi.ComponentResource):
@@ -107,6 +108,7 @@ class Joiner(pulumi.ComponentResource):
                     [container],
                     args.kafka.volumes,
                     service_account=account.metadata["name"],
+                    priority_class=args.priority_class,
                 ),
             },
             opts=target.opts(self),

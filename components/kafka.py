@@ -85,6 +85,7 @@ class KafkaArgs:
     cpu: float = 0.5
     mem: float = 1.0
     retention_hours: int = 72
+    priority_class: str = ""  # the broker pod's; "": the cluster's default
     # external
     bootstrap_servers: str = ""
     security_protocol: str = "PLAINTEXT"
@@ -229,6 +230,7 @@ class Kafka(pulumi.ComponentResource):
                     service_account=account.metadata["name"],
                     annotations={"elasticctr.io/config-sha256": properties.apply(
                         lambda text: kube.digest({"server.properties": text}))},
+                    priority_class=args.priority_class,
                 ),
                 "volume_claim_templates": [kube.volume_claim("data", args.storage)],
             },

@@ -341,10 +341,12 @@ def pod_template(
     extra_labels: Mapping[str, pulumi.Input[str]] | None = None,
     affinity: k8s.core.v1.AffinityArgsDict | None = None,
     recommended_labels: bool = True,
+    priority_class: str = "",
 ) -> k8s.core.v1.PodTemplateSpecArgsDict:
     """A pod of `component`: its labels (and `extra_labels`), the restricted security
     context, no API token, the /tmp scratch volume its read-only containers mount, and,
-    given a `node_pool`, a node selector for that pool's nodes."""
+    given a `node_pool`, a node selector for that pool's nodes, and given a
+    `priority_class`, that PriorityClass (the cluster's default otherwise)."""
     spec: dict[str, Any] = {
         "security_context": pod_security(),
         "automount_service_account_token": False,
@@ -363,6 +365,8 @@ def pod_template(
         spec["node_selector"] = {POOL_LABEL: node_pool}
     if affinity is not None:
         spec["affinity"] = affinity
+    if priority_class:
+        spec["priority_class_name"] = priority_class
     # A pod template's labels are part of what its pods are: a change rolls them. So never
     # the version (every release would restart every pod, its image changed or not), and
     # the stack's other labels only where a one-time rolling restart on the upgrade that

@@ -67,6 +67,7 @@ class ServingArgs:
     feedback: KafkaClient | None = None
     feedback_sample_rate: float = 1.0
     feedback_buffer_records: int = 100000
+    priority_class: str = ""  # the pods'; "": the cluster's default
 
 
 class Serving(pulumi.ComponentResource):
@@ -157,6 +158,7 @@ class Serving(pulumi.ComponentResource):
                     service_account=account.metadata["name"],
                     annotations={"elasticctr.io/cube-conf-sha256": args.cube_conf_hash},
                     node_pool=args.node_pool,
+                    priority_class=args.priority_class,
                 ),
             },
             # The HPA owns the replica count once it exists; the spec only sets the start.

@@ -74,6 +74,8 @@ class TrainingArgs:
     runner_settings: Mapping[str, Any]
     queue: str
     node_pool: str  # pservers and trainers on this pool's nodes; "": any node
+    # The Job's (Volcano orders and preempts jobs by it) and its pods'; "": the default.
+    priority_class: str = ""
     hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
     mlflow_url: pulumi.Input[str] | None = None
     # What trainers reach besides the pservers and the bucket: HDFS, MLflow (their routes).
@@ -202,6 +204,7 @@ class Training(pulumi.ComponentResource):
                 # would have lost its part of the model.
                 restart_policy="Never",
                 node_pool=args.node_pool,
+                priority_class=args.priority_class,
                 recommended_labels=False,  # a new template replaces the Job (kube.pod_template)
             )
             spec: dict[str, Any] = {
@@ -223,6 +226,7 @@ class Training(pulumi.ComponentResource):
             kind="Job",
             metadata=target.metadata(args.job_name, "training"),
             spec={
+                **({"priorityClassName": args.priority_class} if args.priority_class else {}),
                 "minAvailable": args.trainers + args.pservers,
                 "schedulerName": "volcano",
                 "queue": args.queue,

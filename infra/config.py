@@ -43,6 +43,8 @@ DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 # A Service's name starts with a letter (DNS-1035): Volcano names one after its job.
 DNS_1035_LABEL = r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$"
 DATE_HOUR = r"^[0-9]{8}/[0-9]{2}$"
+# A PriorityClass name is a DNS subdomain: DNS labels joined by dots (253 at most).
+PRIORITY_CLASS = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?){0,3}$"
 # Resources Kubernetes would round to nothing, or a container could not start with: CPU is
 # sent in millicores (0.0004 cores would be "0m"), memory in MiB.
 MIN_CPU = 0.01
@@ -132,6 +134,13 @@ Quantity = Annotated[
     str, _allowed(QUANTITY, "a Kubernetes quantity > 0 such as 10Gi"), AfterValidator(_positive)
 ]
 DnsLabel = Annotated[str, _allowed(DNS_LABEL, "a DNS label (a-z, 0-9, '-', at most 63)")]
+PriorityClassName = Annotated[
+    str,
+    _allowed(
+        f"^$|{PRIORITY_CLASS}",
+        "a PriorityClass of the cluster (DNS labels joined by '.'), or empty for its default",
+    ),
+]
 ServiceName = Annotated[
     str,
     _allowed(
@@ -840,6 +849,10 @@ class ServingConfig(Section):
     node_pool: PoolName = Field(
         "", description="pods on nodes labelled elasticctr.io/pool=<name>; empty: any node"
     )
+    priority_class: PriorityClassName = Field(
+        "",
+        description="PriorityClass of the serving pods (one the cluster has); empty: its default",
+    )
 
     @checks
     def _check(self) -> Iterator[Problem]:
@@ -913,6 +926,11 @@ class CubeConfig(Section):
     )
     node_pool: PoolName = Field(
         "", description="shards and transfer on nodes labelled elasticctr.io/pool=<name>"
+    )
+    priority_class: PriorityClassName = Field(
+        "",
+        description="PriorityClass of the shards and the transfer (one the cluster has; a "
+        "change is a new layout); empty: its default",
     )
 
     @checks
@@ -1008,6 +1026,9 @@ class FeedbackConfig(Section):
     )
     joiner_cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores of the joiner")
     joiner_mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB of the joiner")
+    priority_class: PriorityClassName = Field(
+        "", description="PriorityClass of Kafka's and the joiner's pods (one the cluster has)"
+    )
     kafka: KafkaConfig = Field(default_factory=KafkaConfig, description="the stream")
 
     @field_validator("partition_minutes")
@@ -1112,6 +1133,11 @@ class TrainingConfig(Section):
     node_pool: PoolName = Field(
         "", description="pservers and trainers on nodes labelled elasticctr.io/pool=<name>"
     )
+    priority_class: PriorityClassName = Field(
+        "",
+        description="PriorityClass of the Volcano Job and its pods (one the cluster has; a "
+        "change replaces the Job); empty: its default",
+    )
 
     @checks
     def _network_module(self) -> Iterator[Problem]:
@@ -1132,7 +1158,7 @@ class TrainingConfig(Section):
 
 # TrainingConfig's keys that are the program's (the job, its queue, its pool; eval_path
 # becomes runner.eval_data_uri), not trainer.json's.
-PROGRAM_SETTINGS = frozenset({"job_name", "queue", "node_pool", "eval_path"})
+PROGRAM_SETTINGS = frozenset({"job_name", "queue", "node_pool", "priority_class", "eval_path"})
 
 
 class StackConfig(Section):

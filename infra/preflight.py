@@ -6,8 +6,10 @@ admission webhook, fails `pulumi up` midway); a node pool no node is labelled wi
 its pods Pending. The config alone cannot tell: the program asks the cluster, through
 the kubeconfig the stack's provider uses. A missing queue is an error (nothing creates
 queues on its own); a missing pool is a warning (a cluster autoscaler may bring up a
-labelled node when pods wait). Volcano makes its `default` queue itself, and a cloud the
-stack creates has its pools checked by the config, so neither is looked up. A cluster
+labelled node when pods wait). A PriorityClass the config names and the cluster lacks is an
+error: the API server refuses every pod naming it. Volcano makes its `default` queue
+itself, and a cloud the stack creates has its pools checked by the config, so neither is
+looked up. A cluster
 that cannot be reached, or a lookup that is not allowed, is a warning: the check then
 says what it could not check.
 """
@@ -38,15 +40,17 @@ def check_cluster(config: StackConfig) -> list[str]:
         for workload in ("training", "cube", "serving")
         if (pool := getattr(config, workload).node_pool)
     }
-    if queue == VOLCANO_DEFAULT_QUEUE and not pools:
+    classes = priority_classes(config)
+    if queue == VOLCANO_DEFAULT_QUEUE and not pools and not classes:
         return []
     try:
         api = _client(config.cluster.kubeconfig, config.cluster.context)
     except Exception as err:  # any kubeconfig the client cannot read: nothing to check against
-        _cannot_check(queue, pools, f"no usable kubeconfig ({_first_line(err)})")
+        _cannot_check(queue, pools, classes, f"no usable kubeconfig ({_first_line(err)})")
         return []
     try:
         problems = _queue_problems(api, queue) if queue != VOLCANO_DEFAULT_QUEUE else []
+        problems += _priority_class_problems(api, classes)
         for workload, pool in pools.items():
             if not _has_nodes(api, pool):
                 pulumi.log.warn(
@@ -56,7 +60,7 @@ def check_cluster(config: StackConfig) -> list[str]:
                 )
         return problems
     except Exception as err:  # unreachable, forbidden, timed out: the provider says the rest
-        _cannot_check(queue, pools, _first_line(err))
+        _cannot_check(queue, pools, classes, _first_line(err))
         return []
     finally:
         api.close()
@@ -117,6 +121,34 @@ def _queue_names(objects: Any) -> list[str] | None:
     return sorted(item["metadata"]["name"] for item in listed.get("items") or [])
 
 
+def priority_classes(config: StackConfig) -> dict[str, str]:
+    """`<section>.priority_class` -> the PriorityClass it names, for the parts the stack runs."""
+    sections = ["training", "cube", "serving"] + (["feedback"] if config.feedback.enabled else [])
+    return {
+        f"{section}.priority_class": name
+        for section in sections
+        if (name := getattr(config, section).priority_class)
+    }
+
+
+def _priority_class_problems(api: Any, classes: dict[str, str]) -> list[str]:
+    """A problem line for each PriorityClass named that the cluster lacks."""
+    if not classes:
+        return []
+    from kubernetes import client
+
+    listed = client.SchedulingV1Api(api).list_priority_class(_request_timeout=TIMEOUT)
+    names = sorted(item.metadata.name for item in listed.items)
+    known = ", ".join(names) or "none"
+    return [
+        f"{NAMESPACE}:{key} must name a PriorityClass of the cluster ({known}), "
+        f"got {shown(name)}: the API server would refuse its pods (create it, e.g. kubectl "
+        f"create priorityclass {name} --value 1000, or leave the key empty)"
+        for key, name in classes.items()
+        if name not in names
+    ]
+
+
 def _has_nodes(api: Any, pool: str) -> bool:
     from kubernetes import client
 
@@ -126,9 +158,10 @@ def _has_nodes(api: Any, pool: str) -> bool:
     return bool(nodes.items)
 
 
-def _cannot_check(queue: str, pools: dict[str, str], why: str) -> None:
+def _cannot_check(queue: str, pools: dict[str, str], classes: dict[str, str], why: str) -> None:
     what = [f"training.queue {queue}"] if queue != VOLCANO_DEFAULT_QUEUE else []
     what += [f"{workload}.node_pool {pool}" for workload, pool in pools.items()]
+    what += [f"{key} {name}" for key, name in classes.items()]
     pulumi.log.warn(f"{NAMESPACE}: could not look up {', '.join(what)} in the cluster: {why}")
 
 

@@ -228,6 +228,7 @@ def main() -> None:
             runner_settings=runner_settings,
             queue=config.training.queue,
             node_pool=config.training.node_pool,
+            priority_class=config.training.priority_class,
             hdfs_ugi=as_secret(config.data.ugi),
             mlflow_url=mlflow_url,
             services=services,
@@ -251,6 +252,7 @@ def main() -> None:
                 cpu=k.cpu,
                 mem=k.mem,
                 retention_hours=k.retention_hours,
+                priority_class=feedback.priority_class,
                 bootstrap_servers=k.bootstrap_servers,
                 security_protocol=k.security_protocol,
                 sasl_mechanism=k.sasl_mechanism,
@@ -285,6 +287,7 @@ def main() -> None:
                     )
                 ),
                 hdfs_ugi=None if into_bucket else as_secret(config.data.ugi),
+                priority_class=feedback.priority_class,
             ),
         )
 
@@ -308,6 +311,7 @@ def main() -> None:
             mem=config.serving.mem,
             service_type=config.serving.service_type,
             node_pool=config.serving.node_pool,
+            priority_class=config.serving.priority_class,
             source_ranges=tuple(config.serving.source_ranges),
             auth=config.serving.auth == "token",
             service_annotations=(

@@ -1,7 +1,7 @@
 """A user's first stack through the real engine: a stack file that sets only what its
 cluster needs (no `storage`, no `data`, ...) gets Pulumi.yaml's defaults from the engine
-and deploys; the queue and node pools it names are looked up in the cluster at preview
-(infra/preflight.py)."""
+and deploys; the queue, node pools and PriorityClasses it names are looked up in the
+cluster at preview (infra/preflight.py)."""
 
 from __future__ import annotations
 
@@ -120,3 +120,26 @@ def test_a_node_pool_no_node_has_is_a_preview_warning(project: Project) -> None:
     assert "no node of the cluster is labelled elasticctr.io/pool=gpu" in result.output, (
         result.describe()
     )
+
+
+def test_a_priority_class_the_cluster_lacks_fails_the_preview(
+    project: Project, control_plane: Any
+) -> None:
+    from kubernetes import client
+
+    project.config_set("serving.priority_class", "online", path=True)
+    result = project.run("preview", check=False)
+    assert result.returncode != 0, result.describe()
+    # The API server makes the two system classes itself.
+    assert (
+        "elasticctr:serving.priority_class must name a PriorityClass of the cluster "
+        '(system-cluster-critical, system-node-critical), got "online"' in result.output
+    ), result.describe()
+    api = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    try:
+        client.SchedulingV1Api(api).create_priority_class(
+            client.V1PriorityClass(metadata=client.V1ObjectMeta(name="online"), value=1000)
+        )
+    finally:
+        api.close()
+    project.run("preview")

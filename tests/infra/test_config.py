@@ -813,3 +813,14 @@ def test_the_stack_files_write_their_values_plainly(stack: str) -> None:
     from infra.load_config import _stack_file_scalars
 
     assert _stack_file_scalars(str(harness.ROOT), stack) == []
+
+
+def test_a_priority_class_is_a_dns_subdomain() -> None:
+    [problem] = problems_of({"elasticctr:serving": {"priority_class": "Online_High"}})
+    assert problem.startswith(
+        "elasticctr:serving.priority_class must be a PriorityClass of the cluster (DNS labels "
+        "joined by '.'), or empty for its default, got \"Online_High\""
+    ), problem
+    graph = harness.run(main, {"elasticctr:serving": {"priority_class": "online.high-1"}})
+    serving = graph.one("kubernetes:apps/v1:Deployment", "serving-deployment")
+    assert serving.inputs["spec"]["template"]["spec"]["priorityClassName"] == "online.high-1"

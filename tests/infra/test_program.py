@@ -381,3 +381,35 @@ def test_disruption_budgets_let_a_drain_through_one_pod_at_a_time(
     shards = [m for m in manifests if m["kind"] == "StatefulSet" and SHARD_LABEL in
               m["spec"]["selector"]["matchLabels"]]  # fmt: skip
     assert covered.count("StatefulSet") == len(shards) > 0, f"{stack}: {covered}"
+
+
+PRIORITIES = {"training": "batch", "cube": "online.lookups", "serving": "online", "feedback": "log"}
+# Which part's class each pod template gets: the rest keep the cluster's default.
+PRIORITY_OF = {
+    "elasticctr-train/pserver": "training", "elasticctr-train/trainer": "training",
+    "cube-transfer": "cube", "serving": "serving", "kafka": "feedback", "joiner": "feedback",
+}  # fmt: skip
+
+
+def test_each_parts_pods_get_its_priority_class_and_no_other_pod_one() -> None:
+    """`<part>.priority_class` names the PriorityClass of that part's pods (the training
+    Job's too, which Volcano orders and preempts jobs by); unset, no pod names one."""
+    config: dict[str, dict[str, Any]] = {
+        f"elasticctr:{part}": {"priority_class": name} for part, name in PRIORITIES.items()
+    }
+    config["elasticctr:feedback"]["enabled"] = True
+    graph = run_stack("local", config)
+    seen = {}
+    for manifest in graph.manifests():
+        for owner, template in pod_templates(manifest):
+            name = owner.split("/", 1)[1]
+            part = "cube" if name.startswith("cube-") and name != "cube-transfer" else None
+            part = part or PRIORITY_OF.get(name)
+            seen[name] = template["spec"].get("priorityClassName")
+            assert seen[name] == (PRIORITIES[part] if part else None), owner
+    assert set(PRIORITY_OF) <= set(seen), sorted(seen)
+    assert [n for n in seen if n.startswith("cube-") and n != "cube-transfer"], sorted(seen)
+    [job] = graph.of_type("kubernetes:batch.volcano.sh/v1alpha1:Job")
+    assert job.inputs["spec"]["priorityClassName"] == "batch"
+    for manifest in run_stack("local", {}).manifests():
+        assert "priorityClassName" not in json.dumps(manifest), describe(manifest)
