@@ -9,9 +9,8 @@ queues on its own); a missing pool is a warning (a cluster autoscaler may bring 
 labelled node when pods wait). A PriorityClass the config names and the cluster lacks is an
 error: the API server refuses every pod naming it. Volcano makes its `default` queue
 itself, and a cloud the stack creates has its pools checked by the config, so neither is
-looked up. A cluster
-that cannot be reached, or a lookup that is not allowed, is a warning: the check then
-says what it could not check.
+looked up. A cluster that cannot be reached, or a lookup that is not allowed, is a
+warning: the check then says what it could not check.
 """
 
 from __future__ import annotations

@@ -32,8 +32,7 @@ need() {  # a command the set-up or the tests run, with what to do when it is mi
 case "${1:-}" in
   "") ;;
   --demo)
-    command -v cargo >/dev/null \
-      || { echo "set-up: 'cargo' is missing: install Rust with rustup (the cube server is native)" >&2; exit 1; }
+    need cargo "install Rust with rustup (the cube server is native)"
     venv requirements-demo.txt
     echo "set-up: the demo's packages; run .venv/bin/elasticctr demo (it builds the cube server with cargo the first time)"
     exit 0 ;;

@@ -5,6 +5,7 @@ cluster at preview (infra/preflight.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Iterator
 from typing import Any
@@ -16,6 +17,23 @@ from tests.support.pulumi_cli import Project, resources_of, temp_dir, type_and_n
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 kubernetes = pytest.importorskip("kubernetes")
+
+
+def preview_fails_naming(project: Project, message: str) -> None:
+    """`pulumi preview` fails, and its output says `message`."""
+    result = project.run("preview", check=False)
+    assert result.returncode != 0, result.describe()
+    assert message in result.output, result.describe()
+
+
+@contextlib.contextmanager
+def cluster_api(control_plane: Any) -> Iterator[Any]:
+    """A Kubernetes API client of the control plane, closed after."""
+    api = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
+    try:
+        yield api
+    finally:
+        api.close()
 
 
 @pytest.fixture(scope="module")
@@ -68,12 +86,11 @@ def test_a_number_yaml_would_rewrite_fails_the_preview(rendering: Project) -> No
     rendering.stack_file.write_text(
         text.replace("config:\n", "config:\n  elasticctr:trainers: 4.0\n", 1), encoding="utf-8"
     )
-    result = rendering.run("preview", check=False)
-    assert result.returncode != 0, result.describe()
-    assert (
+    preview_fails_naming(
+        rendering,
         "elasticctr:trainers must be an integer from 1 to 1000, got 4.0 in "
-        "stacks/Pulumi.first.yaml" in result.output
-    ), result.describe()
+        "stacks/Pulumi.first.yaml",
+    )
 
 
 def test_a_stack_that_leaves_storage_at_its_default_deploys(project: Project) -> None:
@@ -90,14 +107,11 @@ def test_a_queue_the_cluster_lacks_fails_the_preview(project: Project, control_p
     from kubernetes import client
 
     project.config_set("training.queue", "nightly", path=True)
-    result = project.run("preview", check=False)
-    assert result.returncode != 0, result.describe()
-    assert (
-        'elasticctr:training.queue must name a Volcano queue of the cluster (none), got "nightly"'
-        in result.output
-    ), result.describe()
-    api = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
-    try:
+    preview_fails_naming(
+        project,
+        'elasticctr:training.queue must name a Volcano queue of the cluster (none), got "nightly"',
+    )
+    with cluster_api(control_plane) as api:
         client.CustomObjectsApi(api).create_cluster_custom_object(
             "scheduling.volcano.sh",
             "v1beta1",
@@ -109,8 +123,6 @@ def test_a_queue_the_cluster_lacks_fails_the_preview(project: Project, control_p
                 "spec": {"weight": 1},
             },
         )
-    finally:
-        api.close()
     project.run("preview")
 
 
@@ -128,18 +140,14 @@ def test_a_priority_class_the_cluster_lacks_fails_the_preview(
     from kubernetes import client
 
     project.config_set("serving.priority_class", "online", path=True)
-    result = project.run("preview", check=False)
-    assert result.returncode != 0, result.describe()
     # The API server makes the two system classes itself.
-    assert (
+    preview_fails_naming(
+        project,
         "elasticctr:serving.priority_class must name a PriorityClass of the cluster "
-        '(system-cluster-critical, system-node-critical), got "online"' in result.output
-    ), result.describe()
-    api = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
-    try:
+        '(system-cluster-critical, system-node-critical), got "online"',
+    )
+    with cluster_api(control_plane) as api:
         client.SchedulingV1Api(api).create_priority_class(
             client.V1PriorityClass(metadata=client.V1ObjectMeta(name="online"), value=1000)
         )
-    finally:
-        api.close()
     project.run("preview")

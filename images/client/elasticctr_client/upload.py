@@ -9,6 +9,7 @@ uploaded without one (not ready) and reported. The destination is any storage UR
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shlex
@@ -89,9 +90,10 @@ def _check_namenode(dest_uri: str, store: Store, timeout: float) -> None:
     parsed = urlparse(dest_uri)
     if parsed.scheme != "hdfs":
         return
-    address = f"{parsed.hostname}:{parsed.port or HDFS_PORT}"
+    host, port = parsed.hostname, parsed.port or HDFS_PORT
+    address = f"{host}:{port}"
     try:
-        socket.create_connection((parsed.hostname, parsed.port or HDFS_PORT), timeout).close()
+        socket.create_connection((host, port), timeout).close()
     except OSError as err:
         reason = "no answer" if isinstance(err, TimeoutError) else (err.strerror or str(err))
         raise UnreachableError(
@@ -99,15 +101,12 @@ def _check_namenode(dest_uri: str, store: Store, timeout: float) -> None:
             "is it up, and --dest's host:port right?"
         ) from None
     answered = threading.Event()
-    failures: list[Exception] = []
 
     def probe() -> None:
-        try:
+        # An error here is the upload's too: it meets it again, and maps it.
+        with contextlib.suppress(Exception):
             store.exists("")
-        except Exception as err:  # the upload itself meets it again, and maps it
-            failures.append(err)
-        finally:
-            answered.set()
+        answered.set()
 
     threading.Thread(target=probe, name="namenode-probe", daemon=True).start()
     if not answered.wait(timeout):

@@ -333,10 +333,13 @@ def load_config(path: str | Path) -> TrainerConfig:
         raise ConfigError("\n".join(f"{path}: {line}" for line in str(err).splitlines())) from None
 
 
+_RUNNER_KEYS = frozenset(f.name for f in fields(Runner))
+
+
 def section_of(key: str) -> str:
     """The trainer.json section a stack's `training.KEY` goes to: the runner's when it has
     a field of that name, else the model's. The program and the demo map by this rule."""
-    return "runner" if key in {f.name for f in fields(Runner)} else "hyper_parameters"
+    return "runner" if key in _RUNNER_KEYS else "hyper_parameters"
 
 
 def apply_settings(data: dict[str, Any], settings: list[str]) -> dict[str, Any]:
