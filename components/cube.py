@@ -441,7 +441,7 @@ class Cube(pulumi.ComponentResource):
         account = kube.service_account(target, TRANSFER_ACCOUNT, "cube-transfer", self)
         k8s.apps.v1.Deployment(
             f"{name}-transfer",
-            metadata=target.metadata("cube-transfer", "cube-transfer"),
+            metadata=target.deployment_metadata("cube-transfer", "cube-transfer"),
             spec={
                 "replicas": 1,
                 "revision_history_limit": kube.REVISION_HISTORY_LIMIT,

@@ -96,7 +96,7 @@ class Joiner(pulumi.ComponentResource):
         account = kube.service_account(target, SERVICE_ACCOUNT, "joiner", self)
         k8s.apps.v1.Deployment(
             f"{name}-deployment",
-            metadata=target.metadata("joiner", "joiner"),
+            metadata=target.deployment_metadata("joiner", "joiner"),
             spec={
                 "replicas": 1,
                 "revision_history_limit": kube.REVISION_HISTORY_LIMIT,

@@ -41,6 +41,19 @@ REVISION_HISTORY_LIMIT = 0
 POOL_LABEL = "elasticctr.io/pool"
 
 
+WAIT_FOR = "pulumi.com/waitFor"
+# The provider's built-in Deployment await (pulumi-kubernetes 4.x) can end on a copy of the
+# Deployment from before the update, cached by an informer another await started: the old
+# status says "available", and the engine then deletes what the old pods still use (an old
+# cube layout). A waitFor condition is judged only on a status the controller wrote for the
+# applied generation. The controller sets this reason once every replica runs the new
+# template and is available; a template change always makes a new ReplicaSet (none is
+# kept to revive: REVISION_HISTORY_LIMIT), which first resets it to NewReplicaSetCreated.
+ROLLOUT_COMPLETE = (
+    'jsonpath={.status.conditions[?(@.type=="Progressing")].reason}=NewReplicaSetAvailable'
+)
+
+
 @dataclass(frozen=True)
 class KubeTarget:
     """Where components put their objects, and how: shared by every component's args."""
@@ -76,6 +89,12 @@ class KubeTarget:
         if merged:
             meta["annotations"] = merged
         return meta
+
+    def deployment_metadata(self, name: str, component: str) -> k8s.meta.v1.ObjectMetaArgsDict:
+        """Metadata of a Deployment: `up` waits until its rollout is complete
+        (ROLLOUT_COMPLETE), not only until the provider's own await says so."""
+        awaited = None if self.skip_await else {WAIT_FOR: ROLLOUT_COMPLETE}
+        return self.metadata(name, component, awaited)
 
 
 def labels(component: str) -> dict[str, str]:

@@ -112,7 +112,7 @@ class Mlflow(pulumi.ComponentResource):
         account = kube.service_account(target, SERVICE_ACCOUNT, "mlflow", self)
         k8s.apps.v1.Deployment(
             f"{name}-server",
-            metadata=target.metadata("mlflow", "mlflow"),
+            metadata=target.deployment_metadata("mlflow", "mlflow"),
             spec={
                 "replicas": 1,
                 "revision_history_limit": kube.REVISION_HISTORY_LIMIT,

@@ -141,7 +141,7 @@ class Serving(pulumi.ComponentResource):
             # Awaited: a pod is ready once it serves cube's committed version (or once it
             # knows nothing is committed yet, on a new stack), so `up` ends only after
             # serving has moved. Building a new layout can take minutes.
-            metadata=target.metadata("serving", "serving"),
+            metadata=target.deployment_metadata("serving", "serving"),
             spec={
                 "replicas": args.replicas,
                 "revision_history_limit": kube.REVISION_HISTORY_LIMIT,

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.controlplane import api_client
 from tests.support.pulumi_cli import Project, temp_dir
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -24,14 +25,13 @@ def shared(control_plane: Any) -> Iterator[Any]:
     """The API client, with namespace SHARED and another team's ConfigMap in it."""
     from kubernetes import client
 
-    api = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
-    core = client.CoreV1Api(api)
-    core.create_namespace({"metadata": {"name": SHARED, "labels": {"team": "theirs"}}})
-    core.create_namespaced_config_map(SHARED, {"metadata": {"name": "theirs"}, "data": {"k": "v"}})
-    try:
+    with api_client(control_plane) as api:
+        core = client.CoreV1Api(api)
+        core.create_namespace({"metadata": {"name": SHARED, "labels": {"team": "theirs"}}})
+        core.create_namespaced_config_map(
+            SHARED, {"metadata": {"name": "theirs"}, "data": {"k": "v"}}
+        )
         yield api
-    finally:
-        api.close()
 
 
 @pytest.fixture(scope="module")

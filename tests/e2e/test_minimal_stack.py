@@ -5,13 +5,13 @@ cluster at preview (infra/preflight.py)."""
 
 from __future__ import annotations
 
-import contextlib
 import shutil
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
+from tests.support.controlplane import api_client
 from tests.support.manifests import load_rendered
 from tests.support.pulumi_cli import Project, resources_of, temp_dir, type_and_name
 
@@ -24,16 +24,6 @@ def preview_fails_naming(project: Project, message: str) -> None:
     result = project.run("preview", check=False)
     assert result.returncode != 0, result.describe()
     assert message in result.output, result.describe()
-
-
-@contextlib.contextmanager
-def cluster_api(control_plane: Any) -> Iterator[Any]:
-    """A Kubernetes API client of the control plane, closed after."""
-    api = kubernetes.config.new_client_from_config(config_file=str(control_plane.kubeconfig))
-    try:
-        yield api
-    finally:
-        api.close()
 
 
 @pytest.fixture(scope="module")
@@ -111,7 +101,7 @@ def test_a_queue_the_cluster_lacks_fails_the_preview(project: Project, control_p
         project,
         'elasticctr:training.queue must name a Volcano queue of the cluster (none), got "nightly"',
     )
-    with cluster_api(control_plane) as api:
+    with api_client(control_plane) as api:
         client.CustomObjectsApi(api).create_cluster_custom_object(
             "scheduling.volcano.sh",
             "v1beta1",
@@ -146,7 +136,7 @@ def test_a_priority_class_the_cluster_lacks_fails_the_preview(
         "elasticctr:serving.priority_class must name a PriorityClass of the cluster "
         '(system-cluster-critical, system-node-critical), got "online"',
     )
-    with cluster_api(control_plane) as api:
+    with api_client(control_plane) as api:
         client.SchedulingV1Api(api).create_priority_class(
             client.V1PriorityClass(metadata=client.V1ObjectMeta(name="online"), value=1000)
         )

@@ -272,6 +272,25 @@ def test_deployments_keep_no_old_replica_sets(stack_graph: tuple[str, harness.Gr
         assert limit == 0, f"{stack}: {deployment.urn} keeps {limit} old ReplicaSets"
 
 
+def test_every_awaited_deployment_waits_for_its_whole_rollout(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    """`up` goes on past a Deployment (and deletes what its old pods used) only once the
+    controller says every replica runs the new template: the condition, not the provider's
+    own await, which can end on a status from before the update."""
+    stack, graph = stack_graph
+    for deployment in graph.of_type("kubernetes:apps/v1:Deployment"):
+        annotations = deployment.inputs["metadata"].get("annotations", {})
+        if annotations.get("pulumi.com/skipAwait") == "true":
+            assert kube.WAIT_FOR not in annotations, f"{stack}: {deployment.urn}"
+        else:
+            assert annotations.get(kube.WAIT_FOR) == kube.ROLLOUT_COMPLETE, (
+                f"{stack}: {deployment.urn} {annotations}"
+            )
+    serving = graph.one("kubernetes:apps/v1:Deployment", "serving-deployment")
+    assert serving.inputs["metadata"]["annotations"][kube.WAIT_FOR] == kube.ROLLOUT_COMPLETE
+
+
 RECOMMENDED = {
     "app.kubernetes.io/name",
     "app.kubernetes.io/instance",

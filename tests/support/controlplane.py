@@ -9,11 +9,12 @@ for a control plane that outlives the test process (stacks/Pulumi.ci.yaml)::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shutil
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,18 @@ def start(crd_dirs: Sequence[Path | str] = (), **settings: Any) -> ControlPlane:
         cp.stop()
         raise
     return cp
+
+
+@contextlib.contextmanager
+def api_client(cp: ControlPlane) -> Iterator[Any]:
+    """A `kubernetes` package API client of `cp` as its admin, closed after."""
+    import kubernetes  # only the e2e tests need it: imported here, not by the CLI
+
+    api = kubernetes.config.new_client_from_config(config_file=str(cp.kubeconfig))
+    try:
+        yield api
+    finally:
+        api.close()
 
 
 def apply_crds(cp: ControlPlane, dirs: Iterable[Path | str], timeout: float = 60.0) -> list[str]:
