@@ -29,12 +29,12 @@ if [ $# -gt 0 ]; then
 fi
 # The whole suite: the cluster session (mostly waiting on pods and Volcano) runs beside
 # everything else, two pytest processes on the two cores (docs/tooling.md, "CI time").
-# Its output follows the other's, whole.
+# Its output follows the other's, whole. Each lists its slowest tests: where CI time goes.
 cluster_log="$(mktemp)"
 # Its own process group (set -m): a background job of a script ignores SIGINT otherwise,
 # and the trap below passes Ctrl-C on to it so that it takes its cluster down.
 set -m
-python -m pytest -m cluster -p no:cacheprovider >"$cluster_log" 2>&1 &
+python -m pytest -m cluster -p no:cacheprovider --durations=15 >"$cluster_log" 2>&1 &
 cluster_pid=$!
 set +m
 # Ctrl-C or CI's timeout: the cluster session tears its cluster down too.
@@ -42,7 +42,7 @@ trap 'kill -INT "$cluster_pid" 2>/dev/null; wait "$cluster_pid"; cat "$cluster_l
 status=0
 # The checks run while the cluster comes up; their failure fails the run all the same.
 checks || status=$?
-python -m pytest -m "not cluster" || status=$?
+python -m pytest -m "not cluster" --durations=40 || status=$?
 wait "$cluster_pid" || status=$?
 trap - INT TERM
 echo "---- the cluster session (pytest -m cluster) ----"
