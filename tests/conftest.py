@@ -119,8 +119,9 @@ def hdfs_env(hdfs_cluster: HdfsMiniCluster, monkeypatch: pytest.MonkeyPatch) -> 
 
 # ---- the local one-node cluster and the local stack on it (tests/cluster, tests/lifecycle) --
 # Tests that must run after every other test on the cluster, in this order: the stack's
-# destroy, then the check that the host is as it was before the cluster.
-LAST = ("destroys_the_stack", "restores_the_host")
+# destroy, the check that the host is as it was before the cluster, then the README's
+# walkthrough (its own cluster: one at a time).
+LAST = ("destroys_the_stack", "restores_the_host", "walks_the_readme")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

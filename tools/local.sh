@@ -5,6 +5,7 @@
 #   sudo tools/local.sh up        # cluster up, images built and loaded, pulumi up --stack local
 #   sudo tools/local.sh destroy   # pulumi destroy --stack local (the cluster stays)
 #   sudo tools/local.sh down      # destroy, then the cluster down (the host restored)
+#   eval "$(sudo tools/local.sh env)"   # this shell: KUBECONFIG, PATH, the stack's state
 #
 # Pulumi state stays on this machine (a file backend under the cache, passphrase secrets
 # with PULUMI_CONFIG_PASSPHRASE, empty unless set): your own `pulumi login` is not touched.
@@ -34,6 +35,21 @@ case "$command" in
       fi
     fi
     if [ "$command" = down ]; then python tools/cluster.py down; fi
+    ;;
+  env)
+    # Shell lines that give the caller's shell what the commands above use: the cluster's
+    # kubeconfig, the tools built here on PATH (kubectl, pulumi, elasticctr), and the
+    # stack's state, so that `pulumi stack output --stack local` and `elasticctr --stack
+    # local ...` find it. The passphrase stays the caller's own (empty unless set).
+    if ! python tools/cluster.py status >/dev/null; then
+      echo "error: the local cluster is not up: run \`sudo tools/local.sh up\` first" >&2
+      exit 1
+    fi
+    printf 'export KUBECONFIG=%q\n' "$(python tools/cluster.py up 2>/dev/null)"
+    printf 'export PULUMI_BACKEND_URL=%q PULUMI_SKIP_UPDATE_CHECK=true\n' "$PULUMI_BACKEND_URL"
+    # shellcheck disable=SC2016  # expanded by the caller's shell, not here
+    printf 'export PULUMI_CONFIG_PASSPHRASE="${PULUMI_CONFIG_PASSPHRASE-}"\n'
+    printf 'export PATH=%q:"$PATH":%q\n' "$PWD/.venv/bin" "$(tools/build-tools.sh --print-path)"
     ;;
   *)
     sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2

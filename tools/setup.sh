@@ -54,8 +54,9 @@ fi
 # elsewhere the image and cluster tests say what is missing.
 packages=(gzip bzip2 xz-utils zstd lz4 zip)
 if [ "${ELASTICCTR_SKIP_CLUSTER:-0}" != 1 ]; then
+  # sudo: the README's local walkthrough uses it (a root shell in a container may lack it).
   packages+=(buildah mmdebstrap uidmap containerd containernetworking-plugins iptables conntrack
-             ipset nftables iproute2)
+             ipset nftables iproute2 sudo)
 fi
 if command -v dpkg-query >/dev/null; then
   missing=()

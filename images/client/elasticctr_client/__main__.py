@@ -50,6 +50,7 @@ from .errors import (
     UsageError,
     one_line,
 )
+from .forward import Forwarder
 from .httpjson import Retry, request_json
 
 
@@ -154,6 +155,13 @@ def build_parser(
     st.add_argument("--serving-url")
     st.add_argument("--transfer-url")
     st.add_argument("--json", action="store_true", help="print JSON")
+    st.add_argument(
+        "--wait",
+        type=positive_float,
+        metavar="SECONDS",
+        help="ask again every 5 s, up to SECONDS, until serving serves a model version and "
+        "nothing is unhealthy (a new stack's first model); then report",
+    )
 
     up = commands.add_parser("upload", help="upload hour directories and slot.conf")
     up.add_argument("source", help="local directory of YYYYMMDD/HH hour directories")
@@ -186,7 +194,9 @@ def main(
     }[args.command]
     try:
         outputs = _outputs(args) if needs_stack else StackOutputs({}, args.stack)
-        return COMMANDS[args.command](args, outputs)
+        stack_kubeconfig = outputs.values.get(KUBECONFIG)
+        with Forwarder(str(stack_kubeconfig) if stack_kubeconfig else None) as forwarder:
+            return COMMANDS[args.command](args, outputs, forwarder)
     except CliError as err:
         return _fail(args, one_line(str(err)), err.code)
     except KeyboardInterrupt:
@@ -218,10 +228,16 @@ def _outputs(args: argparse.Namespace) -> StackOutputs:
         return StackOutputs({}, args.stack)
 
 
-def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
+def _url(forwarder: Forwarder, url: str, flag: str) -> str:
+    """`url` (a flag's or a stack output's) checked, and reachable from here."""
+    return forwarder.reach(http_url(url, flag), flag)
+
+
+def run_predict(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwarder) -> int:
     from .predict import predict, report, summary_json
 
-    url = http_url(outputs.get(args.serving_url, SERVING_URL, "--serving-url"), "--serving-url")
+    url = outputs.get(args.serving_url, SERVING_URL, "--serving-url")
+    url = _url(forwarder, url, "--serving-url")
     token = _token(args, outputs)
     paths = [f for f in args.files if f != "-"]
     total = sum(1 for line in _lines(paths) if line.strip())  # every file read before sending
@@ -260,7 +276,7 @@ def run_predict(args: argparse.Namespace, outputs: StackOutputs) -> int:
 MAX_CLICKS = 1000  # per request (serving's limit)
 
 
-def run_click(args: argparse.Namespace, outputs: StackOutputs) -> int:
+def run_click(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwarder) -> int:
     from elasticctr_common.feedback import CLICK_PATH, valid_request_id
 
     from .endpoints import auth_header
@@ -274,7 +290,9 @@ def run_click(args: argparse.Namespace, outputs: StackOutputs) -> int:
                 "colon, the instance's index from 0)"
             )
         clicks.append({"request_id": request_id, "instance": int(index)})
-    url = http_url(outputs.get(args.serving_url, SERVING_URL, "--serving-url"), "--serving-url")
+    url = _url(
+        forwarder, outputs.get(args.serving_url, SERVING_URL, "--serving-url"), "--serving-url"
+    )
     url = url.rstrip("/") + CLICK_PATH
     token = _token(args, outputs)
     accepted = 0
@@ -324,7 +342,7 @@ def _reason(err: OSError) -> str:
     return reason[:1].lower() + reason[1:]
 
 
-def run_logs(args: argparse.Namespace, outputs: StackOutputs) -> int:
+def run_logs(args: argparse.Namespace, outputs: StackOutputs, _: Forwarder) -> int:
     from .logs import api_client, follow_logs
 
     namespace = outputs.get(args.namespace, NAMESPACE, "--namespace")
@@ -352,22 +370,22 @@ def run_logs(args: argparse.Namespace, outputs: StackOutputs) -> int:
         return follow_logs(api, namespace, job, args.tail, args.wait, as_json=args.json)
 
 
-def run_status(args: argparse.Namespace, outputs: StackOutputs) -> int:
+def run_status(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwarder) -> int:
     from . import status
 
     sources: dict[str, tuple[Any, ...]] = {}  # part: (function, *args)
     mlflow = args.mlflow_url or outputs.values.get(MLFLOW_URL)
     if mlflow:
-        mlflow = http_url(str(mlflow), "--mlflow-url")
+        mlflow = _url(forwarder, str(mlflow), "--mlflow-url")
         experiment = args.experiment or outputs.values.get(TRAINING_JOB) or "elasticctr-train"
         sources["training"] = (status.training, mlflow, experiment)
     serving = args.serving_url or outputs.values.get(SERVING_URL)
     if serving:
-        serving = http_url(str(serving), "--serving-url")
+        serving = _url(forwarder, str(serving), "--serving-url")
         sources["serving"] = (status.serving, serving, _token(args, outputs))
     transfer = args.transfer_url or outputs.values.get(CUBE_TRANSFER_URL)
     if transfer:
-        transfer = http_url(str(transfer), "--transfer-url")
+        transfer = _url(forwarder, str(transfer), "--transfer-url")
         sources["cube"] = (status.transfer, transfer)
     if not sources:
         how = outputs.missing or "pass a --stack"
@@ -375,12 +393,36 @@ def run_status(args: argparse.Namespace, outputs: StackOutputs) -> int:
             f"nothing to ask: pass --mlflow-url, --serving-url or --transfer-url, or {how}"
         )
     result = status.collect(sources, args.timeout, Retry(args.retries))
+    if args.wait:
+        result = _wait_for_a_served_version(result, sources, args)
     print(json.dumps(result, indent=1) if args.json else status.render(result))
     failed = any("error" in part for part in result.values() if isinstance(part, dict))
     return 1 if failed or result["unhealthy"] else 0
 
 
-def run_upload(args: argparse.Namespace, outputs: StackOutputs) -> int:
+STATUS_POLL_SECONDS = 5.0
+
+
+def _wait_for_a_served_version(
+    result: dict[str, Any], sources: dict[str, tuple[Any, ...]], args: argparse.Namespace
+) -> dict[str, Any]:
+    """`status.collect` again until serving reports a model version and the report is
+    healthy, or `--wait` seconds have passed: the last report either way."""
+    from . import status
+
+    deadline = time.monotonic() + args.wait
+    said = ""
+    while not status.settled(result) and time.monotonic() < deadline:
+        waiting = status.waiting_for(result)
+        if waiting != said:  # each new reason once, on stderr: stdout stays the report
+            print(f"waiting: {waiting}", file=sys.stderr)
+            said = waiting
+        time.sleep(min(STATUS_POLL_SECONDS, max(deadline - time.monotonic(), 0)))
+        result = status.collect(sources, args.timeout, Retry(args.retries))
+    return result
+
+
+def run_upload(args: argparse.Namespace, outputs: StackOutputs, _: Forwarder) -> int:
     from .upload import upload
 
     dest = args.dest

@@ -147,6 +147,23 @@ def unhealthy(report: dict[str, Any]) -> list[str]:
     return found
 
 
+def settled(report: dict[str, Any]) -> bool:
+    """Every part answered, serving serves a model version, nothing is unhealthy."""
+    return not waiting_for(report)
+
+
+def waiting_for(report: dict[str, Any]) -> str:
+    """What keeps the report from being settled ("" when it is): the first reason."""
+    for part, value in report.items():
+        if isinstance(value, dict) and "error" in value:
+            return f"{part} does not answer yet ({value['error']})"
+    serve = report.get("serving")
+    if serve is not None and serve.get("version") is None:
+        return "serving has no model version yet (training publishes the first)"
+    unhealthy_lines = report.get("unhealthy") or []
+    return unhealthy_lines[0] if unhealthy_lines else ""
+
+
 def _server_problem(name: str, state: dict[str, Any], committed: Any) -> str | None:
     if "error" in state:
         return f"{name} does not answer ({state['error']})"

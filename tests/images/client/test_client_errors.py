@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import shutil
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -18,6 +19,8 @@ import pytest
 
 from tests.images.client.conftest import TOKEN, fake_pulumi, run_client
 from tests.images.client.test_client_logs import kubeconfig_of
+from tests.support.prerequisites import unavailable
+from tests.support.pulumi_cli import search_path
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "serving.md"
 SECTION = "### Errors and exit codes"
@@ -148,6 +151,17 @@ def bad_slot_conf(ctx: Context) -> str:
 # A scenario: (arguments, extra environment, prefixes of variables to drop).
 Scenario = tuple[list[str], dict[str, str], tuple[str, ...]]
 L = "--no-progress"
+IN_CLUSTER = "http://serving.elasticctr.svc.cluster.local:8010"
+
+
+def with_kubectl() -> str:
+    """PATH with the set-up's kubectl on it (the client runs it to port-forward)."""
+    path = search_path()
+    if shutil.which("kubectl", path=path) is None:
+        unavailable("kubectl not found: build it with `bash tools/build-tools.sh`")
+    return path
+
+
 SCENARIOS: dict[str, Callable[[Context], Scenario]] = {
     "a flag's value is not allowed": lambda c: (
         ["predict", str(c.lines), "--batch-size", "0"], {}, ()),
@@ -198,6 +212,13 @@ SCENARIOS: dict[str, Callable[[Context], Scenario]] = {
     "the Kubernetes API cannot be reached": lambda c: (
         ["logs", "--kubeconfig", kubeconfig_file(c, c.closed_url()), "--namespace", "ns",
          "--job", "j"], {}, ()),
+    "an in-cluster address, and no kubectl to reach it": lambda c: (
+        ["predict", str(c.lines), "--serving-url", IN_CLUSTER], {"PATH": str(c.tmp)},
+        ("KUBERNETES_",)),
+    "the port-forward to an in-cluster address fails": lambda c: (
+        ["predict", str(c.lines), "--serving-url", IN_CLUSTER, L],
+        {"KUBECONFIG": kubeconfig_file(c, c.closed_url()), "PATH": with_kubectl()},
+        ("KUBERNETES_",)),
     "the storage cannot be reached": lambda c: (
         ["upload", str(hours(c)), "--dest", "s3://bucket/train_data"],
         {**WITH_KEYS, "AWS_ENDPOINT_URL": c.closed_url(), "HOME": str(c.tmp)}, ("AWS_",)),

@@ -70,3 +70,38 @@ def test_status_reports_shards_off_the_committed_version_and_failing_requests(
     ), cube_line
     text = run_client(*flags).stdout
     assert f"UNHEALTHY {requests_line}" in text and f"UNHEALTHY {cube_line}" in text
+
+
+def test_what_a_wait_waits_for() -> None:
+    from elasticctr_client.status import settled, waiting_for
+
+    serving = {"version": 1, "requests": {"failed": 0}}
+    assert settled({"serving": serving, "unhealthy": []})
+    assert waiting_for({"serving": {**serving, "version": None}, "unhealthy": []}) == (
+        "serving has no model version yet (training publishes the first)"
+    )
+    assert waiting_for({"cube": {"error": "refused"}, "serving": serving, "unhealthy": []}) == (
+        "cube does not answer yet (refused)"
+    )
+    assert waiting_for({"serving": serving, "unhealthy": ["cube: shard 1 serves version 1"]}) == (
+        "cube: shard 1 serves version 1"
+    )
+
+
+def test_wait_asks_again_until_its_time_is_up_then_reports(tmp_path) -> None:
+    import socket
+    import time
+
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))  # bound, not listening: refused
+    url = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    try:
+        started = time.monotonic()
+        done = run_client("--retries", "0", "status", "--serving-url", url, "--wait", "6")
+        waited = time.monotonic() - started
+    finally:
+        closed.close()
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr.count("waiting: serving does not answer yet") == 1, done.stderr
+    assert "serving: unavailable" in done.stdout
+    assert waited >= 6, waited

@@ -1,0 +1,182 @@
+"""Reach the stack's in-cluster addresses from outside the cluster.
+
+Stack outputs name Services by their cluster DNS names (`http://serving.<ns>.svc.cluster.
+local:8010`), which resolve only in a pod. Outside one (no $KUBERNETES_SERVICE_HOST), each
+such address is reached through `kubectl port-forward svc/<name>` on a free local port,
+started the first time the command needs it and stopped (by its PID) when the command
+ends. kubectl reads $KUBECONFIG, or the stack's own kubeconfig output (a cluster the stack
+created), written to a private file that is deleted with the forward.
+
+A forward goes to one pod of the Service, chosen when it starts: enough for one command
+(a `predict` of a file, a `status`), not for a long session across rollouts.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import select
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+import urllib.parse
+from pathlib import Path
+from types import TracebackType
+from typing import IO
+
+from .errors import CredentialsError, EndpointError, UnreachableError, one_line
+
+# <service>.<namespace>.svc[.cluster.local]: a Service's DNS name inside its cluster.
+IN_CLUSTER_HOST = re.compile(
+    r"^(?P<service>[a-z0-9]([-a-z0-9]*[a-z0-9])?)\.(?P<namespace>[a-z0-9]([-a-z0-9]*[a-z0-9])?)"
+    r"\.svc(\.cluster\.local)?$"
+)
+FORWARDING = re.compile(r"^Forwarding from 127\.0\.0\.1:(\d+) -> \d+")
+START_SECONDS = 30.0  # for kubectl to reach the API server and a ready pod
+STOP_SECONDS = 5.0
+IN_A_POD = "KUBERNETES_SERVICE_HOST"  # set by the kubelet in every container
+
+
+def in_cluster_service(url: str) -> tuple[str, str, int] | None:
+    """(namespace, service, port) when `url` names a Service by its cluster DNS name."""
+    parts = urllib.parse.urlsplit(url)
+    found = IN_CLUSTER_HOST.match(parts.hostname or "")
+    if not found:
+        return None
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return found["namespace"], found["service"], port
+
+
+class Forwarder:
+    """`reach(url)`: the URL itself where it resolves, else a local one forwarded to it.
+    A context manager: leaving it stops every forward it started."""
+
+    def __init__(self, kubeconfig_text: str | None = None, kubectl: str | None = None) -> None:
+        self._kubeconfig_text = kubeconfig_text  # the stack's output, when it made the cluster
+        self._kubectl = kubectl
+        self._ports: dict[tuple[str, str, int], int] = {}
+        self._processes: list[subprocess.Popen[bytes]] = []
+        self._private: tempfile.TemporaryDirectory[str] | None = None
+
+    def __enter__(self) -> Forwarder:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, err: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def reach(self, url: str, flag: str) -> str:
+        target = in_cluster_service(url)
+        if target is None or os.environ.get(IN_A_POD):
+            return url
+        local = self._ports.get(target)
+        if local is None:
+            local = self._ports[target] = self._start(*target, url=url, flag=flag)
+        parts = urllib.parse.urlsplit(url)
+        return urllib.parse.urlunsplit(parts._replace(netloc=f"127.0.0.1:{local}"))
+
+    def close(self) -> None:
+        for process in self._processes:
+            _stop(process)
+        self._processes.clear()
+        self._ports.clear()
+        if self._private is not None:
+            self._private.cleanup()
+            self._private = None
+
+    def _command(self, namespace: str, service: str, port: int, url: str, flag: str) -> list[str]:
+        kubectl = self._kubectl or shutil.which("kubectl")
+        if kubectl is None:
+            raise EndpointError(
+                f"{url} resolves only inside the cluster, and kubectl is not on PATH to "
+                f"port-forward to it: put kubectl on PATH (tools/build-tools.sh --print-path "
+                f"prints where the set-up built it), or run `kubectl -n {namespace} "
+                f"port-forward svc/{service} {port}` and pass {flag} http://127.0.0.1:{port}"
+            )
+        command = [kubectl]
+        if self._kubeconfig_text and not os.environ.get("KUBECONFIG"):
+            command += ["--kubeconfig", str(self._kubeconfig_file())]
+        return [
+            *command, "--namespace", namespace, "port-forward", "--address", "127.0.0.1",
+            f"svc/{service}", f":{port}",
+        ]  # fmt: skip
+
+    def _kubeconfig_file(self) -> Path:
+        if self._private is None:
+            self._private = tempfile.TemporaryDirectory(prefix="elasticctr-forward-")
+        path = Path(self._private.name) / "kubeconfig"
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(self._kubeconfig_text or "", encoding="utf-8")
+        return path
+
+    def _start(self, namespace: str, service: str, port: int, url: str, flag: str) -> int:
+        command = self._command(namespace, service, port, url, flag)
+        process = subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        )
+        self._processes.append(process)
+        assert process.stdout is not None and process.stderr is not None
+        deadline = time.monotonic() + START_SECONDS
+        first = b""
+        while not first.endswith(b"\n"):
+            left = deadline - time.monotonic()
+            readable, _, _ = select.select([process.stdout], [], [], max(left, 0))
+            if not readable:
+                raise UnreachableError(
+                    f"kubectl port-forward to svc/{service} in namespace {namespace} was not "
+                    f"ready within {START_SECONDS:.0f} s ({_said(process)}); is the cluster up "
+                    "and the service's pod ready?"
+                )
+            chunk = os.read(process.stdout.fileno(), 4096)
+            if not chunk:
+                break
+            first += chunk
+        found = FORWARDING.match(first.decode(errors="replace"))
+        if not found:
+            said = one_line(first.decode(errors="replace")) or _said(process)
+            error = CredentialsError if _credentials_problem(said) else UnreachableError
+            raise error(
+                f"kubectl port-forward to svc/{service} in namespace {namespace} failed: {said}"
+            )
+        # kubectl goes on writing a line per connection: drain both pipes, or it blocks.
+        for stream in (process.stdout, process.stderr):
+            threading.Thread(target=_drain, args=(stream,), daemon=True).start()
+        return int(found[1])
+
+
+def _said(process: subprocess.Popen[bytes]) -> str:
+    """kubectl's last words on stderr (it has exited, or is about to be stopped)."""
+    assert process.stderr is not None
+    _stop(process)
+    # Its last line is the error; the ones above it are client-go's log of the retries.
+    lines = process.stderr.read().decode(errors="replace").strip().splitlines()
+    last = one_line(lines[-1]).removeprefix("error: ") if lines else ""
+    return last[-300:] or f"kubectl exited {process.returncode}"
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to this one process (its PID), SIGKILL if it lingers."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(STOP_SECONDS)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _credentials_problem(said: str) -> bool:
+    lowered = said.lower()
+    return any(
+        word in lowered
+        for word in ("forbidden", "unauthorized", "kubeconfig", "no configuration", "credentials")
+    )
+
+
+def _drain(stream: IO[bytes]) -> None:
+    while stream.read(65536):
+        pass

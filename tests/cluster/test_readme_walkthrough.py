@@ -1,0 +1,71 @@
+"""The README's local walkthrough run as written: the block under "Deploy: the local stack",
+in one bash as a user pastes it, from the clone's root, as root: `tools/local.sh up` on the
+machine's default local cluster, data generated and uploaded, `status --wait` until version
+1 is served, `predict` printing its AUC, then `tools/local.sh down`, and the host as it was.
+
+It runs after the session's own cluster is down (tests/conftest.py, LAST): one cluster at a
+time on a machine. It refuses to start while a local cluster or a `local` stack of the
+default cache exists: `down` at the end would take a developer's own away.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.support.cluster import HostView, differences
+from tests.support.readme import code_blocks
+from tools.localcluster.settings import CACHE, DEFAULT_DIR, Layout
+
+pytestmark = [pytest.mark.cluster, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+TITLE = "## Deploy: the local stack (one machine, one command)"
+DATA = Path("/tmp/ctr")  # where the walkthrough writes its data
+LOCAL_STACK_STATE = CACHE / "pulumi-state" / ".pulumi" / "stacks" / "elasticctr" / "local.json"
+SECONDS = 3600.0
+
+
+@pytest.mark.runs_last("walks_the_readme")
+def test_the_local_walkthrough_reaches_a_prediction() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("the walkthrough runs as root (sudo)")
+    layout = Layout.at(DEFAULT_DIR)
+    assert not layout.state_file.exists(), (
+        f"a local cluster is up ({layout.state_file}): the walkthrough's `down` would take it "
+        "away; `sudo tools/local.sh down` first"
+    )
+    assert not LOCAL_STACK_STATE.exists(), (
+        f"a local stack exists ({LOCAL_STACK_STATE}): the walkthrough would destroy it"
+    )
+    (block,) = code_blocks(TITLE)
+    before = HostView.take()
+    shutil.rmtree(DATA, ignore_errors=True)
+    started = time.monotonic()
+    try:
+        done = subprocess.run(
+            ["bash", "-euxo", "pipefail", "-c", block],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=SECONDS,
+        )
+    finally:
+        shutil.rmtree(DATA, ignore_errors=True)
+        if layout.state_file.exists():  # the block stopped halfway: leave nothing up
+            subprocess.run(["bash", "tools/local.sh", "down"], cwd=ROOT, timeout=1200)
+    seconds = time.monotonic() - started
+    shown = f"exit {done.returncode} after {seconds:.0f} s\n{done.stdout}\n{done.stderr}"
+    assert done.returncode == 0, shown
+    # status: serving on version 1; predict: every held-out example answered by it.
+    assert "serving: model version 1" in done.stdout, shown
+    assert "(model version 1), skipped lines: 0" in done.stdout, shown
+    auc = float(done.stdout.split("AUC: ", 1)[1].split()[0])
+    assert auc > 0.6, shown  # the generated data is learnable: far above chance
+    assert not LOCAL_STACK_STATE.exists() or "resources" not in LOCAL_STACK_STATE.read_text()
+    assert differences(before, HostView.take()) == []
+    print(f"\n[readme] the local walkthrough took {seconds:.0f} s; AUC {auc:.4f}")
