@@ -285,11 +285,27 @@ class HdfsStore(Store):
 
 
 def open_store(uri: str) -> Store:
-    """The store for a file://, s3:// or hdfs:// URI; a bare absolute path means file://."""
+    """The store for a file://, s3:// or hdfs:// URI; a bare absolute path means file://.
+    A relative path is refused: in a pod it would name a directory of the image."""
     if uri.startswith("/"):
         uri = "file://" + uri
-    scheme = urlparse(uri).scheme
+    elif "://" not in uri:
+        raise StorageError(
+            f"{uri}: not a storage URI; pass file:///<absolute directory> (or the absolute "
+            f"path, e.g. {Path(uri).absolute()}), s3://<bucket>/<prefix> or "
+            "hdfs://<host:port>/<path>"
+        )
+    parsed = urlparse(uri)
+    scheme = parsed.scheme
     if scheme == "file":
+        if parsed.netloc not in ("", "localhost"):
+            # file://data is the host "data" with an empty path: the current directory.
+            raise StorageError(
+                f"{uri}: a file:// URI names its directory by an absolute path "
+                f"(file:///{parsed.netloc}{parsed.path} is /{parsed.netloc}{parsed.path}), "
+                f"and {parsed.netloc!r} is read as a host here; pass file:///<absolute "
+                "directory>, or its absolute path"
+            )
         return LocalStore(uri)
     if scheme == "s3":
         return S3Store(uri)

@@ -139,8 +139,15 @@ def main(argv: list[str] | None = None) -> int:
 
         return run_local(args.config, args.pservers, args.trainers, args.log_dir)
     if args.command == "generate":
+        from elasticctr_common.storage import StorageError, open_store
+
         from .generate import run_generate
 
+        try:
+            open_store(args.out)  # a bad --out is a usage error, before any data is made
+        except StorageError as err:
+            print(f"error: generate: --out {err}", file=sys.stderr)
+            return 2
         run_generate(args)
         return 0
     if args.command == "simulate":

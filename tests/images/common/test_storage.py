@@ -215,7 +215,7 @@ def test_hdfs_user_comes_from_hdfs_ugi(hdfs_cluster, monkeypatch):
             "ftp://host/data",
             "ftp://host/data: unsupported storage scheme 'ftp'; allowed: file, s3, hdfs",
         ),
-        ("relative/dir", "relative/dir: unsupported storage scheme ''"),
+        ("relative/dir", "relative/dir: not a storage URI; pass file:///<absolute directory>"),
         ("s3:///prefix", "s3:///prefix: an s3:// URI needs a bucket"),
         ("hdfs:///train_data", "hdfs:///train_data: an hdfs:// URI needs host:port"),
     ],
@@ -229,3 +229,19 @@ def test_a_bare_absolute_path_is_a_local_store(tmp_path):
     store = open_store(str(tmp_path))
     assert isinstance(store, LocalStore)
     assert store.uri("a/b") == f"file://{tmp_path}/a/b"
+
+
+@pytest.mark.parametrize("uri", ["file://data", "file://data/train", "file://tmp/ctr"])
+def test_a_file_uri_with_a_host_is_refused_not_read_as_the_current_directory(
+    uri, tmp_path, monkeypatch
+):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StorageError, match="read as a host here; pass file:///<absolute"):
+        open_store(uri)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_file_localhost_is_the_local_root(tmp_path):
+    store = open_store(f"file://localhost{tmp_path}")
+    store.write_text("x.txt", "1")
+    assert (tmp_path / "x.txt").read_text() == "1"

@@ -395,3 +395,23 @@ def test_generate_writes_the_default_stacks_slots_unless_told(tmp_path):
         for token in line.split()[2:]
     }
     assert used and used <= set(stack_slots)
+
+
+@pytest.mark.parametrize(
+    ("out", "says"),
+    [
+        ("file://data", "'data' is read as a host here; pass file:///<absolute directory>"),
+        ("data", "data: not a storage URI; pass file:///<absolute directory>"),
+    ],
+)
+def test_generate_refuses_an_out_that_is_not_an_absolute_place(tmp_path, out, says):
+    """`--out file://data` once wrote into the current directory ("data" is the URI's host);
+    now it, and a relative path, are one usage line, and nothing is written."""
+    done = subprocess.run(
+        [sys.executable, "-m", "elasticctr_trainer", "generate", "--out", out, "--hours", "1"],
+        capture_output=True, text=True, env=trainer_env(), timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    [line] = done.stderr.splitlines()
+    assert line.startswith(f"error: generate: --out {out}: ") and says in line, line
+    assert list(tmp_path.iterdir()) == []
