@@ -41,6 +41,8 @@ from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 PSERVER_PORT = 30240
+TYPE = "elasticctr:training:Training"
+OLD_TYPE = "elasticctr:training:PsJob"
 CONFIG_MAP = "training-config"
 UGI_SECRET = "hdfs-ugi"
 SERVICE_ACCOUNT = "training"
@@ -133,7 +135,12 @@ class Training(pulumi.ComponentResource):
                 f"{name}: trainers and pservers must be >= 1, "
                 f"got {args.trainers} and {args.pservers}"
             )
-        super().__init__("elasticctr:training:PsJob", name, None, opts)
+        # The type was PsJob: the alias keeps the URNs of existing stacks (and, inherited,
+        # of every child), so the rename replaces nothing.
+        opts = pulumi.ResourceOptions.merge(
+            opts, pulumi.ResourceOptions(aliases=[pulumi.Alias(type_=OLD_TYPE)])
+        )
+        super().__init__(TYPE, name, None, opts)
         target = args.target
 
         config_map = k8s.core.v1.ConfigMap(

@@ -11,6 +11,7 @@ still replaces the Job.
 
 from __future__ import annotations
 
+import json
 import operator
 import shutil
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from components import training
 from tests.support.manifests import mismatches
 from tests.support.pulumi_cli import CI_JOB as JOB
 from tests.support.pulumi_cli import CI_NAMESPACE as NAMESPACE
@@ -119,3 +121,20 @@ def test_a_real_change_still_replaces_the_job(stack: Project, key: str, value: s
     assert [(type_and_name(urn)[1], op) for urn, op in jobs.items()] == [
         ("training-job", "replace")
     ], preview["changeSummary"]
+
+
+def test_a_stack_deployed_with_the_old_training_type_previews_no_change(stack: Project) -> None:
+    """The training component's type was PsJob, and every URN under it named that type. A
+    stack deployed then (its state rewritten to the old type here) previews no change: the
+    component's alias maps its URNs and, inherited, its children's; `up` then renames them
+    in the state, replacing nothing."""
+    old = json.dumps(stack.export()).replace(training.TYPE, training.OLD_TYPE)
+    assert f"{training.OLD_TYPE}$" in old  # the children's URNs too
+    saved = stack.work / "state-with-the-old-type.json"
+    saved.write_text(old, encoding="utf-8")
+    stack.run("stack", "import", "--file", str(saved))
+    _, preview = stack.preview_json()
+    assert changed_steps(preview) == {}, preview["changeSummary"]
+    stack.up()
+    assert training.OLD_TYPE not in json.dumps(stack.export())
+    assert changed_steps(stack.preview_json()[1]) == {}

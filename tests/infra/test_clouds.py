@@ -377,7 +377,7 @@ def test_the_four_stacks_have_the_same_kubernetes_shape() -> None:
         "namespace:Namespace",
         "mlflow:Mlflow",
         "cube:Cube",
-        "training:PsJob",
+        "training:Training",
         "serving:Serving",
     )
     for component in (f"elasticctr:{c}" for c in always):

@@ -21,7 +21,7 @@ COMPONENTS = {
     "elasticctr:storage:ObjectStorage",
     "elasticctr:mlflow:Mlflow",
     "elasticctr:cube:Cube",
-    "elasticctr:training:PsJob",
+    "elasticctr:training:Training",
     "elasticctr:serving:Serving",
 }
 CLUSTER_COMPONENT = {
@@ -80,7 +80,7 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
         "elasticctr:mlflow:Mlflow": 6,
         # per shard (2 in dev): a StatefulSet, a Service and a PodDisruptionBudget
         "elasticctr:cube:Cube": 17,
-        "elasticctr:training:PsJob": 6,
+        "elasticctr:training:Training": 6,
         "elasticctr:serving:Serving": 7,  # + its PodDisruptionBudget
     }
 
