@@ -23,6 +23,7 @@ from elasticctr_common.contract import DATA_DIR as DATA_DIR
 RUN_AS_USER = 1000
 PART_OF = "elasticctr"
 # Kubernetes' recommended labels beyond the selector's part-of and component.
+COMPONENT_LABEL = "app.kubernetes.io/component"  # selects a part's pods (labels())
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"  # the stack: two stacks in one cluster differ
 VERSION_LABEL = "app.kubernetes.io/version"
@@ -100,7 +101,7 @@ class KubeTarget:
 def labels(component: str) -> dict[str, str]:
     """Selector labels of one component (stable: they select pods, and a selector of a
     Deployment or StatefulSet cannot change)."""
-    return {"app.kubernetes.io/part-of": PART_OF, "app.kubernetes.io/component": component}
+    return {"app.kubernetes.io/part-of": PART_OF, COMPONENT_LABEL: component}
 
 
 def stack_labels(component: str) -> dict[str, str]:

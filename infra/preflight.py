@@ -21,6 +21,7 @@ from typing import Any
 import pulumi
 
 from components.kube import POOL_LABEL
+from infra import capacity
 from infra.config import Cloud, StackConfig, shown
 
 NAMESPACE = "elasticctr"
@@ -63,6 +64,28 @@ def check_cluster(config: StackConfig) -> list[str]:
         return []
     finally:
         api.close()
+
+
+def check_capacity(config: StackConfig, tally: capacity.Tally) -> None:
+    """On a cluster that exists already, warn when the stack's pods cannot all fit
+    (infra/capacity.py). A cluster that cannot be asked is only noted: the provider fails
+    on it anyway, with its own message."""
+    if config.cloud != Cloud.EXISTING or config.cluster.render_dir or not tally.parts:
+        return
+    try:
+        api = _client(config.cluster.kubeconfig, config.cluster.context)
+    except Exception as err:  # no kubeconfig the client can read
+        pulumi.log.info(f"{NAMESPACE}: the cluster's room not checked: {_first_line(err)}")
+        return
+    try:
+        warning = capacity.shortfall(tally, capacity.room(api, config.namespace, TIMEOUT))
+    except Exception as err:  # unreachable, forbidden (listing nodes and pods), timed out
+        pulumi.log.info(f"{NAMESPACE}: the cluster's room not checked: {_first_line(err)}")
+        return
+    finally:
+        api.close()
+    if warning:
+        pulumi.log.warn(warning)
 
 
 def _client(kubeconfig: str, context: str) -> Any:

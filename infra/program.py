@@ -27,7 +27,7 @@ from components.serving import Serving, ServingArgs
 from components.training import SERVICE_ACCOUNT as TRAINING_ACCOUNT
 from components.training import Training, TrainingArgs
 from components.volcano import Volcano, VolcanoArgs
-from infra import guard, load_config, outputs, preflight
+from infra import capacity, guard, load_config, outputs, preflight
 from infra.access import bucket_users, joins_into_bucket, workload_keys
 from infra.clusters import build_cluster
 from infra.config import PROGRAM_SETTINGS, StackConfig
@@ -112,6 +112,9 @@ def main() -> None:
         raise load_config.ConfigError(missing)
     # Changes a running stack cannot take safely are refused here too (infra/guard.py).
     stack_shape = guard.check(loaded)
+    # Every pod registered from here on is counted, to compare with the cluster's room.
+    tally = capacity.Tally()
+    tally.start()
     volcano_chart = go_module_chart() if config.volcano.chart == "go-module" else None
     users = bucket_users(config)
     cluster = build_cluster(config, users)
@@ -341,3 +344,4 @@ def main() -> None:
     if cluster.kubeconfig is not None:
         pulumi.export(outputs.KUBECONFIG, pulumi.Output.secret(cluster.kubeconfig))
     pulumi.export(guard.SHAPE_OUTPUT, stack_shape)
+    preflight.check_capacity(config, tally)

@@ -141,3 +141,25 @@ def test_a_priority_class_the_cluster_lacks_fails_the_preview(
             client.V1PriorityClass(metadata=client.V1ObjectMeta(name="online"), value=1000)
         )
     project.run("preview")
+
+
+def test_a_cluster_without_room_for_the_stack_is_a_preview_warning(
+    project: Project, control_plane: Any
+) -> None:
+    from kubernetes import client
+
+    short = project.run("preview")  # this control plane has no node yet
+    assert "the cluster's 0 nodes that take pods have 0 CPU and 0.0 GiB allocatable" in (
+        short.output
+    ), short.describe()
+    assert "some pods would stay Pending" in short.output
+    with api_client(control_plane) as api:
+        core = client.CoreV1Api(api)
+        core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name="roomy")))
+        try:
+            room = {"cpu": "64", "memory": "256Gi", "pods": "110"}
+            core.patch_node_status("roomy", {"status": {"allocatable": room, "capacity": room}})
+            fits = project.run("preview")
+        finally:
+            core.delete_node("roomy")
+    assert "some pods would stay Pending" not in fits.output, fits.describe()

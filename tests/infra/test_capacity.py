@@ -1,0 +1,110 @@
+"""The stack's pods against the cluster's room (infra/capacity.py): the tally counts every
+pod the program declares, as the scheduler would; the warning says when they cannot fit."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from infra import capacity
+from tests.support import pulumi_harness as harness
+from tests.support.stacks import run_stack
+
+GIB = Decimal(1024**3)
+
+
+@pytest.fixture
+def counted(monkeypatch: pytest.MonkeyPatch) -> tuple[capacity.Tally, harness.Graph]:
+    """The dev stack run under mocks, with the tally the program made."""
+    made: list[capacity.Tally] = []
+    original = capacity.Tally.start
+
+    def start(self: capacity.Tally) -> None:
+        made.append(self)
+        original(self)
+
+    monkeypatch.setattr(capacity.Tally, "start", start)
+    graph = run_stack("dev", {})
+    (tally,) = made
+    return tally, graph
+
+
+def _registered_pods(graph: harness.Graph) -> int:
+    """Pods of the workloads as the engine received them (camelCase inputs)."""
+    return sum(
+        pods
+        for resource in graph.resources
+        for _, pods, _ in capacity.workload_pods(resource.type, resource.inputs)
+    )
+
+
+def test_the_tally_counts_every_pod_the_program_declares(
+    counted: tuple[capacity.Tally, harness.Graph],
+) -> None:
+    tally, graph = counted
+    total = tally.total()
+    assert total.pods == _registered_pods(graph) > 0
+    # dev: 2 trainers + 1 pserver, 1 CPU and 2 GiB each (top-level cpu/mem).
+    assert set(tally.parts) >= {"trainer", "pserver", "cube", "serving", "mlflow", "minio"}
+    trainers = tally.parts["trainer"]
+    assert (trainers.pods, trainers.cpu, trainers.memory) == (2, Decimal(2), 4 * GIB)
+    assert tally.parts["pserver"].pods == 1
+    assert total.cpu == sum((p.cpu for p in tally.parts.values()), Decimal(0))
+
+
+def test_init_containers_count_as_the_scheduler_counts_them() -> None:
+    def container(cpu: str, memory: str) -> dict[str, Any]:
+        return {"resources": {"requests": {"cpu": cpu, "memory": memory}}}
+
+    template = {
+        "spec": {
+            "containers": [container("500m", "1Gi"), container("250m", "512Mi")],
+            # One at a time, before: the largest counts when it is more than the sum.
+            "init_containers": [container("2", "256Mi"), container("100m", "1Gi")],
+        }
+    }
+    requests = capacity.pod_requests(template, 3)
+    assert (requests.pods, requests.cpu, requests.memory) == (3, Decimal(6), Decimal("4.5") * GIB)
+
+
+def test_values_not_known_yet_are_not_counted() -> None:
+    assert capacity.workload_pods(capacity.DEPLOYMENT, {"spec": None}) == []
+    template = {"metadata": {"labels": {"app.kubernetes.io/component": "x"}}}
+    unknown_replicas = {"spec": {"replicas": object(), "template": template}}
+    assert capacity.workload_pods(capacity.STATEFUL_SET, unknown_replicas) == []
+    assert capacity.workload_pods("kubernetes:core/v1:ConfigMap", {"spec": {}}) == []
+
+
+def _tally(**parts: tuple[int, str, int]) -> capacity.Tally:
+    tally = capacity.Tally()
+    for name, (pods, cpu, gib) in parts.items():
+        tally.parts[name] = capacity.Requests(pods, Decimal(cpu), gib * GIB)
+    return tally
+
+
+def test_a_stack_that_fits_gets_no_warning() -> None:
+    tally = _tally(trainer=(2, "2", 4), cube=(2, "0.5", 4))
+    room = capacity.Room(1, Decimal(4), 16 * GIB, Decimal("1.5"), 2 * GIB)
+    assert capacity.shortfall(tally, room) is None
+
+
+def test_a_stack_short_of_cpu_is_named_with_its_sums_and_largest_parts() -> None:
+    tally = _tally(trainer=(3, "1.5", 6), pserver=(2, "0.6", 4), serving=(1, "0.25", 1))
+    room = capacity.Room(1, Decimal(2), 24 * GIB, Decimal("0.2"), Decimal("0.5") * GIB)
+    warning = capacity.shortfall(tally, room)
+    assert warning is not None
+    assert warning.startswith(
+        "elasticctr: the stack's 6 pods request 2.35 CPU and 11.0 GiB (most: trainer 1.5 CPU "
+        "/ 6.0 GiB (3 pods), pserver 0.6 CPU / 4.0 GiB (2 pods), serving 0.25 CPU / 1.0 GiB "
+        "(1 pods)); the cluster's 1 nodes that take pods have 2 CPU and 24.0 GiB allocatable, "
+        "of which other namespaces' pods request 0.2 CPU and 0.5 GiB: some pods would stay "
+        "Pending"
+    ), warning
+
+
+def test_a_stack_short_of_memory_only_is_warned_too() -> None:
+    tally = _tally(cube=(2, "0.5", 16))
+    room = capacity.Room(2, Decimal(8), 12 * GIB, Decimal(0), Decimal(0))
+    assert capacity.shortfall(tally, room) is not None
