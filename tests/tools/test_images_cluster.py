@@ -41,7 +41,8 @@ EXPECTED: dict[str, tuple[str, list[str], list[str], str]] = {
     "client": (
         "1000",
         ["python", "-m", "elasticctr_client"],
-        ["python", "-c", "import elasticctr_client, kubernetes; print('ok')"],
+        ["sh", "-c", "elasticctr --help >/dev/null && "
+         "python -c 'import elasticctr_client, kubernetes; print(\"ok\")'"],
         "ok",
     ),
     "mlflow": (

@@ -64,10 +64,32 @@ def _experiment_id(mlflow: Any, name: str) -> str:
         return str(found.experiment_id)
 
 
+PARAM_CHARS = 500  # the longest param value every MLflow server takes
+
+
+def run_params(config: Any, pservers: int, trainers: int) -> dict[str, object]:
+    """A trainer's MLflow params: every hyper-parameter, the data it reads, the job's shape
+    (`config`: a TrainerConfig)."""
+    runner = config.runner
+    params: dict[str, object] = {
+        f"hyper_parameters.{key}": value for key, value in vars(config.hyper_parameters).items()
+    }
+    for key in ("data_format", "start_date_hr", "end_date_hr", "partition_minutes"):
+        params[f"runner.{key}"] = getattr(runner, key, None)
+    params.update({"job.pservers": pservers, "job.trainers": trainers})
+    return params
+
+
 class MetricsLogger:
     """One JSON line per event on stdout; MLflow too when MLFLOW_TRACKING_URI is set."""
 
-    def __init__(self, experiment: str, run_name: str, tags: dict[str, str]) -> None:
+    def __init__(
+        self,
+        experiment: str,
+        run_name: str,
+        tags: dict[str, str],
+        params: Mapping[str, object] | None = None,
+    ) -> None:
         self.mlflow = None
         if os.environ.get("MLFLOW_TRACKING_URI"):
             import mlflow
@@ -76,6 +98,9 @@ class MetricsLogger:
                 experiment_id=_experiment_id(mlflow, experiment), run_name=run_name, tags=tags
             )
             self.mlflow = mlflow
+            if params:
+                # What the run was trained with, as MLflow's UI compares runs by: its params.
+                mlflow.log_params({k: str(v)[:PARAM_CHARS] for k, v in params.items()})
 
     def metrics(self, step: int, values: dict[str, float]) -> None:
         print(json.dumps({"event": "metrics", "step": step, **values}), file=sys.stdout, flush=True)

@@ -45,7 +45,7 @@ from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
 from .hours import wait_for_hours, wait_for_range
 from .lines import LineParser
-from .metrics import MetricsLogger, PassMetrics, auc_from_histograms, metrics_port
+from .metrics import MetricsLogger, PassMetrics, auc_from_histograms, metrics_port, run_params
 from .modelcheck import check_version
 from .pipe import native_pipe
 from .program import (
@@ -177,6 +177,7 @@ class Trainer:
             config.runner.mlflow_experiment,
             run_name=role.name,
             tags={"role": "trainer", "trainer_id": str(role.index)},
+            params=run_params(config, len(role.pserver_endpoints), role.trainers),
         )
         self.pass_metrics = PassMetrics(metrics_port(os.environ))
         if self.pass_metrics.port is not None:

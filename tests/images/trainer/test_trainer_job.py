@@ -101,6 +101,14 @@ def test_metrics_reach_mlflow(job, mlflow_server):
         history = client.get_metric_history(run.info.run_id, "examples_per_sec")
         assert [m.step for m in history] == [1, 2]
         assert {"loss", "auc", "examples"} <= set(run.data.metrics)
+        # What it was trained with, as params MLflow's UI compares runs by.
+        params = run.data.params
+        assert (params["job.pservers"], params["job.trainers"]) == ("2", "2")
+        assert params["runner.start_date_hr"] == "20191221/00"
+        assert params["runner.end_date_hr"] == MISSING_HOUR
+        assert params["hyper_parameters.sparse_dim"] == "100003"  # write_config's
+        assert params["hyper_parameters.learning_rate"] == "0.003"
+        assert "hyper_parameters.model" in params
 
 
 def test_every_trainer_starts_from_trainer_0s_parameters(job):
