@@ -69,3 +69,4 @@ def test_the_local_walkthrough_reaches_a_prediction() -> None:
     assert not LOCAL_STACK_STATE.exists() or "resources" not in LOCAL_STACK_STATE.read_text()
     assert differences(before, HostView.take()) == []
     print(f"\n[readme] the local walkthrough took {seconds:.0f} s; AUC {auc:.4f}")
+    print(done.stdout[-2000:])  # what the user saw last: status and predict

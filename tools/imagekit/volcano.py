@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
@@ -44,7 +45,8 @@ class ChartImage:
 @functools.cache
 def module_dir() -> Path:
     """The module's directory in the Go module cache (downloaded once)."""
-    go = os.environ.get("GO") or "go"
+    # As tools/build-tools.sh finds it: sudo's PATH (secure_path) lacks Go's usual place.
+    go = os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
     with tempfile.TemporaryDirectory() as outside_any_module:
         try:
             out = subprocess.run(
