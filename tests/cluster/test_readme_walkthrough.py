@@ -64,6 +64,10 @@ def test_the_local_walkthrough_reaches_a_prediction() -> None:
         "destroy it; `sudo tools/local.sh down` first"
     )
     (block,) = code_blocks(TITLE)
+    # `local.sh up` writes its passphrase's salt into the checkout's stack file: put the
+    # file back as it was, so the checkout stays clean.
+    stack_file = ROOT / "stacks" / "Pulumi.local.yaml"
+    stack_text = stack_file.read_text(encoding="utf-8")
     before = HostView.take()
     shutil.rmtree(DATA, ignore_errors=True)
     started = time.monotonic()
@@ -79,6 +83,7 @@ def test_the_local_walkthrough_reaches_a_prediction() -> None:
         shutil.rmtree(DATA, ignore_errors=True)
         if layout.state_file.exists():  # the block stopped halfway: leave nothing up
             subprocess.run(["bash", "tools/local.sh", "down"], cwd=ROOT, timeout=1200)
+        stack_file.write_text(stack_text, encoding="utf-8")
     seconds = time.monotonic() - started
     shown = f"exit {done.returncode} after {seconds:.0f} s\n{done.stdout}\n{done.stderr}"
     assert done.returncode == 0, shown

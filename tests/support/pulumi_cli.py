@@ -204,6 +204,13 @@ class Project:
         adds its encryption salt to the copy); `config` replaces its `config:` map.
         """
         copy_project(work / "project")
+        # A salt the checkout's stack file got from a user's own `up` (tools/local.sh writes
+        # one) belongs to their passphrase: the copy's `stack init` makes its own.
+        copied = work / "project" / "stacks" / f"Pulumi.{stack}.yaml"
+        if copied.exists():
+            lines = copied.read_text(encoding="utf-8").splitlines(keepends=True)
+            kept = [line for line in lines if not line.startswith("encryptionsalt:")]
+            copied.write_text("".join(kept), encoding="utf-8")
         (work / "state").mkdir()
         home = work / "pulumi-home"
         home.mkdir()
