@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import stat
 import string
 import subprocess
@@ -82,3 +83,14 @@ def fake_pulumi(tmp_path, outputs: dict | None) -> dict:
 
 
 NO_LOGIN = "error: PULUMI_ACCESS_TOKEN must be set for login during non-interactive CLI sessions"
+
+
+def with_kubectl() -> str:
+    """PATH with the set-up's kubectl on it (the client runs it to port-forward)."""
+    from tests.support.prerequisites import unavailable
+    from tests.support.pulumi_cli import search_path
+
+    path = search_path()
+    if shutil.which("kubectl", path=path) is None:
+        unavailable("kubectl not found: build it with `bash tools/build-tools.sh`")
+    return path

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import random
 import re
-import shutil
 import socket
 import threading
 from collections.abc import Callable, Iterator
@@ -17,10 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.images.client.conftest import TOKEN, fake_pulumi, run_client
+from tests.images.client.conftest import TOKEN, fake_pulumi, run_client, with_kubectl
 from tests.images.client.test_client_logs import kubeconfig_of
-from tests.support.prerequisites import unavailable
-from tests.support.pulumi_cli import search_path
 
 DOC = Path(__file__).resolve().parents[3] / "docs" / "serving.md"
 SECTION = "### Errors and exit codes"
@@ -152,14 +149,6 @@ def bad_slot_conf(ctx: Context) -> str:
 Scenario = tuple[list[str], dict[str, str], tuple[str, ...]]
 L = "--no-progress"
 IN_CLUSTER = "http://serving.elasticctr.svc.cluster.local:8010"
-
-
-def with_kubectl() -> str:
-    """PATH with the set-up's kubectl on it (the client runs it to port-forward)."""
-    path = search_path()
-    if shutil.which("kubectl", path=path) is None:
-        unavailable("kubectl not found: build it with `bash tools/build-tools.sh`")
-    return path
 
 
 SCENARIOS: dict[str, Callable[[Context], Scenario]] = {

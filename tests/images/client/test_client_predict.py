@@ -10,7 +10,8 @@ import re
 import numpy as np
 import pytest
 
-from tests.images.client.conftest import NO_LOGIN, fake_pulumi, run_client
+from tests.images.client.conftest import NO_LOGIN, fake_pulumi, run_client, with_kubectl
+from tests.images.client.test_client_logs import kubeconfig_of
 from tests.support.compressors import compress
 from tests.support.serving import (
     HUGE_KEY,
@@ -171,15 +172,20 @@ def test_status_shows_versions_and_training_progress(stack, mlflow_server, tmp_p
     # Nothing given but the stack: its error is the answer.
     nothing = run_client("status", env=no_login)
     assert nothing.returncode == 4 and NO_LOGIN in nothing.stderr
+    # An in-cluster address from outside the cluster goes through kubectl port-forward;
+    # here the kubeconfig's API server is a closed port: one line naming kubectl's error.
+    closed = tmp_path / "kubeconfig"
+    closed.write_text(json.dumps(kubeconfig_of("https://127.0.0.1:9")))
     outside = run_client(
-        "--timeout",
-        "2",
-        "status",
-        "--serving-url",
+        "--timeout", "2", "status", "--serving-url",
         "http://serving.elasticctr.svc.cluster.local:8010",
-        env=no_login,
-    )
-    assert "kubectl -n elasticctr port-forward svc/serving 8010" in outside.stdout
+        env={**no_login, "PATH": f"{no_login['PATH']}:{with_kubectl()}", "KUBECONFIG": str(closed)},
+        drop=("KUBERNETES_",),
+    )  # fmt: skip
+    assert outside.returncode == 6, outside.stderr
+    assert outside.stderr.splitlines()[-1].startswith(
+        "error: kubectl port-forward to svc/serving in namespace elasticctr failed: "
+    ), outside.stderr
 
 
 @pytest.fixture(scope="module")
