@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from elasticctr_common.trainer_json import TrainerConfig
 from numpy.typing import NDArray
 
 log = logging.getLogger(__name__)
@@ -67,17 +68,18 @@ def _experiment_id(mlflow: Any, name: str) -> str:
 PARAM_CHARS = 500  # the longest param value every MLflow server takes
 
 
-def run_params(config: Any, pservers: int, trainers: int) -> dict[str, object]:
-    """A trainer's MLflow params: every hyper-parameter, the data it reads, the job's shape
-    (`config`: a TrainerConfig)."""
+def run_params(config: TrainerConfig, pservers: int, trainers: int) -> dict[str, object]:
+    """A trainer's MLflow params: every hyper-parameter, the data it reads, the job's shape."""
     runner = config.runner
-    params: dict[str, object] = {
-        f"hyper_parameters.{key}": value for key, value in vars(config.hyper_parameters).items()
+    return {
+        **{f"hyper_parameters.{k}": v for k, v in vars(config.hyper_parameters).items()},
+        "runner.data_format": runner.data_format,
+        "runner.start_date_hr": runner.start_date_hr,
+        "runner.end_date_hr": runner.end_date_hr,
+        "runner.partition_minutes": runner.partition_minutes,
+        "job.pservers": pservers,
+        "job.trainers": trainers,
     }
-    for key in ("data_format", "start_date_hr", "end_date_hr", "partition_minutes"):
-        params[f"runner.{key}"] = getattr(runner, key, None)
-    params.update({"job.pservers": pservers, "job.trainers": trainers})
-    return params
 
 
 class MetricsLogger:
