@@ -146,24 +146,20 @@ def room(api: Any, namespace: str, timeout: Any) -> Room:
     core = client.CoreV1Api(api)
     nodes = [n for n in core.list_node(_request_timeout=timeout).items if not n.spec.unschedulable]
     names = {n.metadata.name for n in nodes}
-    used_cpu, used_memory = Decimal(0), Decimal(0)
+    used = Requests()
     for pod in core.list_pod_for_all_namespaces(_request_timeout=timeout).items:
         if pod.metadata.namespace == namespace or pod.spec.node_name not in names:
             continue
         if pod.status.phase in ("Succeeded", "Failed"):
             continue
-        containers = [
-            {"resources": {"requests": (c.resources.requests or {})}} for c in pod.spec.containers
-        ]
-        cpu, memory = _requests(containers)
-        used_cpu += cpu
-        used_memory += memory
+        # The pod as the API has it (camelCase keys), counted by the scheduler's rule.
+        used.add(pod_requests(api.sanitize_for_serialization(pod), 1))
     return Room(
         nodes=len(nodes),
         cpu=sum((_quantity(n.status.allocatable.get("cpu")) for n in nodes), Decimal(0)),
         memory=sum((_quantity(n.status.allocatable.get("memory")) for n in nodes), Decimal(0)),
-        used_cpu=used_cpu,
-        used_memory=used_memory,
+        used_cpu=used.cpu,
+        used_memory=used.memory,
     )
 
 

@@ -69,6 +69,56 @@ def test_init_containers_count_as_the_scheduler_counts_them() -> None:
     assert (requests.pods, requests.cpu, requests.memory) == (3, Decimal(6), Decimal("4.5") * GIB)
 
 
+def test_other_namespaces_pods_count_their_init_containers_as_the_scheduler_does(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from kubernetes import client
+
+    def container(cpu: str, memory: str) -> client.V1Container:
+        requests = {"cpu": cpu, "memory": memory}
+        return client.V1Container(
+            name="c", resources=client.V1ResourceRequirements(requests=requests)
+        )
+
+    def pod(
+        namespace: str,
+        containers: list[client.V1Container],
+        inits: list[client.V1Container] | None = None,
+    ) -> client.V1Pod:
+        return client.V1Pod(
+            metadata=client.V1ObjectMeta(name="p", namespace=namespace),
+            spec=client.V1PodSpec(node_name="n", containers=containers, init_containers=inits),
+            status=client.V1PodStatus(phase="Running"),
+        )
+
+    node = client.V1Node(
+        metadata=client.V1ObjectMeta(name="n"),
+        spec=client.V1NodeSpec(),
+        status=client.V1NodeStatus(allocatable={"cpu": "4", "memory": "16Gi"}),
+    )
+    pods = [
+        # Its init container asks more than its containers together: that is what it holds.
+        pod("kube-system", [container("100m", "128Mi")], [container("1", "1Gi")]),
+        pod("monitoring", [container("250m", "256Mi"), container("250m", "256Mi")]),
+        pod("elasticctr", [container("2", "4Gi")]),  # the stack's own: counted by the tally
+    ]
+
+    class Core:
+        def __init__(self, api: Any) -> None:
+            pass
+
+        def list_node(self, **_: Any) -> client.V1NodeList:
+            return client.V1NodeList(items=[node])
+
+        def list_pod_for_all_namespaces(self, **_: Any) -> client.V1PodList:
+            return client.V1PodList(items=pods)
+
+    monkeypatch.setattr(client, "CoreV1Api", Core)
+    with client.ApiClient() as api:
+        free = capacity.room(api, "elasticctr", None)
+    assert free == capacity.Room(1, Decimal(4), 16 * GIB, Decimal("1.5"), Decimal("1.5") * GIB)
+
+
 def test_values_not_known_yet_are_not_counted() -> None:
     assert capacity.workload_pods(capacity.DEPLOYMENT, {"spec": None}) == []
     template = {"metadata": {"labels": {"app.kubernetes.io/component": "x"}}}
