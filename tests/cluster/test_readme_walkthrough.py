@@ -64,10 +64,10 @@ def test_the_local_walkthrough_reaches_a_prediction() -> None:
         "destroy it; `sudo tools/local.sh down` first"
     )
     (block,) = code_blocks(TITLE)
-    # `local.sh up` writes its passphrase's salt into the checkout's stack file: put the
-    # file back as it was, so the checkout stays clean.
+    # local.sh keeps the passphrase's salt in its copy under the cache: the checkout's stack
+    # file stays as it is (and is put back if not, so that no salt is ever committed).
     stack_file = ROOT / "stacks" / "Pulumi.local.yaml"
-    stack_text = stack_file.read_text(encoding="utf-8")
+    stack_bytes = stack_file.read_bytes()
     before = HostView.take()
     shutil.rmtree(DATA, ignore_errors=True)
     started = time.monotonic()
@@ -83,10 +83,12 @@ def test_the_local_walkthrough_reaches_a_prediction() -> None:
         shutil.rmtree(DATA, ignore_errors=True)
         if layout.state_file.exists():  # the block stopped halfway: leave nothing up
             subprocess.run(["bash", "tools/local.sh", "down"], cwd=ROOT, timeout=1200)
-        stack_file.write_text(stack_text, encoding="utf-8")
+        stack_after = stack_file.read_bytes()
+        stack_file.write_bytes(stack_bytes)
     seconds = time.monotonic() - started
     shown = f"exit {done.returncode} after {seconds:.0f} s\n{done.stdout}\n{done.stderr}"
     assert done.returncode == 0, shown
+    assert stack_after == stack_bytes, "tools/local.sh changed stacks/Pulumi.local.yaml"
     # status: serving on version 1; predict: every held-out example answered by it.
     assert "serving: model version 1" in done.stdout, shown
     assert "(model version 1), skipped lines: 0" in done.stdout, shown

@@ -204,8 +204,9 @@ class Project:
         adds its encryption salt to the copy); `config` replaces its `config:` map.
         """
         copy_project(work / "project")
-        # A salt the checkout's stack file got from a user's own `up` (tools/local.sh writes
-        # one) belongs to their passphrase: the copy's `stack init` makes its own.
+        # A salt an older checkout's stack file carries (tools/local.sh wrote one there before
+        # it kept a copy under its cache) belongs to that user's passphrase: the copy's
+        # `stack init` makes its own.
         copied = work / "project" / "stacks" / f"Pulumi.{stack}.yaml"
         if copied.exists():
             lines = copied.read_text(encoding="utf-8").splitlines(keepends=True)
