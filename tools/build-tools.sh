@@ -5,7 +5,8 @@
 #   - the cluster: Kubernetes (kube-apiserver, kube-controller-manager,
 #     kube-scheduler, kubelet, kube-proxy, kubectl), etcd, CoreDNS, Volcano
 #     (scheduler, controller-manager, webhook-manager, and its Helm chart),
-#     kube-router (NetworkPolicy), the MinIO server and its client mc.
+#     kube-router (NetworkPolicy), the MinIO server and its client mc;
+#   - the simulated cluster (tools/localcluster/simulated.py): kwok.
 # Tools that need a wrapper module (replaces, pinned dependencies) have one in
 # tools/gotools/<tool>/; the others are built as their own main module from a
 # copy of the module, whose zip hash is pinned below.
@@ -20,8 +21,8 @@
 #   tools/build-tools.sh --check       exit 0 when every tool is built, 1 otherwise
 #   tools/build-tools.sh TOOL|GROUP... build only these: pulumi pulumi-language-python
 #                                      pulumi-resource-kubernetes kubernetes etcd coredns
-#                                      volcano kube-router minio mc; groups: pulumi-tools
-#                                      (the first three), cluster (the other seven)
+#                                      volcano kube-router minio mc kwok; groups: pulumi-tools
+#                                      (the first three), cluster (the other eight)
 #
 # Environment:
 #   ELASTICCTR_TOOLS_DIR   cache root (default ${ELASTICCTR_CACHE:-~/.cache/elasticctr}/tools); each tool
@@ -61,6 +62,7 @@ MINIO_VERSION=RELEASE.2025-10-15T17-29-55Z.hotfix.7aac2a2c5
 MC_MODVERSION=v0.0.0-20250313080218-cf909e1063a9       # github.com/minio/mc
 MC_COMMIT=cf909e1063a9a0aea7926378b0c416ed0eea7742     # RELEASE.2025-03-12T17-29-24Z + 1 commit
 MC_VERSION=RELEASE.2025-03-12T17-29-24Z.hotfix.cf909e10
+KWOK_VERSION=0.8.0                     # sigs.k8s.io/kwok
 MIN_GO_VERSION=1.26.0                  # the kubernetes wrapper needs go >= 1.26.0
 # Hashes (go.sum's h1:) of the modules built without a wrapper; checked on every
 # build, so a changed zip on the proxy stops the build (kube-router's is not in
@@ -72,6 +74,7 @@ declare -A MODULE_SUM=(
   [github.com/cloudnativelabs/kube-router/v2@v2.1.0]=h1:xWsptKtmZ44L+NjwFKoFAFlVdxCz8fka9A/eYJe95Ok=
   [github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c]=h1:/qdoYujxF5MBLDMVLeiYJ/7fBa1HikX39Dvzb9Ji8pA=
   [github.com/minio/mc@v0.0.0-20250313080218-cf909e1063a9]=h1:6RyInOHKL6jz8zxcAar/h6rg/aJCxDP/uFuSNvYSuMI=
+  [sigs.k8s.io/kwok@v0.8.0]=h1:OTIOTwgROqPMovcTwxICx2eYQ4AwLpSx5EpjbDKF4SQ=
 )
 # -----------------------------------------------------------------------------
 
@@ -79,7 +82,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GOTOOLS="$ROOT/tools/gotools"
 TOOLS_DIR="${ELASTICCTR_TOOLS_DIR:-${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}/tools}"
 PULUMI_TOOLS=(pulumi pulumi-language-python pulumi-resource-kubernetes)
-CLUSTER_TOOLS=(kubernetes etcd coredns volcano kube-router minio mc)
+CLUSTER_TOOLS=(kubernetes etcd coredns volcano kube-router minio mc kwok)
 ALL_TOOLS=("${PULUMI_TOOLS[@]}" "${CLUSTER_TOOLS[@]}")
 
 log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -97,6 +100,7 @@ tool_version() {
     kube-router) echo "$KUBE_ROUTER_VERSION" ;;
     minio) echo "$MINIO_VERSION" ;;
     mc) echo "$MC_VERSION" ;;
+    kwok) echo "$KWOK_VERSION" ;;
     *) die "unknown tool: $1 (known: ${ALL_TOOLS[*]})" ;;
   esac
 }
@@ -115,6 +119,7 @@ tool_binaries() {
     kube-router) echo kube-router ;;
     minio) echo minio ;;
     mc) echo mc ;;
+    kwok) echo kwok ;;
   esac
 }
 
@@ -161,6 +166,7 @@ tool_modules() {
     kube-router) echo "github.com/cloudnativelabs/kube-router/v2@v$KUBE_ROUTER_VERSION" ;;
     minio) echo "github.com/minio/minio@$MINIO_MODVERSION" ;;
     mc) echo "github.com/minio/mc@$MC_MODVERSION" ;;
+    kwok) echo "sigs.k8s.io/kwok@v$KWOK_VERSION" ;;
   esac
 }
 
@@ -342,6 +348,13 @@ build_volcano() {
   # The chart the Pulumi program installs (--print-volcano-chart), CRDs included.
   mkdir -p "$1/../chart"
   cp -R "$src/installer/helm/chart/volcano" "$1/../chart/volcano"
+}
+
+build_kwok() {
+  # Built as its own main module (its go.sum pins every dependency); the version is a
+  # constant in its source, not a link flag.
+  stage_module "sigs.k8s.io/kwok@v$KWOK_VERSION" "$STAGE_WORK/kwok"
+  gobuild_in "$STAGE_WORK/kwok" -o "$1/kwok" -ldflags "-w -s" ./cmd/kwok
 }
 
 build_kube-router() {

@@ -4,16 +4,12 @@ run, and the admission-init script its webhook image carries."""
 
 from __future__ import annotations
 
-import functools
-import json
-import os
-import shutil
-import subprocess
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
+
+from tools.imagekit import gomodule
 
 VERSION = "1.15.0"
 MODULE = "volcano.sh/volcano"
@@ -42,24 +38,12 @@ class ChartImage:
         return f"{self.registry}/{self.name}:{self.tag}"
 
 
-@functools.cache
 def module_dir() -> Path:
     """The module's directory in the Go module cache (downloaded once)."""
-    # As tools/build-tools.sh finds it: sudo's PATH (secure_path) lacks Go's usual place.
-    go = os.environ.get("GO") or shutil.which("go") or "/usr/local/go/bin/go"
-    with tempfile.TemporaryDirectory() as outside_any_module:
-        try:
-            out = subprocess.run(
-                [go, "mod", "download", "-json", f"{MODULE}@v{VERSION}"],
-                cwd=outside_any_module,
-                env={**os.environ, "GOFLAGS": "-mod=mod"},
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout
-        except (OSError, subprocess.CalledProcessError) as why:
-            raise ChartUnavailable(f"go mod download {MODULE}@v{VERSION} failed: {why}") from why
-    directory = Path(json.loads(out)["Dir"])
+    try:
+        directory = gomodule.module_dir(MODULE, f"v{VERSION}")
+    except gomodule.ModuleUnavailable as why:
+        raise ChartUnavailable(str(why)) from why
     if not (directory / CHART / "values.yaml").is_file():
         raise ChartUnavailable(f"no chart in {directory / CHART}")
     return directory

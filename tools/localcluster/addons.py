@@ -72,30 +72,7 @@ def objects(node_ip: str) -> list[dict[str, Any]]:
                 {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": READ},
             ],
         ),
-        *_role(
-            PROVISIONER_USER,
-            [
-                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": READ},
-                {
-                    "apiGroups": [""],
-                    "resources": ["persistentvolumes"],
-                    "verbs": [*READ, "create", "delete"],
-                },
-                {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": READ},
-                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
-            ],
-        ),
-        {
-            "apiVersion": "storage.k8s.io/v1",
-            "kind": "StorageClass",
-            "metadata": {
-                "name": STORAGE_CLASS,
-                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
-            },
-            "provisioner": PROVISIONER,
-            "reclaimPolicy": "Delete",
-            "volumeBindingMode": "Immediate",
-        },
+        *storage_objects(),
         # CoreDNS runs on the host, not in a pod: a Service without a selector, and its
         # endpoints written here.
         {
@@ -131,6 +108,37 @@ def objects(node_ip: str) -> list[dict[str, Any]]:
                 {"name": "dns", "port": 53, "protocol": "UDP"},
                 {"name": "dns-tcp", "port": 53, "protocol": "TCP"},
             ],
+        },
+    ]
+
+
+def storage_objects() -> list[dict[str, Any]]:
+    """The volume provisioner's RBAC and its default StorageClass (also the simulated
+    cluster's, tools/localcluster/simulated.py)."""
+    return [
+        *_role(
+            PROVISIONER_USER,
+            [
+                {"apiGroups": [""], "resources": ["persistentvolumeclaims"], "verbs": READ},
+                {
+                    "apiGroups": [""],
+                    "resources": ["persistentvolumes"],
+                    "verbs": [*READ, "create", "delete"],
+                },
+                {"apiGroups": ["storage.k8s.io"], "resources": ["storageclasses"], "verbs": READ},
+                {"apiGroups": [""], "resources": ["events"], "verbs": ["create", "patch"]},
+            ],
+        ),
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": PROVISIONER,
+            "reclaimPolicy": "Delete",
+            "volumeBindingMode": "Immediate",
         },
     ]
 

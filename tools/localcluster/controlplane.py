@@ -263,6 +263,24 @@ def terminate_pids(procs: Sequence[dict[str, Any]], timeout: float = 20.0) -> li
     return [p["pid"] for p in mine if pid_alive(p["pid"])]
 
 
+def stop_detached(directory: Path, keep_dir: bool = False) -> None:
+    """Stop the servers a detached start recorded in `directory` (by PID, newest first)
+    and remove it."""
+    d = directory.resolve()
+    state_file = d / STATE_FILE
+    if not state_file.exists():
+        raise ControlPlaneError(f"no {STATE_FILE} in {d}: nothing started there")
+    state = json.loads(state_file.read_text())
+    procs = [
+        {"pid": p["pid"], "exe": p["exe"], "marker": str(d)} for p in reversed(state["processes"])
+    ]
+    left = terminate_pids(procs)
+    if left:
+        raise ControlPlaneError(f"still alive: {left}")
+    if not keep_dir:
+        shutil.rmtree(d, ignore_errors=True)
+
+
 def _reap(pid: int) -> None:
     # Not our child (CLI `down`): ChildProcessError, and init reaps it.
     with contextlib.suppress(ChildProcessError):
@@ -276,6 +294,7 @@ class _Server:
     args: list[str]
     log: Path
     proc: subprocess.Popen[bytes] | None = None
+    env: dict[str, str] | None = None  # None: this process's environment
 
 
 @dataclass
@@ -518,6 +537,23 @@ class ControlPlane:
             "--kubelet-preferred-address-types=InternalIP,Hostname",
         ]
 
+    def launch(
+        self,
+        name: str,
+        exe: str,
+        args: Sequence[str],
+        ready: Callable[..., object],
+        env: dict[str, str] | None = None,
+    ) -> int:
+        """Start one more server beside the control plane (a scheduler, a controller):
+        logged, waited for with `ready()`, stopped by PID with the others. Returns its PID."""
+        assert self.dir is not None, "start() first"
+        server = _Server(name, exe, list(args), self.dir / "logs" / f"{name}.log", env=env)
+        self._launch(server)
+        self._wait(name, ready)
+        assert server.proc is not None
+        return server.proc.pid
+
     def _launch(self, server: _Server) -> None:
         with open(server.log, "ab") as log:
             server.proc = subprocess.Popen(
@@ -526,6 +562,7 @@ class ControlPlane:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 cwd=self.dir,
+                env=server.env,
                 start_new_session=True,  # no terminal signal reaches the servers
             )
         self._servers.append(server)
@@ -624,7 +661,12 @@ class ControlPlane:
             f"{self.server}{path}",
             data=data,
             method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers={
+                "Content-Type": (
+                    "application/merge-patch+json" if method == "PATCH" else "application/json"
+                ),
+                "Accept": "application/json",
+            },
         )
         try:
             with urllib.request.urlopen(req, timeout=30, context=self._ssl_context()) as r:
