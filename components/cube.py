@@ -65,6 +65,8 @@ CONFIG_MAP = "cube-conf"
 MAX_KEYS = DEFAULT_MAX_KEYS
 SHARD_LABEL = "elasticctr.io/cube-shard"
 LAYOUT_LABEL = "elasticctr.io/cube-layout"
+# Where a shard's replicas go apart (topology key, scheduler weight): nodes first.
+SPREAD = (("kubernetes.io/hostname", 100), ("topology.kubernetes.io/zone", 50))
 LAYOUT_ID_LENGTH = 8  # hex digits of the layout digest in names (cube-<layout>-<s>-<r>)
 SHARD_DIR = f"{kube.DATA_DIR}/cube"
 SHARD_ACCOUNT = "cube"  # servers and agents
@@ -362,17 +364,20 @@ class Cube(pulumi.ComponentResource):
             mounts=[shards_mount],
         )
         # Replicas of a shard on different nodes where the cluster has them, so that
-        # losing a node loses at most one replica of each shard.
+        # losing a node loses at most one replica of each shard; and in different zones
+        # where it has zones, so that losing a zone does not either. Preferred, not
+        # required: a one-node or one-zone cluster still runs every replica.
         spread: k8s.core.v1.AffinityArgsDict = {
             "pod_anti_affinity": {
                 "preferred_during_scheduling_ignored_during_execution": [
                     {
-                        "weight": 100,
+                        "weight": weight,
                         "pod_affinity_term": {
                             "label_selector": {"match_labels": selector},
-                            "topology_key": "kubernetes.io/hostname",
+                            "topology_key": topology_key,
                         },
                     }
+                    for topology_key, weight in SPREAD
                 ]
             }
         }

@@ -96,12 +96,14 @@ def test_a_drain_takes_one_replica_of_a_shard_at_a_time_on_different_nodes() -> 
         assert budgets[name]["selector"]["matchLabels"].items() >= shard.items()
         pod = spec["spec"]["template"]
         assert pod["metadata"]["labels"].items() >= shard.items()
-        (preferred,) = pod["spec"]["affinity"]["podAntiAffinity"][
+        preferred = pod["spec"]["affinity"]["podAntiAffinity"][
             "preferredDuringSchedulingIgnoredDuringExecution"
         ]
-        term = preferred["podAffinityTerm"]
-        assert term["topologyKey"] == "kubernetes.io/hostname"
-        assert term["labelSelector"]["matchLabels"].items() >= shard.items()
+        # Apart on nodes first, then on zones.
+        weights = {p["podAffinityTerm"]["topologyKey"]: p["weight"] for p in preferred}
+        assert weights == {"kubernetes.io/hostname": 100, "topology.kubernetes.io/zone": 50}
+        for term in (p["podAffinityTerm"] for p in preferred):
+            assert term["labelSelector"]["matchLabels"].items() >= shard.items()
 
 
 def test_shard_pods_know_their_shard() -> None:
