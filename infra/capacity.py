@@ -115,12 +115,12 @@ def _requests(containers: Iterable[Any]) -> tuple[Decimal, Decimal]:
     cpu, memory = Decimal(0), Decimal(0)
     for container in containers:
         requests = ((container or {}).get("resources") or {}).get("requests") or {}
-        cpu += _quantity(requests.get("cpu"))
-        memory += _quantity(requests.get("memory"))
+        cpu += quantity(requests.get("cpu"))
+        memory += quantity(requests.get("memory"))
     return cpu, memory
 
 
-def _quantity(value: Any) -> Decimal:
+def quantity(value: Any) -> Decimal:
     """A quantity's value; 0 for one not known yet (an Output) or absent."""
     from kubernetes.utils import parse_quantity
 
@@ -156,8 +156,8 @@ def room(api: Any, namespace: str, timeout: Any) -> Room:
         used.add(pod_requests(api.sanitize_for_serialization(pod), 1))
     return Room(
         nodes=len(nodes),
-        cpu=sum((_quantity(n.status.allocatable.get("cpu")) for n in nodes), Decimal(0)),
-        memory=sum((_quantity(n.status.allocatable.get("memory")) for n in nodes), Decimal(0)),
+        cpu=sum((quantity(n.status.allocatable.get("cpu")) for n in nodes), Decimal(0)),
+        memory=sum((quantity(n.status.allocatable.get("memory")) for n in nodes), Decimal(0)),
         used_cpu=used.cpu,
         used_memory=used.memory,
     )
