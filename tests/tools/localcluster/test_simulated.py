@@ -88,7 +88,8 @@ def test_the_cli_starts_ready_kwok_nodes_and_stops_every_process(tmp_path: Path)
         nodes = subprocess.run(
             ["kubectl", f"--kubeconfig={kubeconfig}", "get", "nodes", "-o", "json"],
             capture_output=True, text=True, check=True, timeout=60,
-            env={"PATH": os.pathsep.join(controlplane.tool_path_dirs())},
+            # kubectl keeps its discovery cache under HOME: never the checkout's.
+            env={"PATH": os.pathsep.join(controlplane.tool_path_dirs()), "HOME": str(tmp_path)},
         )  # fmt: skip
         ready = {
             n["metadata"]["name"]: n["metadata"]["labels"].get(ZONE_LABEL)
