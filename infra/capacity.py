@@ -9,7 +9,9 @@ changes nothing), and on a cluster that exists already compares the sum with the
 allocatable CPU and memory of the nodes that take pods, less what other namespaces' pods
 request there. Short of either is a warning (a cluster autoscaler may add nodes when
 pods wait), naming the sums and the largest parts. A reshape of cube briefly runs both
-layouts: the warning counts the new one only, and says so.
+layouts: the warning counts the new one only, and says so. A part whose single pod is larger
+than every node of its pool (`too_large`) gets a warning of its own: it never starts, however
+empty the cluster.
 
 Volcano's own pods (its Helm release) are not counted: the chart declares them.
 """
@@ -23,7 +25,7 @@ from typing import Any
 
 import pulumi
 
-from components.kube import COMPONENT_LABEL
+from components.kube import COMPONENT_LABEL, POOL_LABEL
 
 NAMESPACE = "elasticctr"
 # Workload types whose pods the tally counts, and where their pod templates are.
@@ -46,12 +48,22 @@ class Requests:
         self.memory += other.memory
 
 
+@dataclass(frozen=True)
+class Pod:
+    """One pod of a part: its requests and the node pool its selector asks for ("": any)."""
+
+    cpu: Decimal
+    memory: Decimal
+    pool: str
+
+
 @dataclass
 class Tally:
-    """Requests per part (a pod template's component label), from the workloads registered
-    after `start()`."""
+    """Requests per part (a pod template's component label), and each part's largest pod,
+    from the workloads registered after `start()`."""
 
     parts: dict[str, Requests] = field(default_factory=dict)
+    largest: dict[str, Pod] = field(default_factory=dict)
 
     def start(self) -> None:
         pulumi.runtime.register_stack_transformation(self._count)
@@ -65,6 +77,13 @@ class Tally:
     def _count(self, args: pulumi.ResourceTransformationArgs) -> None:
         for component, pods, template in workload_pods(args.type_, args.props):
             self.parts.setdefault(component, Requests()).add(pod_requests(template, pods))
+            one = pod_requests(template, 1)
+            spec = template.get("spec") or {}
+            selector = spec.get("node_selector") or spec.get("nodeSelector") or {}
+            pod = Pod(one.cpu, one.memory, str(selector.get(POOL_LABEL, "")))
+            known = self.largest.get(component)
+            if known is None or (pod.cpu, pod.memory) > (known.cpu, known.memory):
+                self.largest[component] = pod
 
 
 def workload_pods(kind: str, props: Any) -> Iterable[tuple[str, int, Any]]:
@@ -137,6 +156,8 @@ class Room:
     memory: Decimal
     used_cpu: Decimal
     used_memory: Decimal
+    # Each node's pool label ("" without one) and allocatable CPU and memory.
+    shapes: tuple[tuple[str, Decimal, Decimal], ...] = ()
 
 
 def room(api: Any, namespace: str, timeout: Any) -> Room:
@@ -160,7 +181,35 @@ def room(api: Any, namespace: str, timeout: Any) -> Room:
         memory=sum((quantity(n.status.allocatable.get("memory")) for n in nodes), Decimal(0)),
         used_cpu=used.cpu,
         used_memory=used.memory,
+        shapes=tuple(
+            (
+                (n.metadata.labels or {}).get(POOL_LABEL, ""),
+                quantity(n.status.allocatable.get("cpu")),
+                quantity(n.status.allocatable.get("memory")),
+            )
+            for n in nodes
+        ),
     )
+
+
+def too_large(tally: Tally, free: Room) -> list[str]:
+    """A warning for each part whose pod no node it may run on could hold even empty."""
+    warnings = []
+    for part, pod in sorted(tally.largest.items()):
+        eligible = [
+            (cpu, mem) for pool, cpu, mem in free.shapes if not pod.pool or pool == pod.pool
+        ]
+        if not eligible or any(pod.cpu <= cpu and pod.memory <= mem for cpu, mem in eligible):
+            continue  # no such node at all: preflight's node-pool warning says so
+        cpu, memory = max(eligible)
+        where = f"of pool {pod.pool}" if pod.pool else "that takes pods"
+        warnings.append(
+            f"{NAMESPACE}: a {part} pod requests {_cores(pod.cpu)} CPU and {_gib(pod.memory)} "
+            f"GiB, more than any node {where} offers pods ({len(eligible)} nodes; the largest "
+            f"allocatable {_cores(cpu)} CPU and {_gib(memory)} GiB): it would stay Pending "
+            f"whatever else runs (lower the part's cpu/mem, or use larger nodes)"
+        )
+    return warnings
 
 
 def shortfall(tally: Tally, free: Room) -> str | None:

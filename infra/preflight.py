@@ -78,14 +78,15 @@ def check_capacity(config: StackConfig, tally: capacity.Tally) -> None:
         pulumi.log.info(f"{NAMESPACE}: the cluster's room not checked: {_first_line(err)}")
         return
     try:
-        warning = capacity.shortfall(tally, capacity.room(api, config.namespace, TIMEOUT))
+        free = capacity.room(api, config.namespace, TIMEOUT)
     except Exception as err:  # unreachable, forbidden (listing nodes and pods), timed out
         pulumi.log.info(f"{NAMESPACE}: the cluster's room not checked: {_first_line(err)}")
         return
     finally:
         api.close()
-    if warning:
-        pulumi.log.warn(warning)
+    for warning in [*capacity.too_large(tally, free), capacity.shortfall(tally, free)]:
+        if warning:
+            pulumi.log.warn(warning)
 
 
 def _client(kubeconfig: str, context: str) -> Any:

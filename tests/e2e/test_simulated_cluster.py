@@ -11,7 +11,7 @@ import pytest
 from tests.support import simulated
 from tests.support.prerequisites import unavailable
 from tools.localcluster.controlplane import find_binaries
-from tools.localcluster.simulated import VOLCANO_BINARIES, NodePool
+from tools.localcluster.simulated import VOLCANO_BINARIES, NodePool, SimulatedCluster
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -55,3 +55,21 @@ def test_a_prod_stack_survives_drain_and_zone_loss_on_simulated_nodes(
     assert figures.drain_min_ready == 1
     assert figures.zone_loss_replicas > 0
     assert figures.zone_loss_min_ready >= 1
+
+
+def test_a_pod_no_node_of_its_pool_can_hold_is_a_preview_warning(cluster_path: str) -> None:
+    _require_simulated_cluster()
+    # baidu-prod's serving pool before: 8-core, 16 GiB machines; a cube replica asks 16 GiB.
+    cpu, memory = simulated.allocatable(8, 16)
+    pools = [NodePool("training", 1, "64", "256Gi"), NodePool("serving", 1, cpu, memory)]
+    sizes = simulated.stack_sizes("baidu-prod")
+    with (
+        SimulatedCluster(pools, zones=0) as sim,
+        simulated.stack_on(sim, "baidu-prod", sizes) as stack,
+    ):
+        preview = stack.run("preview")
+    assert (
+        "a cube pod requests 4 CPU and 16.0 GiB, more than any node of pool serving offers "
+        "pods (1 nodes; the largest allocatable 7.91 CPU and 13.3 GiB)"
+    ) in preview.output, preview.describe()
+    assert "a serving pod" not in preview.output  # 4 CPU and 8 GiB fit

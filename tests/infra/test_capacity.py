@@ -116,7 +116,10 @@ def test_other_namespaces_pods_count_their_init_containers_as_the_scheduler_does
     monkeypatch.setattr(client, "CoreV1Api", Core)
     with client.ApiClient() as api:
         free = capacity.room(api, "elasticctr", None)
-    assert free == capacity.Room(1, Decimal(4), 16 * GIB, Decimal("1.5"), Decimal("1.5") * GIB)
+    shapes = (("", Decimal(4), 16 * GIB),)  # node "n": no pool label
+    assert free == capacity.Room(
+        1, Decimal(4), 16 * GIB, Decimal("1.5"), Decimal("1.5") * GIB, shapes
+    )
 
 
 def test_values_not_known_yet_are_not_counted() -> None:
@@ -158,3 +161,46 @@ def test_a_stack_short_of_memory_only_is_warned_too() -> None:
     tally = _tally(cube=(2, "0.5", 16))
     room = capacity.Room(2, Decimal(8), 12 * GIB, Decimal(0), Decimal(0))
     assert capacity.shortfall(tally, room) is not None
+
+
+def test_the_tally_keeps_each_parts_largest_pod_and_its_pool(
+    counted: tuple[capacity.Tally, harness.Graph],
+) -> None:
+    tally, _ = counted
+    # dev: a trainer asks 1 CPU and 2 GiB (top-level cpu/mem), on any node.
+    assert tally.largest["trainer"] == capacity.Pod(Decimal(1), 2 * GIB, "")
+    assert set(tally.largest) == set(tally.parts)
+
+
+def _serving_nodes(count: int, cpu: str, gib: str) -> capacity.Room:
+    shape = ("serving", Decimal(cpu), Decimal(gib) * GIB)
+    return capacity.Room(count, Decimal(0), Decimal(0), Decimal(0), Decimal(0), (shape,) * count)
+
+
+def test_a_pod_larger_than_every_node_of_its_pool_is_named() -> None:
+    tally = capacity.Tally()
+    tally.largest["cube"] = capacity.Pod(Decimal(4), 16 * GIB, "serving")
+    tally.largest["serving"] = capacity.Pod(Decimal(4), 8 * GIB, "serving")
+    # 8-core, 16 GiB machines offer pods about 7.91 cores and 13.3 GiB.
+    assert capacity.too_large(tally, _serving_nodes(3, "7.91", "13.3")) == [
+        "elasticctr: a cube pod requests 4 CPU and 16.0 GiB, more than any node of pool "
+        "serving offers pods (3 nodes; the largest allocatable 7.91 CPU and 13.3 GiB): it would "
+        "stay Pending whatever else runs (lower the part's cpu/mem, or use larger nodes)"
+    ]
+    assert capacity.too_large(tally, _serving_nodes(3, "15.89", "58.4")) == []
+
+
+def test_only_the_nodes_a_pod_may_use_are_weighed() -> None:
+    tally = capacity.Tally()
+    tally.largest["trainer"] = capacity.Pod(Decimal(8), 32 * GIB, "")
+    tally.largest["cube"] = capacity.Pod(Decimal(2), 8 * GIB, "missing-pool")
+    small = ("serving", Decimal(4), 16 * GIB)
+    large = ("training", Decimal(16), 64 * GIB)
+    room = capacity.Room(2, Decimal(0), Decimal(0), Decimal(0), Decimal(0), (small, large))
+    # A pod without a pool may use the large node; a pool without nodes is preflight's
+    # node-pool warning, not this one.
+    assert capacity.too_large(tally, room) == []
+    only_small = capacity.Room(1, Decimal(0), Decimal(0), Decimal(0), Decimal(0), (small,))
+    (warning,) = capacity.too_large(tally, only_small)
+    assert warning.startswith("elasticctr: a trainer pod requests 8 CPU and 32.0 GiB, more than "
+                              "any node that takes pods offers pods (1 nodes;")  # fmt: skip
