@@ -40,6 +40,9 @@ class Cost:
     preview_peak_mib: float
     up_seconds: float
     up_peak_mib: float
+    # The same `up` on a fresh cluster with the engine's intermediate checkpoints off
+    # (PULUMI_SKIP_CHECKPOINTS=true); 0 when not measured.
+    up_seconds_without_checkpoints: float = 0.0
 
 
 class SessionMemory(simulated.Sampler):
@@ -71,7 +74,7 @@ class SessionMemory(simulated.Sampler):
         self.peak = max(self.peak, sum(by_session[s] for s in leaders))
 
 
-def measure(stack: str, sizes: simulated.Sizes) -> Cost:
+def measure(stack: str, sizes: simulated.Sizes, without_checkpoints: bool) -> Cost:
     with SimulatedCluster(POOLS, zones=3) as sim, simulated.stack_on(sim, stack, sizes) as project:
         with SessionMemory() as preview_memory:
             preview = project.run("preview")
@@ -82,6 +85,13 @@ def measure(stack: str, sizes: simulated.Sizes) -> Cost:
         sizes.trainers, sizes.pservers, sizes.cube_shards, resources,
         preview.seconds, preview_memory.peak / 2**20, up.seconds, up_memory.peak / 2**20,
     )  # fmt: skip
+    if without_checkpoints:
+        with (
+            SimulatedCluster(POOLS, zones=3) as sim,
+            simulated.stack_on(sim, stack, sizes) as project,
+        ):
+            project.env["PULUMI_SKIP_CHECKPOINTS"] = "true"
+            cost.up_seconds_without_checkpoints = project.up().seconds
     simulated.log(f"{cost}")
     return cost
 
@@ -91,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--stack", default="baidu-prod")
     parser.add_argument("--shards", type=int, nargs="*", default=list(SHARDS))
     parser.add_argument("--trainers", type=int, nargs="*", default=list(TRAINERS))
+    parser.add_argument(
+        "--without-checkpoints",
+        action="store_true",
+        help="also time each `up` with PULUMI_SKIP_CHECKPOINTS=true, on a fresh cluster",
+    )
     parser.add_argument("--json", type=Path)
     args = parser.parse_args(argv)
     # Shards at the fewest trainers, then trainers at the fewest shards (pservers: 1 per 5).
@@ -101,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     for size in sizes:
         if size not in seen:
             seen.add(size)
-            costs.append(measure(args.stack, size))
+            costs.append(measure(args.stack, size, args.without_checkpoints))
     rows = [asdict(c) for c in costs]
     print(json.dumps(rows, indent=2))
     if args.json:
