@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,14 +19,10 @@ from elasticctr_common.versions import DELETED, Version, append_version, deleted
 from elasticctr_cube.httpjson import HttpCallError, call
 from elasticctr_cube.manifest import layout_dir
 
+from tests.support.services import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(str(REPO / "images" / p) for p in ("cube", "common"))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def wait_until(predicate, timeout: float = 20.0, what: str = "condition", interval=0.02):

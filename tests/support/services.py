@@ -38,11 +38,22 @@ class ServerStartError(RuntimeError):
     """A test server did not come up; the message ends with the tail of its log."""
 
 
+# Ports free_port() returned in this process. A harness picks several ports before its
+# servers bind them (a cube cluster: every server's and agent's, up front), and the OS may
+# offer a released port again at once: two servers would then be given one port.
+_HANDED_OUT: set[int] = set()
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it), never one this
+    process was given before."""
+    while True:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.bind(("127.0.0.1", 0))
+            port = int(sock.getsockname()[1])
+        if port not in _HANDED_OUT:
+            _HANDED_OUT.add(port)
+            return port
 
 
 def _http_answers(url: str) -> bool:

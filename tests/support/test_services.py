@@ -70,6 +70,12 @@ def test_free_port_can_be_bound():
         sock.bind(("127.0.0.1", port))
 
 
+def test_free_port_never_hands_out_a_port_twice():
+    # Ports picked before anything binds them: the OS would offer released ones again.
+    ports = [free_port() for _ in range(300)]
+    assert len(set(ports)) == len(ports)
+
+
 def test_stop_ends_the_whole_process_group():
     server = ShellServer(f"sleep 600 & exec {sys.executable} -m http.server -b 127.0.0.1 PORT")
     with server:
