@@ -34,7 +34,9 @@ cluster_log="$(mktemp)"
 # Its own process group (set -m): a background job of a script ignores SIGINT otherwise,
 # and the trap below passes Ctrl-C on to it so that it takes its cluster down.
 set -m
-python -m pytest -m cluster -p no:cacheprovider --durations=15 >"$cluster_log" 2>&1 &
+# It also takes the tests marked beside_cluster: it ends well before the other otherwise.
+python -m pytest -m "cluster or beside_cluster" -p no:cacheprovider --durations=15 \
+  >"$cluster_log" 2>&1 &
 cluster_pid=$!
 set +m
 # Ctrl-C or CI's timeout: the cluster session tears its cluster down too.
@@ -42,7 +44,7 @@ trap 'kill -INT "$cluster_pid" 2>/dev/null; wait "$cluster_pid"; cat "$cluster_l
 status=0
 # The checks run while the cluster comes up; their failure fails the run all the same.
 checks || status=$?
-python -m pytest -m "not cluster" --durations=40 || status=$?
+python -m pytest -m "not cluster and not beside_cluster" --durations=40 || status=$?
 wait "$cluster_pid" || status=$?
 trap - INT TERM
 echo "---- the cluster session (pytest -m cluster) ----"

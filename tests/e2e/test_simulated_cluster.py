@@ -13,7 +13,8 @@ from tests.support.prerequisites import unavailable
 from tools.localcluster.controlplane import find_binaries
 from tools.localcluster.simulated import VOLCANO_BINARIES, NodePool, SimulatedCluster
 
-pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# About 4.5 minutes, with no root: run beside the cluster session's waits (tools/test.sh).
+pytestmark = [pytest.mark.e2e, pytest.mark.slow, pytest.mark.beside_cluster]
 
 SCENARIO = simulated.Scenario(
     stack="baidu-prod",
