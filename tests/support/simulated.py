@@ -188,9 +188,10 @@ def spread_problems(cp: ControlPlane, shards: int, replicas: int) -> list[str]:
     zone_of = {name: n["metadata"]["labels"].get(ZONE_LABEL) for name, n in nodes(cp).items()}
     zones = len({z for z in zone_of.values() if z})
     live = live_nodes(cp)
+    replicas_of = shard_replicas(cp)
     problems = []
     for shard in range(shards):
-        placed = [p for p in shard_replicas(cp).get(shard, []) if serving(p, live)]
+        placed = [p for p in replicas_of.get(shard, []) if serving(p, live)]
         hosts = [p["spec"].get("nodeName") for p in placed]
         if len(placed) != replicas:
             problems.append(f"shard {shard}: {len(placed)} ready replicas, want {replicas}")
