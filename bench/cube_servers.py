@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+from elasticctr_common.ports import free_port
 from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_cube.builder import build
 from elasticctr_cube.httpjson import call
@@ -20,13 +21,6 @@ from elasticctr_cube.manifest import shard_file_name
 from elasticctr_cube.server import build_server
 
 TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def rss_bytes(pid: int) -> int:

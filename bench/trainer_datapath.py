@@ -21,7 +21,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from elasticctr_trainer.local import free_ports
+from elasticctr_common.ports import free_ports
 
 SLOTS = 26
 

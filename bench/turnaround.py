@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from elasticctr_trainer.local import free_ports
+from elasticctr_common.ports import free_ports
 
 BENCH = Path(__file__).resolve().parent
 REPO = BENCH.parent

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from elasticctr_trainer.local import free_ports
+from elasticctr_common.ports import free_ports
 
 SLOTS = 26
 KEYS_PER_LINE = 10_000

@@ -24,7 +24,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -38,13 +37,6 @@ REPO = Path(__file__).resolve().parents[1]
 IMAGES = ("trainer", "common", "cube", "serving", "client")
 PYTHONPATH = os.pathsep.join(str(REPO / "images" / p) for p in IMAGES)
 SHARDS = 3
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class Demo:
@@ -168,6 +160,7 @@ class Demo:
 
     def start_cube(self) -> Path:
         from elasticctr_common.cube.conf import DICT_NAME, CubeConf, CubeNode
+        from elasticctr_common.ports import free_port
         from elasticctr_cube.server import BINARY_NAME, build_server, server_binary
 
         if os.environ.get("ELASTICCTR_CUBE_SERVER_BIN") or shutil.which(BINARY_NAME):
@@ -377,6 +370,8 @@ class Demo:
         return form
 
     def serve(self, conf: Path) -> str:
+        from elasticctr_common.ports import free_port
+
         url = f"http://127.0.0.1:{free_port()}"
         self.start(
             "serving",

@@ -49,7 +49,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests.support (the broker)
 
-from tools.demo import PYTHONPATH, Demo, add_data_arguments, free_port, run
+from tools.demo import PYTHONPATH, Demo, add_data_arguments, run
 
 
 def get(url: str) -> dict[str, Any]:
@@ -184,6 +184,8 @@ class FeedbackLoop(Demo):
         a = self.args
         self.generate()
         self.bootstrap = self.start_broker()
+        from elasticctr_common.ports import free_port
+
         self.joiner_port = free_port()
         conf = self.start_cube()
         url = self.serve(conf)

@@ -17,12 +17,13 @@ from pathlib import Path
 import boto3
 import pytest
 from botocore.exceptions import ClientError
+from elasticctr_common.ports import free_port
 from elasticctr_common.storage import open_store
 
 from components import cube, mlflow, serving, training
 from components.bucket_access import BucketUser, s3_policy_json
 from components.minio import key_variables, setup_script
-from tests.support.services import ServerProcess, _http_answers, free_port
+from tests.support.services import ServerProcess, _http_answers
 
 pytestmark = pytest.mark.slow
 BUCKET = "elasticctr"

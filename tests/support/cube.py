@@ -13,13 +13,12 @@ from pathlib import Path
 import numpy as np
 from elasticctr_common.cube.client import CubeClient
 from elasticctr_common.cube.conf import CubeConf, CubeNode
+from elasticctr_common.ports import free_port
 from elasticctr_common.seqfile import write_sequence_file
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import DELETED, Version, append_version, deleted_keys_bytes
 from elasticctr_cube.httpjson import HttpCallError, call
 from elasticctr_cube.manifest import layout_dir
-
-from tests.support.services import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join(str(REPO / "images" / p) for p in ("cube", "common"))

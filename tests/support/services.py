@@ -17,7 +17,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,6 +28,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
+from elasticctr_common.ports import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # console scripts of this venv (mlflow)
 HADOOP_SCRIPT = REPO / "tools" / "hadoop-minicluster.sh"
@@ -36,24 +37,6 @@ HADOOP_SCRIPT = REPO / "tools" / "hadoop-minicluster.sh"
 
 class ServerStartError(RuntimeError):
     """A test server did not come up; the message ends with the tail of its log."""
-
-
-# Ports free_port() returned in this process. A harness picks several ports before its
-# servers bind them (a cube cluster: every server's and agent's, up front), and the OS may
-# offer a released port again at once: two servers would then be given one port.
-_HANDED_OUT: set[int] = set()
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it), never one this
-    process was given before."""
-    while True:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("127.0.0.1", 0))
-            port = int(sock.getsockname()[1])
-        if port not in _HANDED_OUT:
-            _HANDED_OUT.add(port)
-            return port
 
 
 def _http_answers(url: str) -> bool:

@@ -17,11 +17,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from elasticctr_common.ports import free_port
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
 from elasticctr_cube.shardfile import write_shard_file
 
-from tests.support.cube import CubeCluster, Procs, control_call, free_port, load_version, wait_until
+from tests.support.cube import CubeCluster, Procs, control_call, load_version, wait_until
 from tests.support.make_model import default_spec, make_versions, table
 
 REPO = Path(__file__).resolve().parents[2]

@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from elasticctr_common.ports import free_port
 
 from tests.support import services
 from tests.support.kafka import create_topics, read_topic
@@ -21,7 +22,6 @@ from tests.support.services import (
     S3Server,
     ServerProcess,
     ServerStartError,
-    free_port,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -62,18 +62,6 @@ def _live_members(group: int) -> list[int]:
 def _bare_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """A subprocess environment with nothing from ours but PATH: proves what is needed."""
     return {"PATH": os.environ["PATH"], "HOME": str(tmp_path), **extra}
-
-
-def test_free_port_can_be_bound():
-    port = free_port()
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", port))
-
-
-def test_free_port_never_hands_out_a_port_twice():
-    # Ports picked before anything binds them: the OS would offer released ones again.
-    ports = [free_port() for _ in range(300)]
-    assert len(set(ports)) == len(ports)
 
 
 def test_stop_ends_the_whole_process_group():

@@ -16,7 +16,9 @@ import contextlib
 import shutil
 from typing import Any
 
-from tests.support.services import ServerProcess, free_port
+from elasticctr_common.ports import free_port
+
+from tests.support.services import ServerProcess
 from tools.localcluster.controlplane import Cert, make_pki
 
 BINARY = "vc-webhook-manager"

@@ -6,7 +6,6 @@ network, read-only root, uid 1000), register a datanode, write and read a file w
 from __future__ import annotations
 
 import os
-import socket
 import time
 import urllib.request
 import xml.etree.ElementTree as ET
@@ -14,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from elasticctr_common.ports import free_port
 
 from components.hdfs import (
     CONF_DIR,
@@ -30,12 +30,6 @@ from tests.tools.conftest import images_tool, require_builder
 pytestmark = pytest.mark.cluster
 
 ENV = {"HADOOP_CONF_DIR": CONF_DIR, "HADOOP_LOG_DIR": LOG_DIR}
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def on_loopback(conf: dict[str, str], ports: dict[str, int]) -> dict[str, str]:

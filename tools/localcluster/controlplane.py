@@ -27,7 +27,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import ssl
 import subprocess
 import tempfile
@@ -38,6 +37,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from elasticctr_common.ports import free_ports
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_TOOLS = REPO_ROOT / "tools" / "build-tools.sh"
@@ -83,20 +84,6 @@ def find_binaries(names: Iterable[str] = REQUIRED + OPTIONAL) -> dict[str, str]:
         if path:
             found[name] = path
     return found
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free on 127.0.0.1 right now (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def _openssl(*args: str, cwd: Path) -> None:

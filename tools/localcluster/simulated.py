@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from elasticctr_common.ports import free_ports
+
 from components.kube import POOL_LABEL
 from tools.imagekit import gomodule
 from tools.localcluster import addons, provisioner
@@ -37,7 +39,6 @@ from tools.localcluster.controlplane import (
     ControlPlane,
     ControlPlaneError,
     find_binaries,
-    free_ports,
     stop_detached,
     tool_path_dirs,
 )

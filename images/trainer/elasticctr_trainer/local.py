@@ -10,27 +10,16 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from elasticctr_common.contract import TrainerEnv
+from elasticctr_common.ports import free_ports
 
 SHUTDOWN_GRACE_SECONDS = 30.0
 FAILURE_GRACE_SECONDS = 10.0
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def process_envs(

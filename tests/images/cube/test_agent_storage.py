@@ -12,6 +12,7 @@ import uuid
 
 import numpy as np
 import pytest
+from elasticctr_common.ports import free_port
 from elasticctr_common.storage import open_store
 from elasticctr_cube.builder import build, publish
 from elasticctr_cube.httpjson import call
@@ -19,7 +20,6 @@ from elasticctr_cube.manifest import layout_dir
 from elasticctr_cube.shardfile import read_shard_file
 
 from tests.support.cube import (
-    free_port,
     http_ok,
     model_table,
     server_call,

@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from elasticctr_common.cube.client import CubeClient, CubeUnavailable, CubeVersionError
 from elasticctr_common.cube.conf import CubeConf, CubeConfError, CubeNode
+from elasticctr_common.ports import free_port
 from elasticctr_cube.shardfile import write_shard_file
 
 from tests.support.cube import (
     control_call,
     expect_values,
-    free_port,
     load_version,
     model_table,
     start_server,

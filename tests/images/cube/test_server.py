@@ -17,12 +17,12 @@ from elasticctr_common.cube.client import (
     CubeVersionError,
 )
 from elasticctr_common.cube.conf import CubeConf, CubeNode
+from elasticctr_common.ports import free_port
 from elasticctr_cube.httpjson import HttpCallError, call
 from elasticctr_cube.shardfile import write_shard_file
 
 from tests.support.cube import (
     control_call,
-    free_port,
     http_ok,
     load_version,
     model_table,

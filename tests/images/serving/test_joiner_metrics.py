@@ -13,8 +13,9 @@ import time
 import pytest
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, Click, pack_impressions
 from elasticctr_common.metrics import JOINER
+from elasticctr_common.ports import free_port
 
-from tests.support.cube import free_port, wait_until
+from tests.support.cube import wait_until
 from tests.support.kafka import create_topics
 from tests.support.metrics import scrape, value
 from tests.support.services import KafkaBroker

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from elasticctr_common.ports import free_port
 
-from tests.support.cube import CubeCluster, free_port, wait_until
+from tests.support.cube import CubeCluster, wait_until
 from tests.support.make_model import default_spec, make_versions
 from tests.support.serving import (
     Load,
