@@ -324,6 +324,7 @@ class FeedbackLoop(Demo):
             next_partition,
             partition_of,
         )
+        from elasticctr_common.feedback import freshness as partition_freshness
         from elasticctr_common.storage import open_store
 
         from tests.support.kafka import read_topic
@@ -383,21 +384,12 @@ class FeedbackLoop(Demo):
         # The online job trains the last partitions; serving rolls them out.
         models = open_store(f"file://{self.work}/models")
         trained = self.wait_versions(models, url, want)
-        freshness = []
         switched = {h["version"]: h["switched_at"] for h in get(f"{url}/status")["history"]}
-        for version, hours in trained.items():
-            part = hours[0]
-            # Online training is cumulative: a later version holds what this one learnt.
-            # Cube skips to the newest version built when versions come faster than it
-            # rolls them out, so the first served version at or after this one counts.
-            later = [v for v in switched if v >= version]
-            if part in partitions and later:
-                served = min(later, key=lambda v: switched[v])
-                freshness.append({
-                    "partition": part, "version": version, "served_version": served,
-                    "examples": partitions[part]["examples"],
-                    "seconds": switched[served] - partitions[part]["closed_at"],
-                })  # fmt: skip
+        closed = {name: manifest["closed_at"] for name, manifest in partitions.items()}
+        freshness = [
+            f | {"examples": partitions[f["partition"]]["examples"]}
+            for f in partition_freshness(closed, trained, switched)
+        ]
         seconds = [f["seconds"] for f in freshness]
         return {
             "exactly_once": exactly,

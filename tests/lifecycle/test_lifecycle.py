@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -675,8 +676,10 @@ def test_5_online_mode_follows_a_new_hour(life: Lifecycle) -> None:
 
 # The feedback phase: minute partitions, clicks joined for 15 s after a partition's end,
 # the simulator's traffic for 3 minutes with the joiner's pod deleted at 40 s and Kafka's
-# at 90 s.
-FEEDBACK_SECONDS, KILL_JOINER_AT, KILL_KAFKA_AT = 180, 40, 90
+# at 90 s. bench/feedback_freshness.py runs it with longer partitions and traffic.
+FEEDBACK_MINUTES = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_MINUTES", "1"))
+FEEDBACK_SECONDS = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_SECONDS", "180"))
+KILL_JOINER_AT, KILL_KAFKA_AT = 40, 90
 
 
 def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
@@ -687,7 +690,7 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     from collections import Counter
     from datetime import UTC, datetime
 
-    from elasticctr_common.feedback import next_partition, partition_done, partition_of
+    from elasticctr_common.feedback import freshness, next_partition, partition_done, partition_of
     from elasticctr_common.storage import open_store
     from kubernetes import client
 
@@ -713,7 +716,7 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
             "training.mode": "online",
             "training.passes": "1",
             "feedback.enabled": "true",
-            "feedback.partition_minutes": "1",
+            "feedback.partition_minutes": str(FEEDBACK_MINUTES),
             "feedback.join_window": "15",
             # A minute of this small table's traffic touches most of its keys: without this
             # each delta would be compacted into a base at once (real tables change ~1%).
@@ -776,11 +779,13 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     )
     namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
     dataset = open_store(f"hdfs://{namenode}:8020/train_data")
-    first = partition_of(min(r["t"] for r in sent), 1)
-    last = next_partition(partition_of(max(r["t"] for r in sent), 1), 1)
+    first = partition_of(min(r["t"] for r in sent), FEEDBACK_MINUTES)
+    last = next_partition(
+        partition_of(max(r["t"] for r in sent), FEEDBACK_MINUTES), FEEDBACK_MINUTES
+    )
     wait_for(
         lambda: dataset.exists(partition_done(last)),
-        600,
+        600 + 120 * FEEDBACK_MINUTES,
         f"the joiner to close {last}",
         explain=everything_placed,
     )
@@ -793,7 +798,7 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
             for file in manifests[name]["files"]:
                 for line in dataset.read_text(f"{name}/{file}").splitlines():
                     joined[line.split(" ", 2)[2]] += 1
-        name = next_partition(name, 1)
+        name = next_partition(name, FEEDBACK_MINUTES)
     serving = get_json(f"{life.urls()['serving']}/status", life.token)["feedback"]
     by_simulator = Counter(r["f"] for r in sent)
     once = {
@@ -820,6 +825,21 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     )
     trained = {h for e in _trainer0_events(life, "pass_start") for h in e["hours"]}
     assert trained & set(manifests), (sorted(trained), sorted(manifests))
+    # Freshness: a partition's donefile -> serving on a version trained on it.
+    hours = {e["pass"]: e["hours"] for e in _trainer0_events(life, "pass_start")}
+    versions = {e["version"]: hours.get(e["pass"], []) for e in _trainer0_events(life, "version")}
+    switched = {
+        h["version"]: h["switched_at"]
+        for h in get_json(f"{life.urls()['serving']}/status", life.token)["history"]
+    }
+    closed = {name: manifest["closed_at"] for name, manifest in manifests.items()}
+    fresh = freshness(closed, versions, switched)
+    life.timings.figures["feedback freshness"] = {
+        "partition_minutes": FEEDBACK_MINUTES,
+        "median_seconds": statistics.median(f["seconds"] for f in fresh) if fresh else None,
+        "partitions": fresh,
+    }
+    assert fresh, (versions, switched, closed)
 
     # The minute versions are deltas on a base: a shard pod deleted mid-chain comes back
     # serving the committed version from its base and deltas.

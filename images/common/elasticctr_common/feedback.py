@@ -31,7 +31,7 @@ import binascii
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -349,3 +349,32 @@ def is_partition_name(text: str, minutes: int) -> bool:
         return format_partition(parse_partition(text, minutes), minutes) == text
     except ValueError:
         return False
+
+
+def freshness(
+    closed_at: Mapping[str, float],
+    trained: Mapping[int, Sequence[str]],
+    switched_at: Mapping[int, float],
+) -> list[dict[str, Any]]:
+    """Per partition, seconds from its donefile (`closed_at`, the manifest's) to serving's
+    switch to a version trained on it (`trained`: version -> the partitions of its pass;
+    `switched_at`: serving's status history). Online training is cumulative, and cube skips
+    to the newest version built when versions come faster than it rolls them out, so the
+    first version served at or after the first one trained on the partition counts.
+    Partitions not trained yet, or whose version is not served yet, are left out."""
+    found = []
+    for part in sorted(closed_at):
+        versions = [v for v, parts in trained.items() if part in parts]
+        later = [v for v in switched_at if versions and v >= min(versions)]
+        if not later:
+            continue
+        served = min(later, key=lambda v: switched_at[v])
+        found.append(
+            {
+                "partition": part,
+                "version": min(versions),
+                "served_version": served,
+                "seconds": round(switched_at[served] - closed_at[part], 1),
+            }
+        )
+    return found

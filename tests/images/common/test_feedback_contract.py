@@ -11,6 +11,7 @@ import pytest
 from elasticctr_common.feedback import (
     BadRecord,
     Click,
+    freshness,
     impressions,
     kafka_client_config,
     next_partition,
@@ -77,6 +78,18 @@ def test_partitions_of_n_minutes_in_utc():
     assert parse_partition("20231114/22", 15) == parse_partition("20231114/2200", 15)
     with pytest.raises(ValueError, match="not the start of a 15-minute partition"):
         parse_partition("20231114/2210", 15)
+
+
+def test_freshness_is_a_partitions_close_to_the_first_version_served_that_holds_it():
+    closed = {"20231114/2200": 1000.0, "20231114/2205": 1300.0, "20231114/2210": 1600.0}
+    trained = {4: ["20231114/2200"], 5: ["20231114/2205"], 6: ["20231114/2205"], 7: ["20231114/2210"]}
+    # Version 5 was skipped by cube (6 came first); 7 is not served yet.
+    switched = {3: 900.0, 4: 1040.5, 6: 1390.0}
+    assert freshness(closed, trained, switched) == [
+        {"partition": "20231114/2200", "version": 4, "served_version": 4, "seconds": 40.5},
+        {"partition": "20231114/2205", "version": 5, "served_version": 6, "seconds": 90.0},
+    ]
+    assert freshness(closed, {}, switched) == []
 
 
 def test_kafka_client_settings_name_what_is_missing():
