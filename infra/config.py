@@ -34,9 +34,13 @@ from pydantic_core import PydanticCustomError
 
 # Kubernetes quantities as the API accepts them ("10Gi", "500Mi", "1T").
 QUANTITY = r"^[0-9]+(\.[0-9]+)?(Ki|Mi|Gi|Ti|Pi|Ei|k|M|G|T|P|E)?$"
-# Image references with a tag or a digest; "latest" is refused by _pinned (no look-ahead here).
-IMAGE = r"^[a-z0-9][a-z0-9./_-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127}|@sha256:[a-f0-9]{64})$"
-TAG = r"^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$"
+_TAG = r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}"
+_DIGEST = r"sha256:[a-f0-9]{64}"
+# Image references with a tag, a digest or both; "latest" is refused by _pinned (no
+# look-ahead here).
+IMAGE = rf"^[a-z0-9][a-z0-9./_-]*(:{_TAG}(@{_DIGEST})?|@{_DIGEST})$"
+DIGEST = rf"^{_DIGEST}$"
+TAG = rf"^{_TAG}$"
 # A registry host[:port] and path components: no empty component ("docker.io//x").
 REGISTRY = r"^[a-z0-9]([a-z0-9.:_-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$"
 DNS_LABEL = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
@@ -162,6 +166,8 @@ PinnedImage = Annotated[
     _allowed(IMAGE, "an image with a pinned tag (not latest) or digest"),
     AfterValidator(_pinned),
 ]
+# Optional: the pattern and its text on the field, where the error message looks for them.
+ImageDigest = Annotated[str | None, _allowed(DIGEST, "a digest sha256:<64 hex digits>")]
 PinnedTag = Annotated[
     str, _allowed(TAG, "a pinned image tag (not latest)"), AfterValidator(_pinned)
 ]
@@ -615,6 +621,16 @@ class ImageTags(Section):
     mlflow: PinnedTag = Field("0.1.0", description="mlflow image tag (official image + boto3)")
 
 
+class ImageDigests(Section):
+    """Digests the registry gave the pushed images: pods then run `<tag>@<digest>`, which
+    no push to the tag can change under a running stack."""
+
+    trainer: ImageDigest = Field(None, description="trainer image digest")
+    cube: ImageDigest = Field(None, description="cube image digest")
+    serving: ImageDigest = Field(None, description="serving image digest")
+    mlflow: ImageDigest = Field(None, description="mlflow image digest")
+
+
 class ImagesConfig(Section):
     registry: Annotated[
         str,
@@ -624,6 +640,11 @@ class ImagesConfig(Section):
         description="registry of this project's images (cloud existing; clouds create theirs)",
     )
     tags: ImageTags = Field(default_factory=ImageTags, description="pinned tag per project image")
+    digests: ImageDigests = Field(
+        default_factory=ImageDigests,
+        description="the pushed image's digest per project image (sha256:...), pinned with its "
+        "tag; images.build pins what it pushes itself",
+    )
     minio: PinnedImage = Field(
         "quay.io/minio/minio:RELEASE.2025-04-22T22-12-26Z", description="MinIO image"
     )
@@ -640,6 +661,18 @@ class ImagesConfig(Section):
         False,
         description="build images/* and push them to the stack's registry; false: pinned tags",
     )
+
+    @checks
+    def _digests_or_build(self) -> Iterator[Problem]:
+        if self.build:
+            for image, digest in self.digests.model_dump().items():
+                if digest is not None:
+                    yield Problem(
+                        f"digests.{image}",
+                        "must be unset when images.build is true (pods run the digest of the "
+                        f"image it pushes), got {shown(digest)}",
+                        reads=("build",),
+                    )
 
 
 class KeyPair(Section):

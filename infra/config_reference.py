@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import json
 from enum import Enum
-from typing import Annotated, Any, Literal, TypeGuard, get_args, get_origin
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, TypeGuard, Union, get_args, get_origin
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
@@ -94,6 +95,8 @@ def _kind(annotation: Any) -> str:
         return _kind(get_args(annotation)[0])
     if get_origin(annotation) is list:
         return "list of " + _kind(get_args(annotation)[0]) + "s"
+    if get_origin(annotation) in (Union, UnionType):  # X | None: unset by default
+        return " or ".join(_kind(a) for a in get_args(annotation) if a is not NoneType)
     if isinstance(annotation, type) and issubclass(annotation, Enum):
         return "one of " + ", ".join(str(member.value) for member in annotation)
     return {int: "integer", float: "number", str: "string", bool: "boolean"}.get(annotation, "?")

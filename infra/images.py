@@ -1,6 +1,7 @@
 """Where the project's images come from: the registry of the stack (the cloud's own, or
-`images.registry` on an existing cluster), at the pinned tags of the config, or built from
-images/ and pushed there first (`images.build: true`)."""
+`images.registry` on an existing cluster), at the pinned tags of the config (and their
+digests, `images.digests`, where the stack records them), or built from images/ and pushed
+there first (`images.build: true`, which pins the pushed digest)."""
 
 from __future__ import annotations
 
@@ -29,4 +30,12 @@ def project_images(config: StackConfig, cluster: ClusterResult) -> dict[str, pul
             ),
         )
         return dict(built.refs)
-    return {image: pulumi.Output.concat(registry, f"/{image}:{tag}") for image, tag in tags.items()}
+    digests = config.images.digests
+    return {
+        image: pulumi.Output.concat(registry, f"/{image}:{tag}", _at(getattr(digests, image)))
+        for image, tag in tags.items()
+    }
+
+
+def _at(digest: str | None) -> str:
+    return f"@{digest}" if digest else ""

@@ -410,6 +410,14 @@ def test_build_pushes_the_images_to_the_cloud_registry_and_pods_run_the_digest(
     assert f"{REGISTRY['aws-prod']}/trainer:0.1.0{digest}" in images_of(g)
 
 
+def test_recorded_digests_pin_the_pods_images_beside_their_tags() -> None:
+    digest = "sha256:" + "0123456789abcdef" * 4
+    g = run_stack("aws-prod", {"elasticctr:images": {"digests": {"trainer": digest}}})
+    images = images_of(g)
+    assert f"{REGISTRY['aws-prod']}/trainer:0.1.0@{digest}" in images
+    assert f"{REGISTRY['aws-prod']}/serving:0.1.0" in images  # no digest recorded: the tag
+
+
 def test_build_without_a_dockerfile_names_it(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

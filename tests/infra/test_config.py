@@ -126,6 +126,15 @@ def test_structured_values_set_with_path() -> None:
             'elasticctr:images.hadoop must be an image with a pinned tag (not latest) or digest, got "apache/hadoop"',
         ),
         (
+            {"images": {"digests": {"cube": "sha256:abc"}}},
+            'elasticctr:images.digests.cube must be a digest sha256:<64 hex digits>, got "sha256:abc"',
+        ),
+        (
+            {"images": {"build": True, "digests": {"cube": "sha256:" + "a" * 64}}},
+            "elasticctr:images.digests.cube must be unset when images.build is true (pods run the "
+            f'digest of the image it pushes), got "sha256:{"a" * 64}"',
+        ),
+        (
             {"storage": {"mode": "external"}},
             'elasticctr:storage.endpoint must be an http(s) URL, scheme://host[:port], when mode is external, got ""',
         ),

@@ -82,7 +82,12 @@ def test_partitions_of_n_minutes_in_utc():
 
 def test_freshness_is_a_partitions_close_to_the_first_version_served_that_holds_it():
     closed = {"20231114/2200": 1000.0, "20231114/2205": 1300.0, "20231114/2210": 1600.0}
-    trained = {4: ["20231114/2200"], 5: ["20231114/2205"], 6: ["20231114/2205"], 7: ["20231114/2210"]}
+    trained = {
+        4: ["20231114/2200"],
+        5: ["20231114/2205"],
+        6: ["20231114/2205"],
+        7: ["20231114/2210"],
+    }
     # Version 5 was skipped by cube (6 came first); 7 is not served yet.
     switched = {3: 900.0, 4: 1040.5, 6: 1390.0}
     assert freshness(closed, trained, switched) == [
