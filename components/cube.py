@@ -49,6 +49,7 @@ from elasticctr_common.cube.conf import (
 from components import kube
 from components.bucket_access import BucketUser
 from components.kube import KubeTarget
+from components.mlflow import RegistryClient
 from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
@@ -103,6 +104,8 @@ class CubeArgs:
     priority_class: str = ""  # the shards' and the transfer's; "": the cluster's default
     clients: tuple[str, ...] = ("serving",)  # components that look up embeddings
     transfer_store: ObjectStore | None = None  # the transfer's (writes shards); None: store
+    # MLflow's model registry: the transfer points its serving alias at each committed version.
+    registry: RegistryClient | None = None
 
     @property
     def transfer_bucket(self) -> ObjectStore:
@@ -234,7 +237,11 @@ class Cube(pulumi.ComponentResource):
             target,
             f"{name}-transfer-egress",
             "cube-transfer",
-            [Route("cube", (AGENT_PORT, SERVER_PORT)), *args.transfer_bucket.routes],
+            [
+                Route("cube", (AGENT_PORT, SERVER_PORT)),
+                *args.transfer_bucket.routes,
+                *(args.registry.routes if args.registry else ()),
+            ],
             self,
         )
 
@@ -429,6 +436,7 @@ class Cube(pulumi.ComponentResource):
                         CubeEnv.MAX_CHAIN_FRACTION: str(args.max_chain_fraction),
                         CubeEnv.WORK_DIR: "/tmp/cube-transfer",
                         "HOME": "/tmp",
+                        **(args.registry.env() if args.registry else {}),
                     }
                 ),
                 *args.transfer_bucket.env(),

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
+from elasticctr_common.registry import MODEL_NAME_ENV, TRACKING_URI_ENV
 
 from components import kube
 from components.bucket_access import MLFLOW, BucketUser
@@ -32,12 +33,26 @@ class MlflowArgs:
     storage: str = "5Gi"
     cpu: float = 0.5
     mem: float = 1
-    clients: tuple[str, ...] = ("trainer",)  # components that log runs
+    # Components that log runs (trainers) or move the registry's alias (cube-transfer).
+    clients: tuple[str, ...] = ("trainer", "cube-transfer")
+
+
+@dataclass(frozen=True)
+class RegistryClient:
+    """What a pod needs to use the model registry (elasticctr_common.registry)."""
+
+    url: pulumi.Input[str]
+    model: str  # the registered model: the training job's name, as its MLflow experiment
+
+    routes = (Route("mlflow", (PORT,)),)
+
+    def env(self) -> dict[str, pulumi.Input[str]]:
+        return {TRACKING_URI_ENV: self.url, MODEL_NAME_ENV: self.model}
 
 
 class Mlflow(pulumi.ComponentResource):
     url: pulumi.Output[str]
-    client_routes = (Route("mlflow", (PORT,)),)  # what a client (a trainer) reaches
+    client_routes = RegistryClient.routes  # what a client (a trainer) reaches
 
     def __init__(
         self, name: str, args: MlflowArgs, opts: pulumi.ResourceOptions | None = None

@@ -18,7 +18,7 @@ from components.joiner import Joiner, JoinerArgs
 from components.kafka import Kafka, KafkaArgs
 from components.kube import KubeTarget
 from components.mlflow import SERVICE_ACCOUNT as MLFLOW_ACCOUNT
-from components.mlflow import Mlflow, MlflowArgs
+from components.mlflow import Mlflow, MlflowArgs, RegistryClient
 from components.namespace import Namespace, NamespaceArgs
 from components.network import Route
 from components.object_storage import ObjectStorage, ObjectStorageArgs
@@ -175,6 +175,7 @@ def main() -> None:
         ).address
 
     mlflow_url: pulumi.Output[str] | None = None
+    registry: RegistryClient | None = None
     if config.mlflow.enabled:
         mlflow = Mlflow(
             "mlflow",
@@ -189,6 +190,8 @@ def main() -> None:
         )
         mlflow_url = mlflow.url
         services += mlflow.client_routes
+        # Each published version registered under the job's name (its MLflow experiment).
+        registry = RegistryClient(mlflow.url, config.training.job_name)
 
     cube = Cube(
         "cube",
@@ -198,6 +201,7 @@ def main() -> None:
             store=stores[SHARD_ACCOUNT],
             transfer_store=stores[TRANSFER_ACCOUNT],
             shards=config.cube_shards,
+            registry=registry,
             **config.cube.model_dump(),  # CubeArgs has every field of the section
         ),
     )

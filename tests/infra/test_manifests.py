@@ -188,6 +188,7 @@ COMMON_PATHS = {
     "trainer -> pserver:30240",
     "pserver -> pserver:30240",
     "trainer -> mlflow:5000",
+    "cube-transfer -> mlflow:5000",  # the model registry's serving alias
     "serving -> cube:8027",
     "serving -> cube-transfer:8099",
     "cube-transfer -> cube:8001",

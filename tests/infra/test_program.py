@@ -432,3 +432,24 @@ def test_each_parts_pods_get_its_priority_class_and_no_other_pod_one() -> None:
     assert job.inputs["spec"]["priorityClassName"] == "batch"
     for manifest in run_stack("local", {}).manifests():
         assert "priorityClassName" not in json.dumps(manifest), describe(manifest)
+
+
+def _transfer_env(graph: harness.Graph) -> dict[str, Any]:
+    (deployment,) = [
+        m
+        for m in graph.manifests()
+        if m["kind"] == "Deployment" and m["metadata"]["name"] == "cube-transfer"
+    ]
+    _, template = next(pod_templates(deployment))
+    (container,) = template["spec"]["containers"]
+    return {e["name"]: e.get("value") for e in container["env"]}
+
+
+def test_the_transfer_moves_the_registrys_alias_of_the_jobs_model_when_mlflow_runs(
+    dev_graph: harness.Graph,
+) -> None:
+    env = _transfer_env(dev_graph)
+    assert env["MLFLOW_TRACKING_URI"] == "http://mlflow.elasticctr-dev.svc.cluster.local:5000"
+    assert env["ELASTICCTR_REGISTERED_MODEL"] == "elasticctr-train"  # the trainers' experiment
+    without = _transfer_env(run_stack("dev", {"elasticctr:mlflow": {"enabled": False}}))
+    assert "MLFLOW_TRACKING_URI" not in without and "ELASTICCTR_REGISTERED_MODEL" not in without

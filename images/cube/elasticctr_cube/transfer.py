@@ -30,6 +30,7 @@ import argparse
 import contextlib
 import json
 import logging
+import os
 import shutil
 import threading
 import time
@@ -56,6 +57,7 @@ from elasticctr_common.metrics import (
     ROLLOUT_RESULTS,
     TRANSFER_FAILURE_CAUSES,
 )
+from elasticctr_common.registry import SERVING_ALIAS, ModelRegistry, RegistryError
 from elasticctr_common.shutdown import DRAIN_SECONDS, StopSignal
 from elasticctr_common.storage import StorageError, open_store
 from elasticctr_common.versions import (
@@ -92,6 +94,8 @@ from .rollout import Rollout, RolloutRunner
 log = logging.getLogger("cube-transfer")
 STATE = "transfer-state.json"
 HISTORY_LIMIT = 200
+# Seconds between tries to move the registry's serving alias that failed (not registered yet).
+ALIAS_RETRY_SECONDS = 10.0
 
 
 class Transfer:
@@ -109,6 +113,7 @@ class Transfer:
         base_every: int = CUBE_BASE_EVERY,
         max_chain_fraction: float = CUBE_MAX_CHAIN_FRACTION,
         runner: RolloutRunner,
+        registry: ModelRegistry | None = None,
     ) -> None:
         self.model_store, self.root = open_store(model_uri), open_store(cube_uri)
         # Versions of this shard count; the state (committed version, history) is shared.
@@ -117,6 +122,14 @@ class Transfer:
         self.conf, self.runner, self.work_dir = conf, runner, Path(work_dir)
         self.keep, self.max_attempts, self.retry_seconds = max(1, keep), max_attempts, retry_seconds
         self.unload_previous_after = unload_previous_after
+        # MLflow's registry: its serving alias follows the committed version (sync_alias).
+        self.registry = registry
+        self.alias: dict[str, Any] = {
+            "version": None,
+            "target": None,
+            "tried_at": 0.0,
+            "error": None,
+        }
         if base_every < 1 or max_chain_fraction < 0:
             raise ValueError(
                 f"base_every must be >= 1 and max_chain_fraction >= 0, got {base_every} "
@@ -163,6 +176,30 @@ class Transfer:
             if not self.layout_ready:
                 return self.ensure_layout()
             return self._poll()
+
+    def sync_alias(self) -> None:
+        """Point the registry's serving alias at the committed version. Trainer 0 registers
+        a version after publishing it, so cube may commit it first: retried every
+        ALIAS_RETRY_SECONDS until it is there. A registry down never holds a rollout."""
+        committed = self.state["committed"]
+        a = self.alias
+        if self.registry is None or committed is None or committed == a["version"]:
+            return
+        if a["target"] == committed and time.time() - a["tried_at"] < ALIAS_RETRY_SECONDS:
+            return
+        a.update(target=committed, tried_at=time.time())
+        try:
+            number = self.registry.set_alias(committed)
+        except RegistryError as err:
+            if a["error"] != str(err):
+                log.warning("registry: %s alias not moved to %s: %s", SERVING_ALIAS, committed, err)
+            a["error"] = str(err)
+            return
+        a.update(version=committed, error=None)
+        log.info(
+            "registry: %s of %s -> version %s (MLflow version %s)",
+            SERVING_ALIAS, self.registry.model_name, committed, number,
+        )  # fmt: skip
 
     # -- the layout ---------------------------------------------------------------------
     def ensure_layout(self) -> str | None:
@@ -566,6 +603,13 @@ class Transfer:
             # Whether this layout's servers serve the committed version (false while a new
             # shard count is being built and loaded).
             "layout": {"dir": self.layout, "ready": self.layout_ready},
+            "registry": None
+            if self.registry is None
+            else {
+                "model": self.registry.model_name,
+                SERVING_ALIAS: self.alias["version"],
+                "error": self.alias["error"],
+            },
         }
 
 
@@ -735,6 +779,7 @@ def main(argv: list[str] | None = None) -> int:
             base_every=args.base_every,
             max_chain_fraction=args.max_chain_fraction,
             runner=runner,
+            registry=ModelRegistry.from_env(os.environ),
         ),
         args.cube_uri,
     )
@@ -757,6 +802,7 @@ def main(argv: list[str] | None = None) -> int:
     while not stop.is_set():
         try:
             transfer.poll_once()
+            transfer.sync_alias()
         except Exception:  # e.g. the cube store is unreachable: log, keep following
             log.exception("poll failed")
         stop.wait(args.poll_seconds)

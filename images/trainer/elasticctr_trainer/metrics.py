@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+from elasticctr_common.registry import ModelRegistry, RegistryError
 from elasticctr_common.trainer_json import TrainerConfig
 from numpy.typing import NDArray
 
@@ -93,6 +94,7 @@ class MetricsLogger:
         params: Mapping[str, object] | None = None,
     ) -> None:
         self.mlflow = None
+        self.experiment = experiment
         if os.environ.get("MLFLOW_TRACKING_URI"):
             import mlflow
 
@@ -121,6 +123,28 @@ class MetricsLogger:
         if self.mlflow is not None:
             # MLflow caps a tag value at 5000 characters (8000 in newer servers).
             self.mlflow.set_tags({k: v[:5000] for k, v in values.items()})
+
+    def register_version(self, version: int, source: str, tags: Mapping[str, str]) -> None:
+        """A published version in MLflow's model registry, under the experiment's name and
+        linked to this run. The registry is a view: when it refuses or cannot be reached,
+        the reason is logged (event `registry_failed`) and training goes on."""
+        registry = ModelRegistry.from_env(os.environ, self.experiment)
+        if self.mlflow is None or registry is None:
+            return
+        run = self.mlflow.active_run()
+        try:
+            number = registry.register(
+                version, source, run.info.run_id if run else None, tags,
+                description=f"elasticctr version {version}",
+            )  # fmt: skip
+        except RegistryError as err:
+            log.warning("version %d not registered in MLflow: %s", version, err)
+            self.event("registry_failed", {"version": version, "error": str(err)})
+            return
+        self.event(
+            "registered",
+            {"version": version, "registered_model": registry.model_name, "mlflow_version": number},
+        )
 
     def close(self, failed: bool = False) -> None:
         if self.mlflow is not None:

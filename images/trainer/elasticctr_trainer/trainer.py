@@ -497,6 +497,13 @@ class Trainer:
         self.logger.event(
             "version", {"pass": planned.pass_id, "version": version.id, "published": not held_back}
         )
+        if not held_back:
+            self.logger.register_version(
+                version.id,
+                self.models.uri(str(version.id)),
+                {"pass": str(planned.pass_id), "partitions": ",".join(planned.hours),
+                 **({"eval_auc": str(extra_meta["eval_auc"])} if "eval_auc" in extra_meta else {})},
+            )  # fmt: skip
         return {"ok": True, "version": version.id, "published": not held_back}
 
     # the loop -------------------------------------------------------------------------

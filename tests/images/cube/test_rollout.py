@@ -10,9 +10,11 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import uuid
 
 import numpy as np
 import pytest
+from elasticctr_common.registry import ModelRegistry
 from elasticctr_cube.httpjson import call
 
 from tests.support.cube import committed, expect_values, model_table, wait_until
@@ -48,6 +50,37 @@ def test_build_publish_switch_serves_exact_vectors_then_rolls_back(cube_cluster)
     assert (status["committed"], status["last_seen_donefile_id"]) == (1, 2)
     assert len(cluster.history()) == 3
     committed(cluster, 1, tables)
+
+
+def test_the_registrys_serving_alias_follows_the_committed_version(
+    cube_cluster, mlflow_server, monkeypatch
+):
+    model = f"ctr-{uuid.uuid4().hex[:8]}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server.tracking_uri)
+    monkeypatch.setenv("ELASTICCTR_REGISTERED_MODEL", model)
+    registry = ModelRegistry(mlflow_server.tracking_uri, model)
+    cluster = cube_cluster()
+    tables = {v: model_table(v) for v in (1, 2)}
+    registry.register(1, "s3://bucket/models/1")
+    cluster.publish_model(1, *tables[1])
+    committed(cluster, 1, tables)
+    wait_until(lambda: registry.alias() == 1, 30, "the alias on version 1")
+    # Cube may commit a version before trainer 0 registers it: the alias follows later.
+    cluster.publish_model(2, *tables[2])
+    committed(cluster, 2, tables)
+    wait_until(
+        lambda: "not registered" in (cluster.transfer_status()["registry"]["error"] or ""),
+        30,
+        "the transfer to report version 2 unregistered",
+    )
+    assert registry.alias() == 1
+    registry.register(2, "s3://bucket/models/2")
+    wait_until(lambda: registry.alias() == 2, 30, "the alias on version 2")
+    code, answer = cluster.rollback(1)
+    assert code == 202, answer
+    wait_until(lambda: registry.alias() == 1, 30, "the alias back on version 1")
+    status = cluster.transfer_status()["registry"]
+    assert status == {"model": model, "serving": 1, "error": None}
 
 
 def test_readers_never_see_a_mix_of_versions_during_10_switches(cube_cluster):

@@ -5,10 +5,12 @@ donefile, then trains it)."""
 from __future__ import annotations
 
 import json
+import urllib.request
 from pathlib import Path
 
 import numpy as np
 import pytest
+from elasticctr_common.registry import ModelRegistry
 from elasticctr_common.storage import Store, open_store
 
 from tests.images.trainer.conftest import BAD_LINES, MISSING_HOUR
@@ -59,7 +61,7 @@ def eval_auc(models: Store, version: int, synthetic) -> float:
     return auc
 
 
-def test_offline_training_on_s3(synthetic, s3_server, s3_env, tmp_path):
+def test_offline_training_on_s3(synthetic, s3_server, s3_env, mlflow_server, tmp_path):
     bucket = s3_server.create_bucket()
     root = open_store(f"s3://{bucket}/elasticctr")
     copy_tree(synthetic.root / "train", root.child("train"))
@@ -76,9 +78,21 @@ def test_offline_training_on_s3(synthetic, s3_server, s3_env, tmp_path):
         "publish_every_version": True,  # no gate: see test_trainer_job.py's job
         "work_dir": str(tmp_path / "scratch"),
     }
+    experiment = f"s3-{bucket}"
+    runner["mlflow_experiment"] = experiment
     config = write_config(tmp_path / "trainer.json", runner)
-    run_job(config, tmp_path / "logs", pservers=1, trainers=2, env=s3_env)
+    run_job(config, tmp_path / "logs", pservers=1, trainers=2, env=s3_env | mlflow_server.env())
     models = root.child("models")
+    # Each published version in MLflow's model registry, pointing at its directory.
+    registry = ModelRegistry(mlflow_server.tracking_uri, experiment)
+    for version in (1, 2):
+        number = registry.find(version)
+        assert number is not None, f"version {version} not registered"
+        url = f"{mlflow_server.tracking_uri}/api/2.0/mlflow/model-versions/get"
+        with urllib.request.urlopen(f"{url}?name={experiment}&version={number}") as answer:
+            found = json.loads(answer.read())["model_version"]
+        assert found["source"] == models.uri(str(version))
+        assert found["run_id"], found
     assert [json.loads(line)["input"] for line in models.read_text("donefile").splitlines()] == [
         models.uri("1/sparse"), models.uri("2/sparse"),
     ]  # fmt: skip
