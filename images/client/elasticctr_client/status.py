@@ -91,7 +91,7 @@ def transfer(
 ) -> dict[str, Any]:
     base = transfer_url.rstrip("/")
     status = call("GET", base + "/status", None, timeout, None, "cube-transfer", retry)
-    keep = ("committed", "previous", "phase", "kept_versions", "last_error", "shards")
+    keep = ("committed", "previous", "phase", "kept_versions", "last_error", "shards", "registry")
     report = {k: status.get(k) for k in keep}
     try:
         servers = call("GET", base + "/servers", None, timeout, None, "cube-transfer", retry)
@@ -219,5 +219,12 @@ def render(report: dict[str, Any]) -> str:
                 f"{cube['phase']}, kept {cube['kept_versions']}, {cube['shards']} shards"
                 + (f", last error: {cube['last_error']}" if cube["last_error"] else "")
             )
+            registry = cube.get("registry")  # None: no MLflow, or a transfer before it
+            if registry:
+                lines.append(
+                    f"  MLflow model {registry['model']}: alias serving -> version "
+                    f"{registry['serving']}"
+                    + (f" (not moved: {registry['error']})" if registry["error"] else "")
+                )
     lines += [f"UNHEALTHY {line}" for line in report.get("unhealthy") or []]
     return "\n".join(lines)

@@ -153,6 +153,7 @@ def test_status_shows_versions_and_training_progress(stack, mlflow_server, tmp_p
     report = json.loads(done.stdout)
     assert report["serving"]["version"] == 1 and report["serving"]["cube_committed"] == 1
     assert report["cube"]["committed"] == 1 and report["cube"]["shards"] == 3
+    assert report["cube"]["registry"] is None  # this transfer is given no MLflow
     runs = report["training"]["runs"]
     assert [r["run"] for r in runs] == ["trainer-0", "trainer-1"]
     assert all(r["pass"] == 2 and r["metrics"]["auc"] == pytest.approx(0.75) for r in runs)

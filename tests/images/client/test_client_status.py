@@ -88,6 +88,22 @@ def test_what_a_wait_waits_for() -> None:
     )
 
 
+def test_status_shows_where_the_registrys_serving_alias_points() -> None:
+    from elasticctr_client.status import render
+
+    cube = {
+        "committed": 4, "previous": 3, "phase": "idle", "kept_versions": [3, 4],
+        "last_error": None, "shards": 2,
+        "registry": {"model": "elasticctr-train", "serving": 3, "error": "version 4 ... not registered"},
+    }  # fmt: skip
+    text = render({"cube": cube, "unhealthy": []})
+    assert (
+        "  MLflow model elasticctr-train: alias serving -> version 3 "
+        "(not moved: version 4 ... not registered)"
+    ) in text.splitlines()
+    assert "MLflow model" not in render({"cube": {**cube, "registry": None}, "unhealthy": []})
+
+
 def test_wait_asks_again_until_its_time_is_up_then_reports(tmp_path) -> None:
     import socket
     import time
