@@ -838,6 +838,11 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
         "partition_minutes": FEEDBACK_MINUTES,
         "median_seconds": statistics.median(f["seconds"] for f in fresh) if fresh else None,
         "partitions": fresh,
+        # What the figures come from: trainer 0's versions and their partitions, and
+        # serving's switches.
+        "trained": {str(v): parts for v, parts in versions.items()},
+        "switched_at": {str(v): t for v, t in switched.items()},
+        "closed_at": closed,
     }
     assert fresh, (versions, switched, closed)
 
