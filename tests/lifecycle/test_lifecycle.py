@@ -823,10 +823,11 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
         f"serving to move 3 versions past {before} on the feedback partitions",
         interval=5,
     )
-    trained = {h for e in _trainer0_events(life, "pass_start") for h in e["hours"]}
+    passes = _trainer0_events(life, "pass_start")
+    trained = {h for e in passes for h in e["hours"]}
     assert trained & set(manifests), (sorted(trained), sorted(manifests))
     # Freshness: a partition's donefile -> serving on a version trained on it.
-    hours = {e["pass"]: e["hours"] for e in _trainer0_events(life, "pass_start")}
+    hours = {e["pass"]: e["hours"] for e in passes}
     versions = {e["version"]: hours.get(e["pass"], []) for e in _trainer0_events(life, "version")}
     switched = {
         h["version"]: h["switched_at"]

@@ -365,14 +365,17 @@ def freshness(
     found = []
     for part in sorted(closed_at):
         versions = [v for v, parts in trained.items() if part in parts]
-        later = [v for v in switched_at if versions and v >= min(versions)]
+        if not versions:
+            continue
+        first = min(versions)
+        later = [v for v in switched_at if v >= first]
         if not later:
             continue
         served = min(later, key=lambda v: switched_at[v])
         found.append(
             {
                 "partition": part,
-                "version": min(versions),
+                "version": first,
                 "served_version": served,
                 "seconds": round(switched_at[served] - closed_at[part], 1),
             }

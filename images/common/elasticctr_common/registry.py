@@ -14,17 +14,18 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from typing import Any
 
+from .contract import TrainerEnv
+
 VERSION_TAG = "elasticctr.version"
 SERVING_ALIAS = "serving"
 # The variables MLflow's own clients read: the server, and its credentials when it has any.
-TRACKING_URI_ENV = "MLFLOW_TRACKING_URI"
+TRACKING_URI_ENV = TrainerEnv.MLFLOW_TRACKING_URI
 TOKEN_ENV = "MLFLOW_TRACKING_TOKEN"
 USERNAME_ENV, PASSWORD_ENV = "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"
 # The registered model's name, given to cube-transfer (trainer 0 uses its experiment's).
@@ -150,7 +151,3 @@ class ModelRegistry:
 
 def _quoted(text: str) -> str:
     return text.replace("\\", "\\\\").replace("'", "\\'")
-
-
-def environ_registry(model_name: str | None = None) -> ModelRegistry | None:
-    return ModelRegistry.from_env(os.environ, model_name)

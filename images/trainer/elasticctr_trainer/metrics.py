@@ -94,7 +94,8 @@ class MetricsLogger:
         params: Mapping[str, object] | None = None,
     ) -> None:
         self.mlflow = None
-        self.experiment = experiment
+        # The registry published versions go to: named after the experiment.
+        self.registry = ModelRegistry.from_env(os.environ, experiment)
         if os.environ.get("MLFLOW_TRACKING_URI"):
             import mlflow
 
@@ -128,7 +129,7 @@ class MetricsLogger:
         """A published version in MLflow's model registry, under the experiment's name and
         linked to this run. The registry is a view: when it refuses or cannot be reached,
         the reason is logged (event `registry_failed`) and training goes on."""
-        registry = ModelRegistry.from_env(os.environ, self.experiment)
+        registry = self.registry
         if self.mlflow is None or registry is None:
             return
         run = self.mlflow.active_run()
