@@ -18,6 +18,15 @@ from elasticctr_common.contract import CUBE as CUBE
 from elasticctr_common.contract import MLFLOW as MLFLOW
 from elasticctr_common.contract import MODELS as MODELS
 
+# The keys of a workload's Secret `storage-<name>`: its access key id and secret key.
+KEY_ID = "AWS_ACCESS_KEY_ID"
+SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
+
+
+def credentials_secret(user: str) -> str:
+    """The name of workload `user`'s Secret."""
+    return f"storage-{user}"
+
 
 @dataclass(frozen=True)
 class BucketUser:

@@ -329,6 +329,7 @@ class Cube(pulumi.ComponentResource):
             }
         )
         shards_mount: k8s.core.v1.VolumeMountArgsDict = {"name": "shards", "mount_path": SHARD_DIR}
+        secrets = args.store.secret_files()  # the agent's
         # The server gets most of the pod's budget: it holds the embeddings in memory, two
         # versions of its shard during a rollout (cube.mem must fit both).
         server = kube.container(
@@ -362,13 +363,14 @@ class Cube(pulumi.ComponentResource):
                 *shard_env,
                 *kube.env({CubeEnv.CUBE_URI: args.store.uri(CUBE)}),
                 *args.store.env(),
+                *secrets.env,
             ],
             ports={"agent": AGENT_PORT},
             cpu=args.cpu * 0.25,
             mem=args.mem * 0.125,
             readiness=kube.http_probe("/healthz", AGENT_PORT),
             liveness=kube.liveness({"http_get": {"path": "/healthz", "port": AGENT_PORT}}),
-            mounts=[shards_mount],
+            mounts=[shards_mount, *secrets.mounts],
         )
         # Replicas of a shard on different nodes where the cluster has them, so that
         # losing a node loses at most one replica of each shard; and in different zones
@@ -391,6 +393,7 @@ class Cube(pulumi.ComponentResource):
         template = kube.pod_template(
             "cube",
             [server, agent],
+            secrets.volumes,
             service_account=account_name,
             node_pool=args.node_pool,
             priority_class=args.priority_class,
@@ -419,6 +422,7 @@ class Cube(pulumi.ComponentResource):
         health: k8s.core.v1.ProbeArgsDict = {
             "http_get": {"path": "/healthz", "port": TRANSFER_PORT}
         }
+        secrets = args.transfer_bucket.secret_files()
         container = kube.container(
             target,
             "transfer",
@@ -440,6 +444,7 @@ class Cube(pulumi.ComponentResource):
                     }
                 ),
                 *args.transfer_bucket.env(),
+                *secrets.env,
             ],
             ports={"http": TRANSFER_PORT},
             cpu=args.transfer_cpu,
@@ -449,7 +454,7 @@ class Cube(pulumi.ComponentResource):
             # It listens once it has read its state from the bucket, which it waits up to ten
             # minutes for on a new stack (transfer.py, STORAGE_WAIT_SECONDS).
             startup=kube.startup(health),
-            mounts=[kube.CONFIG_MOUNT],
+            mounts=[kube.CONFIG_MOUNT, *secrets.mounts],
         )
         account = kube.service_account(target, TRANSFER_ACCOUNT, "cube-transfer", self)
         k8s.apps.v1.Deployment(
@@ -465,7 +470,7 @@ class Cube(pulumi.ComponentResource):
                 "template": kube.pod_template(
                     "cube-transfer",
                     [container],
-                    [kube.config_volume(config_map.metadata["name"])],
+                    [kube.config_volume(config_map.metadata["name"]), *secrets.volumes],
                     service_account=account.metadata["name"],
                     annotations={"elasticctr.io/config-sha256": self.config_hash},
                     tmp_size=args.storage,

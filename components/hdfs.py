@@ -38,6 +38,9 @@ CONF_DIR = "/etc/hadoop-conf"
 LOG_DIR = "/tmp/hadoop-logs"
 CONFIG_MAP = "hdfs-conf"
 SERVICE_ACCOUNT = "hdfs"
+# apache/hadoop's own `hadoop` user: Hadoop's login looks the process's user up in
+# /etc/passwd and refuses a uid the image does not list (docs/architecture.md).
+IMAGE_USER = 1000
 
 NAMENODE_COMMAND = [
     "/bin/sh",
@@ -247,6 +250,7 @@ class Hdfs(pulumi.ComponentResource):
                 {"name": "data", "mount_path": DATA_MOUNT},
                 {"name": "hadoop-conf", "mount_path": CONF_DIR, "read_only": True},
             ],
+            user=IMAGE_USER,
         )
         conf_volume: k8s.core.v1.VolumeArgsDict = {
             "name": "hadoop-conf",
@@ -267,6 +271,7 @@ class Hdfs(pulumi.ComponentResource):
                     service_account=service_account,
                     # a changed configuration restarts the pods that read it
                     annotations={"elasticctr.io/config-sha256": kube.digest(conf)},
+                    user=IMAGE_USER,
                 ),
                 "volume_claim_templates": [kube.volume_claim("data", role.storage)],
             },

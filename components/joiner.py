@@ -71,6 +71,7 @@ class Joiner(pulumi.ComponentResource):
             *args.kafka.env,
             *(args.store.env() if args.store is not None else []),
         ]
+        secrets = args.store.secret_files() if args.store is not None else kube.SecretFiles()
         if args.hdfs_ugi is not None:
             secret = k8s.core.v1.Secret(
                 f"{name}-hdfs-ugi",
@@ -78,20 +79,20 @@ class Joiner(pulumi.ComponentResource):
                 string_data={TrainerEnv.HDFS_UGI: pulumi.Output.secret(args.hdfs_ugi)},
                 opts=target.opts(self),
             )
-            env += kube.secret_env(secret.metadata["name"], [TrainerEnv.HDFS_UGI])
+            secrets += kube.secret_files("hdfs-ugi", secret.metadata["name"], [TrainerEnv.HDFS_UGI])
         container = kube.container(
             target,
             "joiner",
             args.image,
             ["python", "-m", "elasticctr_joiner"],
             args=[f"--port={JOINER_PORT}", f"--topic-partitions={args.topic_partitions}"],
-            env=env,
+            env=[*env, *secrets.env],
             ports={"status": JOINER_PORT},
             cpu=args.cpu,
             mem=args.mem,
             readiness=kube.http_probe("/healthz", JOINER_PORT, 10),
             liveness=kube.http_probe("/healthz", JOINER_PORT, 30),
-            mounts=args.kafka.mounts,
+            mounts=[*args.kafka.mounts, *secrets.mounts],
         )
         account = kube.service_account(target, SERVICE_ACCOUNT, "joiner", self)
         k8s.apps.v1.Deployment(
@@ -106,7 +107,7 @@ class Joiner(pulumi.ComponentResource):
                 "template": kube.pod_template(
                     "joiner",
                     [container],
-                    args.kafka.volumes,
+                    [*args.kafka.volumes, *secrets.volumes],
                     service_account=account.metadata["name"],
                     priority_class=args.priority_class,
                 ),

@@ -31,6 +31,8 @@ from components.network import ANYWHERE, Route, allow_ingress, host_block
 SERVICE_ACCOUNT = "kafka"
 CONFIG_MAP = "kafka-conf"
 CONF_DIR = "/etc/kafka-conf"
+# apache/kafka's own `appuser`, which owns its directories (docs/architecture.md).
+IMAGE_USER = 1000
 DATA_DIR = "/var/lib/kafka/data"
 CA_MAP = "kafka-ca"
 CA_DIR = "/etc/kafka-ca"
@@ -132,6 +134,8 @@ class Kafka(pulumi.ComponentResource):
             FeedbackEnv.SECURITY_PROTOCOL: args.security_protocol,
             **topics,
         })  # fmt: skip
+        volumes: list[k8s.core.v1.VolumeArgsDict] = []
+        mounts: list[k8s.core.v1.VolumeMountArgsDict] = []
         if args.security_protocol.startswith("SASL"):
             assert args.username is not None and args.password is not None
             secret = k8s.core.v1.Secret(
@@ -144,11 +148,14 @@ class Kafka(pulumi.ComponentResource):
                 opts=target.opts(self),
             )
             env += kube.env({FeedbackEnv.SASL_MECHANISM: args.sasl_mechanism})
-            env += kube.secret_env(
-                secret.metadata["name"], [FeedbackEnv.SASL_USERNAME, FeedbackEnv.SASL_PASSWORD]
+            sasl = kube.secret_files(
+                "kafka-sasl",
+                secret.metadata["name"],
+                [FeedbackEnv.SASL_USERNAME, FeedbackEnv.SASL_PASSWORD],
             )
-        volumes: list[k8s.core.v1.VolumeArgsDict] = []
-        mounts: list[k8s.core.v1.VolumeMountArgsDict] = []
+            env += sasl.env
+            volumes += sasl.volumes
+            mounts += sasl.mounts
         if args.ca_cert and args.security_protocol.endswith("SSL"):
             ca = k8s.core.v1.ConfigMap(
                 f"{name}-ca",
@@ -208,6 +215,7 @@ class Kafka(pulumi.ComponentResource):
                 {"name": "data", "mount_path": DATA_DIR.rsplit("/", 1)[0]},
                 {"name": "kafka-conf", "mount_path": CONF_DIR, "read_only": True},
             ],
+            user=IMAGE_USER,
         )
         headless = kube.service(
             target, f"{name}-headless", "kafka-headless", "kafka", {"kafka": KAFKA_PORT}, self,
@@ -231,6 +239,7 @@ class Kafka(pulumi.ComponentResource):
                     annotations={"elasticctr.io/config-sha256": properties.apply(
                         lambda text: kube.digest({"server.properties": text}))},
                     priority_class=args.priority_class,
+                    user=IMAGE_USER,
                 ),
                 "volume_claim_templates": [kube.volume_claim("data", args.storage)],
             },

@@ -19,8 +19,12 @@ import pulumi_kubernetes as k8s
 # The contract's config and scratch directories, which every component mounts.
 from elasticctr_common.contract import CONFIG_DIR as CONFIG_DIR
 from elasticctr_common.contract import DATA_DIR as DATA_DIR
+from elasticctr_common.secrets import SECRETS_DIR, file_variable
 
-RUN_AS_USER = 1000
+# The user of the project's images (their Dockerfiles create it), and of every pod that runs
+# no official image with a user of its own: above the host's users (10000 and up, as
+# scanners ask), so a container escape lands on no account of the node.
+RUN_AS_USER = 10001
 PART_OF = "elasticctr"
 # Kubernetes' recommended labels beyond the selector's part-of and component.
 COMPONENT_LABEL = "app.kubernetes.io/component"  # selects a part's pods (labels())
@@ -150,12 +154,14 @@ def resources(cpu: float, mem_gib: float) -> k8s.core.v1.ResourceRequirementsArg
     return {"requests": amounts, "limits": amounts}
 
 
-def container_security(read_only_root: bool = True) -> k8s.core.v1.SecurityContextArgsDict:
+def container_security(
+    read_only_root: bool = True, user: int = RUN_AS_USER
+) -> k8s.core.v1.SecurityContextArgsDict:
     """Restricted Pod Security Standard, and a read-only root where the image allows it."""
     return {
         "run_as_non_root": True,
-        "run_as_user": RUN_AS_USER,
-        "run_as_group": RUN_AS_USER,
+        "run_as_user": user,
+        "run_as_group": user,
         "allow_privilege_escalation": False,
         "read_only_root_filesystem": read_only_root,
         "capabilities": {"drop": ["ALL"]},
@@ -163,12 +169,12 @@ def container_security(read_only_root: bool = True) -> k8s.core.v1.SecurityConte
     }
 
 
-def pod_security() -> k8s.core.v1.PodSecurityContextArgsDict:
+def pod_security(user: int = RUN_AS_USER) -> k8s.core.v1.PodSecurityContextArgsDict:
     return {
         "run_as_non_root": True,
-        "run_as_user": RUN_AS_USER,
-        "run_as_group": RUN_AS_USER,
-        "fs_group": RUN_AS_USER,
+        "run_as_user": user,
+        "run_as_group": user,
+        "fs_group": user,
         "seccomp_profile": {"type": "RuntimeDefault"},
     }
 
@@ -208,16 +214,18 @@ def container(
     startup: k8s.core.v1.ProbeArgsDict | None = None,
     mounts: Sequence[k8s.core.v1.VolumeMountArgsDict] = (),
     read_only_root: bool = True,
+    user: int = RUN_AS_USER,
 ) -> k8s.core.v1.ContainerArgsDict:
     """A container following the conventions: pull policy, resources, security, /tmp.
-    `startup`, when given, holds `liveness` off until it first passes."""
+    `startup`, when given, holds `liveness` off until it first passes. `user`: an official
+    image's own user, where it needs that one (its pod_template's too)."""
     spec: dict[str, Any] = {
         "name": name,
         "image": image,
         "image_pull_policy": target.image_pull_policy,
         "command": list(command),
         "resources": resources(cpu, mem),
-        "security_context": container_security(read_only_root),
+        "security_context": container_security(read_only_root, user),
         "volume_mounts": [*mounts, TMP_MOUNT] if read_only_root else list(mounts),
     }
     if args:
@@ -279,15 +287,51 @@ def env(values: dict[str, pulumi.Input[str]]) -> list[k8s.core.v1.EnvVarArgsDict
     return [{"name": name, "value": value} for name, value in values.items()]
 
 
-def secret_env(
-    secret_name: pulumi.Input[str], keys: Sequence[str] | Mapping[str, str]
-) -> list[k8s.core.v1.EnvVarArgsDict]:
-    """Env vars read from a Secret: a list of keys (same names), or {env var: secret key}."""
+@dataclass(frozen=True)
+class SecretFiles:
+    """Secrets as files: the pod's volumes, the container's read-only mounts, and the
+    `<VAR>_FILE` variables naming each file (elasticctr_common.secrets), so that a secret
+    never sits in a process's environment, which crash reports and `/proc` show. Add two
+    to mount both."""
+
+    volumes: tuple[k8s.core.v1.VolumeArgsDict, ...] = ()
+    mounts: tuple[k8s.core.v1.VolumeMountArgsDict, ...] = ()
+    env: tuple[k8s.core.v1.EnvVarArgsDict, ...] = ()
+
+    def __add__(self, other: SecretFiles) -> SecretFiles:
+        return SecretFiles(
+            self.volumes + other.volumes, self.mounts + other.mounts, self.env + other.env
+        )
+
+
+def secret_path(volume: str, key: str) -> str:
+    """Where secret_files mounts `key` of the Secret of volume `volume`."""
+    return f"{SECRETS_DIR}/{volume}/{key}"
+
+
+def secret_files(
+    volume: str, secret_name: pulumi.Input[str], keys: Sequence[str] | Mapping[str, str]
+) -> SecretFiles:
+    """Secret `secret_name` mounted as volume `volume` under SECRETS_DIR: a list of keys
+    (each read as the variable of its name), or {variable: secret key}."""
     names = keys if isinstance(keys, Mapping) else {key: key for key in keys}
-    return [
-        {"name": var, "value_from": {"secret_key_ref": {"name": secret_name, "key": key}}}
-        for var, key in names.items()
-    ]
+    return SecretFiles(
+        volumes=(
+            {
+                "name": volume,
+                "secret": {
+                    "secret_name": secret_name,
+                    "items": [{"key": k, "path": k} for k in dict.fromkeys(names.values())],
+                    # Owner root, group the pod's fsGroup: readable by the pod's user only.
+                    "default_mode": 0o440,
+                },
+            },
+        ),
+        mounts=({"name": volume, "mount_path": f"{SECRETS_DIR}/{volume}", "read_only": True},),
+        env=tuple(
+            env({file_variable(var): secret_path(volume, key) for var, key in names.items()})
+        ),
+    )
 
 
 def field_env(name: str, field_path: str) -> k8s.core.v1.EnvVarArgsDict:
@@ -362,13 +406,14 @@ def pod_template(
     affinity: k8s.core.v1.AffinityArgsDict | None = None,
     recommended_labels: bool = True,
     priority_class: str = "",
+    user: int = RUN_AS_USER,
 ) -> k8s.core.v1.PodTemplateSpecArgsDict:
     """A pod of `component`: its labels (and `extra_labels`), the restricted security
     context, no API token, the /tmp scratch volume its read-only containers mount, and,
     given a `node_pool`, a node selector for that pool's nodes, and given a
     `priority_class`, that PriorityClass (the cluster's default otherwise)."""
     spec: dict[str, Any] = {
-        "security_context": pod_security(),
+        "security_context": pod_security(user),
         "automount_service_account_token": False,
         "containers": list(containers),
     }

@@ -12,15 +12,23 @@ from collections.abc import Mapping
 
 import pulumi
 import pulumi_kubernetes as k8s
+from elasticctr_common.secrets import file_variable
 
 from components import kube
-from components.bucket_access import BucketUser, s3_policy_json
+from components.bucket_access import (
+    KEY_ID,
+    SECRET_KEY,
+    BucketUser,
+    credentials_secret,
+    s3_policy_json,
+)
 from components.kube import KubeTarget
 from components.network import Route, allow_egress, allow_ingress
 
 PORT = 9000
 SERVICE_ACCOUNT = "minio"
 ROOT_SECRET = "minio-root"
+ROOT_KEYS = ("MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD")  # the root Secret's keys
 POLICIES_MAP = "minio-policies"
 POLICIES_DIR = f"{kube.CONFIG_DIR}/minio"
 ROUTE = Route("minio", (PORT,))  # how pods reach it
@@ -45,9 +53,12 @@ def setup_script(
     """The Job's shell script: wait for MinIO at `url`, make the bucket, then per workload
     its policy (from `policies_dir`, replaced), its user (keys from the environment; a
     re-run sets the same ones) and the policy attached to it (already attached on a re-run:
-    fine). Runs again harmlessly."""
+    fine). Runs again harmlessly. Every key is read from the file its `<VAR>_FILE` names
+    (elasticctr_common.secrets) into a shell variable, never exported."""
+    variables = [*ROOT_KEYS, *(var for user in users for var in key_variables(user))]
     lines = [
         "set -eu",
+        *(f'{var}="$(cat "${file_variable(var)}")"' for var in variables),
         f'until mc alias set local {url} "$MINIO_ROOT_USER" "$MINIO_ROOT_PASSWORD"; '
         "do sleep 2; done",
         f"mc mb --ignore-existing local/{bucket}",
@@ -75,7 +86,8 @@ def deploy(
     resources: tuple[str, float, float],  # volume size, CPU cores, GiB
 ) -> None:
     size, cpu, mem = resources
-    root_env = kube.secret_env(root_secret, ["MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"])
+    # MinIO reads MINIO_ROOT_USER_FILE and MINIO_ROOT_PASSWORD_FILE itself.
+    root_files = kube.secret_files("minio-root", root_secret, ROOT_KEYS)
     account = kube.service_account(target, SERVICE_ACCOUNT, "minio", parent)
     service = kube.service(target, f"{name}-minio-service", "minio", "minio", {"s3": PORT}, parent)
     server = kube.container(
@@ -83,13 +95,13 @@ def deploy(
         "minio",
         image,
         ["minio", "server", "/data", "--address", f":{PORT}"],
-        env=[*root_env, *kube.env({"HOME": "/tmp"})],
+        env=[*root_files.env, *kube.env({"HOME": "/tmp"})],
         ports={"s3": PORT},
         cpu=cpu,
         mem=mem,
         readiness=kube.http_probe("/minio/health/ready", PORT),
         liveness=kube.http_probe("/minio/health/live", PORT, 20),
-        mounts=[{"name": "data", "mount_path": "/data"}],
+        mounts=[{"name": "data", "mount_path": "/data"}, *root_files.mounts],
     )
     minio = k8s.apps.v1.StatefulSet(
         f"{name}-minio",
@@ -100,7 +112,7 @@ def deploy(
             "selector": {"match_labels": kube.labels("minio")},
             "persistent_volume_claim_retention_policy": kube.RETAIN_VOLUMES,
             "template": kube.pod_template(
-                "minio", [server], service_account=account.metadata["name"]
+                "minio", [server], root_files.volumes, service_account=account.metadata["name"]
             ),
             "volume_claim_templates": [kube.volume_claim("data", size)],
         },
@@ -113,16 +125,13 @@ def deploy(
         data=policies,
         opts=target.opts(parent),
     )
-    user_env = [
-        var
-        for u in users
-        for var in kube.secret_env(
-            user_secrets[u.name],
-            dict(
-                zip(key_variables(u), ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"), strict=True)
-            ),
+    job_files = root_files
+    for user in users:
+        job_files += kube.secret_files(
+            credentials_secret(user.name),
+            user_secrets[user.name],
+            dict(zip(key_variables(user), (KEY_ID, SECRET_KEY), strict=True)),
         )
-    ]
     volume: k8s.core.v1.VolumeArgsDict = {
         "name": "policies",
         "config_map": {"name": policy_map.metadata["name"]},
@@ -142,19 +151,19 @@ def deploy(
                         image,
                         ["/bin/sh", "-c", script],
                         env=[
-                            *root_env,
-                            *user_env,
+                            *job_files.env,
                             *kube.env({"HOME": "/tmp", "MC_CONFIG_DIR": "/tmp/mc"}),
                         ],
                         cpu=0.1,
                         # mc sets up a user per workload; 128 MiB was OOM-killed doing so.
                         mem=0.25,
                         mounts=[
-                            {"name": "policies", "mount_path": POLICIES_DIR, "read_only": True}
+                            {"name": "policies", "mount_path": POLICIES_DIR, "read_only": True},
+                            *job_files.mounts,
                         ],
                     )
                 ],
-                [volume],
+                [volume, *job_files.volumes],
                 service_account=account.metadata["name"],
                 restart_policy="OnFailure",
                 # New users or policies: a new Job (a Job's pod template cannot change).

@@ -89,6 +89,7 @@ class Mlflow(pulumi.ComponentResource):
             opts=target.opts(self, retain_on_delete=True),
         )
         health: k8s.core.v1.ProbeArgsDict = {"http_get": {"path": "/health", "port": PORT}}
+        secrets = args.store.secret_files()
         container = kube.container(
             target,
             "mlflow",
@@ -107,6 +108,7 @@ class Mlflow(pulumi.ComponentResource):
             ],
             env=[
                 *args.store.env(),
+                *secrets.env,
                 # No server-side jobs (GenAI evaluation): MLflow 3 otherwise starts a job
                 # runner and Huey consumers, ~230 MB each, and was OOM-killed at 1 GiB.
                 *kube.env({"HOME": "/tmp", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}),
@@ -118,7 +120,7 @@ class Mlflow(pulumi.ComponentResource):
             liveness=kube.liveness(health),
             # The first start migrates the database before the server listens.
             startup=kube.startup(health),
-            mounts=[{"name": "db", "mount_path": DB_DIR}],
+            mounts=[{"name": "db", "mount_path": DB_DIR}, *secrets.mounts],
         )
         db_volume: k8s.core.v1.VolumeArgsDict = {
             "name": "db",
@@ -135,7 +137,10 @@ class Mlflow(pulumi.ComponentResource):
                 "strategy": {"type": "Recreate"},
                 "selector": {"match_labels": kube.labels("mlflow")},
                 "template": kube.pod_template(
-                    "mlflow", [container], [db_volume], service_account=account.metadata["name"]
+                    "mlflow",
+                    [container],
+                    [db_volume, *secrets.volumes],
+                    service_account=account.metadata["name"],
                 ),
             },
             opts=target.opts(self),

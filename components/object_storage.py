@@ -8,8 +8,8 @@ region, and its own credentials (docs/architecture.md, "Security"):
   keys; none when pods get credentials from their identity (EKS Pod Identity: one role per
   workload, components/cluster/aws.py).
 
-Keys reach pods as boto3's standard environment variables, from a Secret per workload,
-`storage-<workload>`.
+Keys reach pods as a file, boto3's shared credentials file (named by
+AWS_SHARED_CREDENTIALS_FILE), mounted from a Secret per workload, `storage-<workload>`.
 """
 
 from __future__ import annotations
@@ -22,18 +22,25 @@ import pulumi
 import pulumi_kubernetes as k8s
 
 from components import kube, minio
-from components.bucket_access import BucketUser
+from components.bucket_access import KEY_ID, SECRET_KEY, BucketUser, credentials_secret
 from components.generated_secret import GeneratedCredential
 from components.kube import KubeTarget
 from components.network import Route, url_route
 
-KEY_ID = "AWS_ACCESS_KEY_ID"
-SECRET_KEY = "AWS_SECRET_ACCESS_KEY"
+# The Secret's key holding both as boto3's credentials file (profile "default"), which
+# boto3, MLflow's S3 client and the AWS CLI read from AWS_SHARED_CREDENTIALS_FILE.
+CREDENTIALS_FILE = "credentials"
+CREDENTIALS_VOLUME = "storage-credentials"
 KeyPair = tuple[pulumi.Input[str], pulumi.Input[str]]  # access key id, secret key (secret)
 
 
-def credentials_secret(user: str) -> str:
-    return f"storage-{user}"
+def credentials_file(
+    key_id: pulumi.Input[str], secret_key: pulumi.Input[str]
+) -> pulumi.Output[str]:
+    """boto3's shared credentials file holding one key pair as its default profile."""
+    return pulumi.Output.format(
+        "[default]\naws_access_key_id = {0}\naws_secret_access_key = {1}\n", key_id, secret_key
+    )
 
 
 @dataclass(frozen=True)
@@ -62,9 +69,18 @@ class ObjectStore:
                 "AWS_DEFAULT_REGION": self.region,
             }
         )
-        if self.credentials_secret is not None:
-            variables += kube.secret_env(self.credentials_secret, [KEY_ID, SECRET_KEY])
         return variables
+
+    def secret_files(self) -> kube.SecretFiles:
+        """The key pair as boto3's credentials file (none: credentials from the identity)."""
+        if self.credentials_secret is None:
+            return kube.SecretFiles()
+        # file_variable("AWS_SHARED_CREDENTIALS") is boto3's own AWS_SHARED_CREDENTIALS_FILE.
+        return kube.secret_files(
+            CREDENTIALS_VOLUME,
+            self.credentials_secret,
+            {"AWS_SHARED_CREDENTIALS": CREDENTIALS_FILE},
+        )
 
 
 @dataclass(frozen=True)
@@ -174,12 +190,14 @@ class ObjectStorage(pulumi.ComponentResource):
     def _credentials(
         self, resource_name: str, target: KubeTarget, user: str, pair: KeyPair
     ) -> k8s.core.v1.Secret:
+        keys: dict[str, pulumi.Input[str]] = {
+            KEY_ID: pulumi.Output.secret(pair[0]),
+            SECRET_KEY: pulumi.Output.secret(pair[1]),
+        }
+        keys[CREDENTIALS_FILE] = pulumi.Output.secret(credentials_file(*pair))
         return k8s.core.v1.Secret(
             resource_name,
             metadata=target.metadata(credentials_secret(user), "object-storage"),
-            string_data={
-                KEY_ID: pulumi.Output.secret(pair[0]),
-                SECRET_KEY: pulumi.Output.secret(pair[1]),
-            },
+            string_data=keys,
             opts=target.opts(self),
         )

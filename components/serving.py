@@ -85,7 +85,7 @@ class Serving(pulumi.ComponentResource):
         super().__init__("elasticctr:serving:Serving", name, None, opts)
         target = args.target
         self.token = None
-        token_env: list[k8s.core.v1.EnvVarArgsDict] = []
+        secrets = args.store.secret_files()
         if args.auth:
             self.token = pulumi.Output.secret(
                 GeneratedCredential(f"{name}-token", 40, pulumi.ResourceOptions(parent=self)).value
@@ -96,7 +96,7 @@ class Serving(pulumi.ComponentResource):
                 string_data={TOKEN_KEY: self.token},
                 opts=target.opts(self),
             )
-            token_env = kube.secret_env(secret.metadata["name"], [TOKEN_KEY])
+            secrets += kube.secret_files("serving-auth", secret.metadata["name"], [TOKEN_KEY])
         feedback_env: list[k8s.core.v1.EnvVarArgsDict] = []
         if args.feedback is not None:
             feedback_env = [
@@ -125,7 +125,7 @@ class Serving(pulumi.ComponentResource):
                     }
                 ),
                 *args.store.env(),
-                *token_env,
+                *secrets.env,
                 *feedback_env,
             ],
             ports={"http": PORT},
@@ -133,7 +133,11 @@ class Serving(pulumi.ComponentResource):
             mem=args.mem,
             readiness=kube.http_probe("/readyz", PORT, 5),
             liveness=kube.http_probe("/healthz", PORT, 20),
-            mounts=[kube.CONFIG_MOUNT, *(args.feedback.mounts if args.feedback else [])],
+            mounts=[
+                kube.CONFIG_MOUNT,
+                *(args.feedback.mounts if args.feedback else []),
+                *secrets.mounts,
+            ],
         )
         account = kube.service_account(target, SERVICE_ACCOUNT, "serving", self)
         deployment = k8s.apps.v1.Deployment(
@@ -154,6 +158,7 @@ class Serving(pulumi.ComponentResource):
                     [
                         kube.config_volume(args.cube_conf_map, args.slot_conf_map),
                         *(args.feedback.volumes if args.feedback else []),
+                        *secrets.volumes,
                     ],
                     service_account=account.metadata["name"],
                     annotations={"elasticctr.io/cube-conf-sha256": args.cube_conf_hash},

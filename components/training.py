@@ -178,8 +178,12 @@ class Training(pulumi.ComponentResource):
         ]
         if args.mlflow_url is not None:
             env += kube.env({TrainerEnv.MLFLOW_TRACKING_URI: args.mlflow_url})
+        secrets = args.store.secret_files()
         if ugi_secret is not None:
-            env += kube.secret_env(ugi_secret.metadata["name"], [TrainerEnv.HDFS_UGI])
+            secrets += kube.secret_files(
+                "hdfs-ugi", ugi_secret.metadata["name"], [TrainerEnv.HDFS_UGI]
+            )
+        env += secrets.env
 
         # The config's content is part of the pod template, so a new config restarts the job.
         config_hash = config_map.data.apply(lambda data: kube.digest(data or {}))
@@ -196,7 +200,11 @@ class Training(pulumi.ComponentResource):
                 cpu=args.cpu,
                 mem=args.mem,
                 # Scratch of the trainer image (work_dir): staged hours, checkpoint shards.
-                mounts=[kube.CONFIG_MOUNT, {"name": "work", "mount_path": kube.DATA_DIR}],
+                mounts=[
+                    kube.CONFIG_MOUNT,
+                    {"name": "work", "mount_path": kube.DATA_DIR},
+                    *secrets.mounts,
+                ],
             )
             template = kube.pod_template(
                 role,
@@ -204,6 +212,7 @@ class Training(pulumi.ComponentResource):
                 [
                     kube.config_volume(config_map.metadata["name"], args.slot_conf_map),
                     {"name": "work", "empty_dir": {"size_limit": WORK_SIZE}},
+                    *secrets.volumes,
                 ],
                 service_account=account.metadata["name"],
                 annotations={"elasticctr.io/config-sha256": config_hash},

@@ -3,8 +3,9 @@ its pods check (a stack rule: a Service and the workloads behind it).
 
 A Service of type LoadBalancer gets an address on the internet (unless an annotation makes it
 internal). It passes when it has `loadBalancerSourceRanges`, or when every workload its
-selector picks reads a token from a Secret (an env var named like a token, through
-`valueFrom.secretKeyRef`: serving's `SERVING_AUTH_TOKEN` with `serving.auth token`).
+selector picks reads a token from a Secret (a variable named like a token, through
+`valueFrom.secretKeyRef` or as a file of a mounted Secret named by `<NAME>_FILE`: serving's
+`SERVING_AUTH_TOKEN_FILE` with `serving.auth token`).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from policy.credentials import words
 from policy.kube import UNKNOWN, containers, entries, get, items, pod_specs
 
 SERVICE = "kubernetes:core/v1:Service"
+# The secrets-as-files convention (elasticctr_common.secrets, Docker's): NAME_FILE.
+FILE_SUFFIX = "_FILE"
 
 
 def _internal(annotations: Any) -> bool:
@@ -57,13 +60,40 @@ def _selected(service: PolicyResource, resources: list[PolicyResource]) -> list[
     return found
 
 
+def _secret_mount_paths(pod_spec: Any, container: Any) -> list[str]:
+    """Where the container mounts Secret volumes (whole, or projected from Secrets)."""
+    secret_volumes = set()
+    for volume in items(get(pod_spec, "volumes")):
+        sources = items(get(volume, "projected", "sources"))
+        if get(volume, "secret") is not None or any(get(s, "secret") is not None for s in sources):
+            secret_volumes.add(get(volume, "name"))
+    return [
+        path
+        for mount in items(get(container, "volumeMounts"))
+        if get(mount, "name") in secret_volumes and isinstance(path := get(mount, "mountPath"), str)
+    ]
+
+
 def reads_a_token(resource: PolicyResource) -> bool:
-    """Some container reads a variable named like a token from a Secret."""
+    """Some container reads a variable named like a token from a Secret: through
+    `valueFrom.secretKeyRef`, or as a file (`<NAME>_FILE` naming a file of a Secret volume
+    the container mounts)."""
     for container in containers(resource.resource_type, resource.props):
+        mounted = _secret_mount_paths(container.pod.spec, container.spec)
         for var in items(get(container.spec, "env")):
             name = get(var, "name")
+            if not isinstance(name, str):
+                continue
             secret = get(var, "valueFrom", "secretKeyRef", "name")
-            if isinstance(name, str) and "token" in words(name) and secret is not None:
+            if "token" in words(name) and secret is not None:
+                return True
+            path = get(var, "value")
+            if (
+                name.endswith(FILE_SUFFIX)
+                and "token" in words(name.removesuffix(FILE_SUFFIX))
+                and isinstance(path, str)
+                and any(path.startswith(directory.rstrip("/") + "/") for directory in mounted)
+            ):
                 return True
     return False
 

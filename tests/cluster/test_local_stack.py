@@ -8,12 +8,19 @@ from typing import Any
 
 import pytest
 
+from components import hdfs, kafka, kube
 from tests.support.cluster import LocalStack, exec_in, iter_containers, wait_for
 
 pytestmark = [pytest.mark.cluster, pytest.mark.slow]
 NS = LocalStack.NAMESPACE
 # Ready only once training has published a first version (docs/architecture.md).
 AFTER_FIRST_MODEL = {"cube", "serving"}
+# Pods of official images that run as the image's own user.
+IMAGE_USERS = {
+    "hdfs-namenode": hdfs.IMAGE_USER,
+    "hdfs-datanode": hdfs.IMAGE_USER,
+    "kafka": kafka.IMAGE_USER,
+}
 
 
 def _apps(api: Any) -> Any:
@@ -100,7 +107,8 @@ def test_hdfs_is_formatted_and_its_datanode_registered(local_stack: LocalStack) 
 
 
 def test_containers_are_non_root_on_a_read_only_root(local_stack: LocalStack) -> None:
-    """uid 1000; the root file system is read-only; and every other writable mount that is
+    """uid 10001 (the official Hadoop and Kafka images: their own users, uid 1000,
+    docs/architecture.md); the root file system is read-only; and every other writable mount that is
     not a volume the program mounted refuses the container's user (the runtime's /dev, for
     one), but the IPC mounts every container has (/dev/shm, /dev/mqueue)."""
     api = local_stack.api()
@@ -115,7 +123,9 @@ def test_containers_are_non_root_on_a_read_only_root(local_stack: LocalStack) ->
         ) -> tuple[int, str]:
             return exec_in(api, NS, pod_name, c, list(argv))
 
-        assert run("id", "-u") == (0, "1000\n"), name
+        component = pod.metadata.labels.get(kube.COMPONENT_LABEL, "")
+        uid = IMAGE_USERS.get(component, kube.RUN_AS_USER)
+        assert run("id", "-u") == (0, f"{uid}\n"), name
         code, out = run("cat", "/proc/mounts")
         assert code == 0, name
         mounts = [line.split() for line in out.splitlines()]

@@ -8,9 +8,10 @@ from typing import Any, Literal
 
 import pytest
 
+from components import kube
 from components.bucket_access import BucketUser
 from components.object_storage import ObjectStorage, ObjectStorageArgs, ObjectStore
-from tests.support.components import env_of, run_component
+from tests.support.components import env_of, run_component, secret_file_of
 from tests.support.pulumi_harness import Graph
 
 READER = BucketUser("serving", ("serving",), read=("models",))
@@ -60,11 +61,11 @@ def test_minio_runs_with_root_keys_of_its_own() -> None:
         "whenScaled": "Retain",
     }
     assert minio["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "5Gi"
-    env = env_of(minio["template"]["spec"]["containers"][0])
-    assert env["MINIO_ROOT_USER"]["secretKeyRef"] == {
-        "name": "minio-root",
-        "key": "MINIO_ROOT_USER",
-    }
+    pod = minio["template"]["spec"]
+    # MinIO reads MINIO_ROOT_USER_FILE and MINIO_ROOT_PASSWORD_FILE itself.
+    for var in ("MINIO_ROOT_USER", "MINIO_ROOT_PASSWORD"):
+        assert var not in env_of(pod["containers"][0])
+        assert secret_file_of(pod, pod["containers"][0], var) == {"name": "minio-root", "key": var}
     outputs = graph.one("elasticctr:storage:ObjectStorage").outputs
     assert outputs == {
         "endpoint": "http://minio.test-ns.svc.cluster.local:9000",
@@ -76,12 +77,21 @@ def test_minio_makes_a_user_per_workload_with_its_policy() -> None:
     graph, stores = storage()
     for name in ("serving", "training"):
         secret = secrets(graph)[f"storage-{name}"]
-        assert set(secret.inputs["stringData"]) == {"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"}
+        assert set(secret.inputs["stringData"]) == {
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "credentials",
+        }
         assert "stringData" in secret.secret_paths
-        env = {e["name"]: e.get("value_from") for e in stores[name].env()}
-        secret_key = env["AWS_SECRET_ACCESS_KEY"]
-        assert secret_key is not None
-        assert set(secret_key["secret_key_ref"]) == {"name", "key"}
+        files = stores[name].secret_files()
+        pod = kube.api_fields({"volumes": list(files.volumes)})
+        container = kube.api_fields({"env": list(files.env), "volume_mounts": list(files.mounts)})
+        # (the Secret's name is an output here: the rendered pods' tests check it)
+        assert secret_file_of(pod, container, "AWS_SHARED_CREDENTIALS")["key"] == "credentials"
+        assert not {e["name"] for e in stores[name].env()} & {
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+        }
     policies = graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]
     serving = json.loads(policies["serving.json"])["Statement"]
     assert [s["Action"] for s in serving] == [["s3:ListBucket"], ["s3:GetObject"]]
@@ -98,12 +108,13 @@ def test_minio_makes_a_user_per_workload_with_its_policy() -> None:
         in script
     )
     assert 'mc admin user add local "$TRAINING_ACCESS_KEY" "$TRAINING_SECRET_KEY"' in script
-    env = env_of(container)
-    assert env["SERVING_SECRET_KEY"]["secretKeyRef"] == {
+    pod_spec = pod["spec"]
+    assert secret_file_of(pod_spec, container, "SERVING_SECRET_KEY") == {
         "name": "storage-serving",
         "key": "AWS_SECRET_ACCESS_KEY",
     }
-    assert env["MINIO_ROOT_PASSWORD"]["secretKeyRef"]["name"] == "minio-root"
+    assert secret_file_of(pod_spec, container, "MINIO_ROOT_PASSWORD")["name"] == "minio-root"
+    assert not any("valueFrom" in e for e in container["env"])
 
 
 def test_minio_takes_connections_from_the_workloads_and_its_job_only() -> None:

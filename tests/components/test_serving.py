@@ -10,7 +10,7 @@ import pytest
 from components.kube import KubeTarget
 from components.serving import Serving, ServingArgs
 from infra.config import ServingConfig
-from tests.support.components import STORE, env_of, run_component
+from tests.support.components import STORE, env_of, run_component, secret_file_of
 from tests.support.pulumi_harness import Graph
 
 
@@ -105,11 +105,11 @@ def test_auth_gives_the_pods_a_generated_token_from_a_secret() -> None:
     secret = graph.one("kubernetes:core/v1:Secret")
     assert secret.inputs["metadata"]["name"] == "serving-auth"
     assert "stringData" in secret.secret_paths
-    container = graph.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"][
-        "containers"
-    ][0]
-    assert env_of(container)["SERVING_AUTH_TOKEN"] == {
-        "secretKeyRef": {"name": "serving-auth", "key": "SERVING_AUTH_TOKEN"}
+    pod = graph.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"]
+    assert "SERVING_AUTH_TOKEN" not in env_of(pod["containers"][0])
+    assert secret_file_of(pod, pod["containers"][0], "SERVING_AUTH_TOKEN") == {
+        "name": "serving-auth",
+        "key": "SERVING_AUTH_TOKEN",
     }
     outputs = graph.component_outputs("elasticctr:serving:Serving")
     assert outputs["token"] == "g" * 40  # the mocks' generated value

@@ -12,7 +12,7 @@ from elasticctr_common.trainer_json import HyperParameters, parse_config
 
 from components.kube import KubeTarget
 from components.training import Training, TrainingArgs, pserver_endpoints
-from tests.support.components import STORE, env_of, run_component
+from tests.support.components import STORE, env_of, run_component, secret_file_of
 
 
 def args(target: KubeTarget, **overrides: Any) -> TrainingArgs:
@@ -80,8 +80,12 @@ def test_paddle_fleet_environment() -> None:
         assert env["POD_IP"] == {"fieldRef": {"fieldPath": "status.podIP"}}
         assert env["MLFLOW_TRACKING_URI"] == "http://mlflow:5000"
         assert env["AWS_ENDPOINT_URL"] == STORE.endpoint
-        assert env["AWS_ACCESS_KEY_ID"] == {
-            "secretKeyRef": {"name": "object-storage-credentials", "key": "AWS_ACCESS_KEY_ID"}
+        # The keys as boto3's credentials file, never in the environment.
+        assert "AWS_ACCESS_KEY_ID" not in env and "AWS_SECRET_ACCESS_KEY" not in env
+        pod = task["template"]["spec"]
+        assert secret_file_of(pod, container, "AWS_SHARED_CREDENTIALS") == {
+            "name": "object-storage-credentials",
+            "key": "credentials",
         }
         # The trainer id comes from Volcano's env plugin (VC_TASK_INDEX), never a fixed value.
         assert "PADDLE_TRAINER_ID" not in env
@@ -144,8 +148,12 @@ def test_ugi_is_a_secret_only_when_given() -> None:
     job, graph = job_of(hdfs_ugi="alice,pw")
     secret = graph.one("kubernetes:core/v1:Secret")
     assert secret.inputs["metadata"]["name"] == "hdfs-ugi" and "stringData" in secret.secret_paths
-    env = env_of(job["spec"]["tasks"][1]["template"]["spec"]["containers"][0])
-    assert env["HDFS_UGI"] == {"secretKeyRef": {"name": "hdfs-ugi", "key": "HDFS_UGI"}}
+    pod = job["spec"]["tasks"][1]["template"]["spec"]
+    assert "HDFS_UGI" not in env_of(pod["containers"][0])
+    assert secret_file_of(pod, pod["containers"][0], "HDFS_UGI") == {
+        "name": "hdfs-ugi",
+        "key": "HDFS_UGI",
+    }
 
 
 def test_any_spec_change_replaces_the_job() -> None:

@@ -18,9 +18,12 @@ def _open_to_all(inputs: dict[str, Any]) -> None:
     inputs["spec"].pop("loadBalancerSourceRanges", None)
 
 
+TOKEN_VARIABLES = ("SERVING_AUTH_TOKEN", "SERVING_AUTH_TOKEN_FILE")
+
+
 def _no_token(inputs: dict[str, Any]) -> None:
     for container in inputs["spec"]["template"]["spec"]["containers"]:
-        container["env"] = [e for e in container["env"] if e["name"] != "SERVING_AUTH_TOKEN"]
+        container["env"] = [e for e in container["env"] if e["name"] not in TOKEN_VARIABLES]
 
 
 def _check(stack: str, *changes) -> list[tuple[str, str | None]]:
@@ -53,6 +56,26 @@ def test_a_token_from_a_config_map_or_a_literal_does_not_count() -> None:
         )
 
     assert len(_check("baidu-prod", (SERVICE, _open_to_all), (DEPLOYMENT, literal))) == 1
+
+
+def test_a_token_file_counts_only_in_a_mounted_secret() -> None:
+    """SERVING_AUTH_TOKEN_FILE naming a file of the mounted Secret is a token from a
+    Secret; naming a file of a ConfigMap, or of a Secret the container does not mount, not."""
+
+    def token_file(path: str) -> Any:
+        def edit(inputs: dict[str, Any]) -> None:
+            _no_token(inputs)
+            inputs["spec"]["template"]["spec"]["containers"][0]["env"].append(
+                {"name": "SERVING_AUTH_TOKEN_FILE", "value": path}
+            )
+
+        return edit
+
+    secret_dir = "/var/run/secrets/elasticctr/serving-auth"
+    open_service = (SERVICE, _open_to_all)
+    assert _check("baidu-prod", open_service, (DEPLOYMENT, token_file(f"{secret_dir}/x"))) == []
+    for elsewhere in ("/etc/elasticctr/token", "/var/run/secrets/elasticctr/other/token"):
+        assert len(_check("baidu-prod", open_service, (DEPLOYMENT, token_file(elsewhere)))) == 1
 
 
 def _service(annotations: dict[str, str] | None = None, **spec: Any):

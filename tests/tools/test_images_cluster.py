@@ -15,7 +15,7 @@ pytestmark = pytest.mark.cluster
 # image -> (USER, ENTRYPOINT, a command that must succeed inside, text its output contains)
 EXPECTED: dict[str, tuple[str, list[str], list[str], str]] = {
     "trainer": (
-        "1000",
+        "10001",
         ["python", "-m", "elasticctr_trainer"],
         # Paddle, and the native pipe the image installed (15 % 10 = key 5 of slot 1)
         ["sh", "-c", "python -c 'import elasticctr_trainer, paddle; print(paddle.__version__)'"
@@ -24,14 +24,14 @@ EXPECTED: dict[str, tuple[str, list[str], list[str], str]] = {
         "2.6.2\n1 0 1 1 1 0 1 5",
     ),
     "cube": (
-        "1000",
+        "10001",
         ["python", "-m", "elasticctr_cube"],
         ["python", "-c", "import os, elasticctr_cube; "
          "print(os.access(os.environ['ELASTICCTR_CUBE_SERVER_BIN'], os.X_OK))"],
         "True",
     ),
     "serving": (
-        "1000",
+        "10001",
         ["python", "-m", "elasticctr_serving"],
         ["python", "-c", "import ctypes, os, importlib.util, elasticctr_serving.rollout, paddle; "
          "assert importlib.util.find_spec('elasticctr_cube') is None, 'ships elasticctr_cube'; "
@@ -39,14 +39,14 @@ EXPECTED: dict[str, tuple[str, list[str], list[str], str]] = {
         "parser loaded",
     ),
     "client": (
-        "1000",
+        "10001",
         ["python", "-m", "elasticctr_client"],
         ["sh", "-c", "elasticctr --help >/dev/null && "
          "python -c 'import elasticctr_client, kubernetes; print(\"ok\")'"],
         "ok",
     ),
     "mlflow": (
-        "1000:1000",
+        "10001:10001",
         ["mlflow", "server"],
         ["python", "-c", "import mlflow, boto3; print(mlflow.__version__)"],
         "3.17.2",

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
+from . import secrets
 from .contract import DONEFILE, HOUR_FORMAT
 
 IMPRESSIONS_TOPIC: Final = "elasticctr-impressions"
@@ -97,12 +98,19 @@ def kafka_client_config(env: Mapping[str, str]) -> dict[str, str]:
                 f"{FeedbackEnv.SASL_MECHANISM} must be one of {', '.join(SASL_MECHANISMS)}, "
                 f"got {mechanism!r}"
             )
-        for key in (FeedbackEnv.SASL_USERNAME, FeedbackEnv.SASL_PASSWORD):
-            if not env.get(key):
-                raise FeedbackConfigError(f"{key} is required with {protocol}")
         config["sasl.mechanism"] = mechanism
-        config["sasl.username"] = env[FeedbackEnv.SASL_USERNAME]
-        config["sasl.password"] = env[FeedbackEnv.SASL_PASSWORD]
+        for key, option in (
+            (FeedbackEnv.SASL_USERNAME, "sasl.username"),
+            (FeedbackEnv.SASL_PASSWORD, "sasl.password"),
+        ):
+            try:
+                config[option] = secrets.read(key, env)
+            except secrets.SecretError as error:
+                raise FeedbackConfigError(str(error)) from None
+            if not config[option]:
+                raise FeedbackConfigError(
+                    f"{key} (or {secrets.file_variable(key)}) is required with {protocol}"
+                )
     if protocol.endswith("SSL") and env.get(FeedbackEnv.SSL_CA_LOCATION):
         config["ssl.ca.location"] = env[FeedbackEnv.SSL_CA_LOCATION]
     return config

@@ -17,6 +17,9 @@ from abc import ABC, abstractmethod
 from pathlib import Path
 from urllib.parse import urlparse
 
+from . import secrets
+from .contract import TrainerEnv
+
 SCHEMES = ("file", "s3", "hdfs")
 # Name prefix of in-flight writes (local, HDFS): list() hides them, so a reader of a directory
 # never sees a half-written object, nor the debris of a writer killed mid-write.
@@ -221,7 +224,8 @@ def _contents(listing: dict[str, list[dict[str, str]]]) -> list[dict[str, str]]:
 
 
 class HdfsStore(Store):
-    """HDFS over its native RPC (no JVM). User from HADOOP_USER_NAME or HDFS_UGI."""
+    """HDFS over its native RPC (no JVM). User from HADOOP_USER_NAME, else HDFS_UGI (a
+    secret: elasticctr_common.secrets)."""
 
     def __init__(self, root_uri: str) -> None:
         super().__init__(root_uri)
@@ -230,7 +234,7 @@ class HdfsStore(Store):
         parsed = urlparse(root_uri)
         if not parsed.netloc:
             raise StorageError(f"{root_uri}: an hdfs:// URI needs host:port")
-        ugi = os.environ.get("HDFS_UGI", "")
+        ugi = secrets.read(TrainerEnv.HDFS_UGI)
         if ugi and "HADOOP_USER_NAME" not in os.environ:
             # ElasticCTR's UGI is "user,password"; simple auth only uses the user.
             os.environ["HADOOP_USER_NAME"] = ugi.split(",", 1)[0]

@@ -1,8 +1,9 @@
 """python -m elasticctr_serving [--port 8010]: the CTR prediction server (docs/serving.md).
 
 Options default to the environment the Pulumi program sets (components/serving.py):
-MODEL_URI, CUBE_CONF, CUBE_TRANSFER_URL, SLOT_CONF, SPARSE_DIM. SERVING_AUTH_TOKEN (from a
-Secret), when set, is the bearer token every client must send (app.py). With
+MODEL_URI, CUBE_CONF, CUBE_TRANSFER_URL, SLOT_CONF, SPARSE_DIM. SERVING_AUTH_TOKEN (in the
+Secret's file SERVING_AUTH_TOKEN_FILE names), when set, is the bearer token every client
+must send (app.py). With
 KAFKA_BOOTSTRAP_SERVERS set, impressions and clicks go to the stream (feedback.py;
 elasticctr_common.feedback.FeedbackEnv names the rest).
 """
@@ -14,6 +15,7 @@ import logging
 import os
 import sys
 
+from elasticctr_common import secrets
 from elasticctr_common.contract import CUBE_CONF, SERVING_PORT, ServingEnv
 from elasticctr_common.logs import log_info_to_stderr
 
@@ -111,6 +113,11 @@ def main(argv: list[str] | None = None) -> int:
     from .metrics import ServingMetrics
     from .rollout import ModelManager
 
+    try:
+        token = secrets.read(ServingEnv.AUTH_TOKEN)
+    except secrets.SecretError as error:
+        print(f"elasticctr_serving: {error}", file=sys.stderr)
+        return 2
     conf = CubeConf.load(args.cube_conf)
     metrics = ServingMetrics()
     feedback = FeedbackLog.from_env(os.environ, metrics)
@@ -141,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         metrics,
         max_body_bytes=args.max_body_bytes,
         max_instances=args.max_instances,
-        token=os.environ.get(ServingEnv.AUTH_TOKEN, ""),
+        token=token,
         feedback=feedback,
         failure_log_seconds=args.failure_log_seconds,
     )
@@ -155,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         args.model_uri,
         conf.shard,
         args.cube_transfer_url or "(none)",
-        "bearer token required" if os.environ.get(ServingEnv.AUTH_TOKEN) else "no authentication",
+        "bearer token required" if token else "no authentication",
         f"to {feedback.impressions_topic}" if feedback else "off",
     )
     try:
