@@ -34,13 +34,9 @@ CREDENTIALS_VOLUME = "storage-credentials"
 KeyPair = tuple[pulumi.Input[str], pulumi.Input[str]]  # access key id, secret key (secret)
 
 
-def credentials_file(
-    key_id: pulumi.Input[str], secret_key: pulumi.Input[str]
-) -> pulumi.Output[str]:
+def credentials_file(key_id: str, secret_key: str) -> str:
     """boto3's shared credentials file holding one key pair as its default profile."""
-    return pulumi.Output.format(
-        "[default]\naws_access_key_id = {0}\naws_secret_access_key = {1}\n", key_id, secret_key
-    )
+    return f"[default]\naws_access_key_id = {key_id}\naws_secret_access_key = {secret_key}\n"
 
 
 @dataclass(frozen=True)
@@ -194,7 +190,8 @@ class ObjectStorage(pulumi.ComponentResource):
             KEY_ID: pulumi.Output.secret(pair[0]),
             SECRET_KEY: pulumi.Output.secret(pair[1]),
         }
-        keys[CREDENTIALS_FILE] = pulumi.Output.secret(credentials_file(*pair))
+        file: pulumi.Output[str] = pulumi.Output.all(*pair).apply(lambda p: credentials_file(*p))
+        keys[CREDENTIALS_FILE] = pulumi.Output.secret(file)
         return k8s.core.v1.Secret(
             resource_name,
             metadata=target.metadata(credentials_secret(user), "object-storage"),

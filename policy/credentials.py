@@ -1,9 +1,9 @@
 """Secrets secret: no plaintext value that looks like a credential in a ConfigMap or in env.
 
-A credential belongs in a Secret, read through `valueFrom.secretKeyRef` (or a projected
-volume); anything written into a ConfigMap or an env `value` is readable by everyone who can
-read the object, and lands in `pulumi preview --diff` output and PR comments. Messages name
-where a credential is, never its value.
+A credential belongs in a Secret, mounted as files (or read through
+`valueFrom.secretKeyRef`); anything written into a ConfigMap or an env `value` is readable
+by everyone who can read the object, and lands in `pulumi preview --diff` output and PR
+comments. Messages name where a credential is, never its value.
 """
 
 from __future__ import annotations
@@ -209,7 +209,8 @@ def validate_no_plaintext_credentials(
             f"{label}: "
             + "; ".join(findings)
             + ". Put credentials in a Secret (a Pulumi secret in the stack config: "
-            "`pulumi config set --secret`) and read them with valueFrom.secretKeyRef.",
+            "`pulumi config set --secret`) and mount it as files (or read it with "
+            "valueFrom.secretKeyRef).",
             None,
         )
 

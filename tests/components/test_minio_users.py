@@ -18,11 +18,13 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 from elasticctr_common.ports import free_port
+from elasticctr_common.secrets import file_variable
 from elasticctr_common.storage import open_store
 
 from components import cube, mlflow, serving, training
 from components.bucket_access import BucketUser, s3_policy_json
-from components.minio import key_variables, setup_script
+from components.minio import ROOT_KEYS, key_variables, setup_script
+from components.object_storage import credentials_file
 from tests.support.services import ServerProcess, _http_answers
 
 pytestmark = pytest.mark.slow
@@ -71,10 +73,13 @@ class MinioServer(ServerProcess):
                 "--console-address", f"127.0.0.1:{free_port()}"]  # fmt: skip
 
     def _env(self) -> dict[str, str]:
+        # As in its pod: the root keys in files, named by MINIO_ROOT_USER_FILE/..._PASSWORD_FILE.
+        assert self.workdir is not None
         return {
             **os.environ,
-            "MINIO_ROOT_USER": self.root[0],
-            "MINIO_ROOT_PASSWORD": self.root[1],
+            **write_secret_files(
+                self.workdir / "secrets", dict(zip(ROOT_KEYS, self.root, strict=True))
+            ),
             "MINIO_BROWSER": "off",
             "MINIO_UPDATE": "off",
         }
@@ -97,17 +102,26 @@ def minio(tmp_path_factory) -> Iterator[tuple[MinioServer, dict[str, tuple[str, 
             "PATH": f"{Path(MC).parent}:{os.environ['PATH']}",
             "HOME": str(work),
             "MC_CONFIG_DIR": str(work / "mc"),
-            "MINIO_ROOT_USER": server.root[0],
-            "MINIO_ROOT_PASSWORD": server.root[1],
         }
+        # As in the Job: every key in a file its <VAR>_FILE names, none in the environment.
+        values = dict(zip(ROOT_KEYS, server.root, strict=True))
         for user in USERS:
-            env.update(zip(key_variables(user), keys[user.name], strict=True))
+            values.update(zip(key_variables(user), keys[user.name], strict=True))
+        env.update(write_secret_files(work / "secrets", values))
         script = setup_script(BUCKET, USERS, server.url, str(work))
         for attempt in (1, 2):  # the Job may run again (a retry, a new stack version)
             done = subprocess.run(["/bin/sh", "-c", script], env=env, capture_output=True,
                                   text=True, timeout=120)  # fmt: skip
             assert done.returncode == 0, f"run {attempt}: {done.stdout}\n{done.stderr}"
         yield server, keys
+
+
+def write_secret_files(directory: Path, values: dict[str, str]) -> dict[str, str]:
+    """Each value in a file of its own: the <VAR>_FILE variables naming them."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for var, value in values.items():
+        (directory / var).write_text(value)
+    return {file_variable(var): str(directory / var) for var in values}
 
 
 def client(server: MinioServer, key: tuple[str, str]):
@@ -186,9 +200,15 @@ def test_the_workloads_storage_library_works_within_its_rights(
     monkeypatch.setenv("AWS_ENDPOINT_URL", server.url)
     monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
 
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID", raising=False)
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY", raising=False)
+    monkeypatch.delenv("AWS_PROFILE", raising=False)
+
     def as_user(user: BucketUser, uri: str):
-        monkeypatch.setenv("AWS_ACCESS_KEY_ID", keys[user.name][0])
-        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", keys[user.name][1])
+        # As in the pods: the workload's Secret key `credentials`, the file the program writes.
+        credentials = tmp_path / f"{user.name}.credentials"
+        credentials.write_text(credentials_file(*keys[user.name]))
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
         boto3.setup_default_session()  # boto3 keeps the first credentials it found
         return open_store(uri)
 

@@ -40,6 +40,7 @@ import pytest
 from components import kube
 from infra.program import main as program
 from tests.support import pulumi_harness as harness
+from tests.support.components import env_of, secret_file_of
 from tests.support.manifests import describe, mismatches
 from tests.support.pulumi_cli import CI_JOB as JOB
 from tests.support.pulumi_cli import CI_NAMESPACE as NAMESPACE
@@ -163,10 +164,6 @@ def state_changes(before: list[dict[str, Any]], after: list[dict[str, Any]]) -> 
     return changes
 
 
-def env_of(container: dict[str, Any]) -> dict[str, Any]:
-    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
-
-
 def task(job: dict[str, Any], name: str) -> dict[str, Any]:
     return next(t for t in job["spec"]["tasks"] if t["name"] == name)
 
@@ -287,7 +284,7 @@ def test_the_training_job_is_a_gang_of_pservers_and_trainers(lifecycle: Lifecycl
         assert env["TRAINING_ROLE"] == name.upper()
         assert env["PADDLE_TRAINERS_NUM"] == "2"
         assert env["PADDLE_PSERVERS_IP_PORT_LIST"] == f"{JOB}-pserver-0.{JOB}:30240"
-        assert env["HDFS_UGI"] == {"secretKeyRef": {"name": "hdfs-ugi", "key": "HDFS_UGI"}}
+        assert secret_file_of(pod, container, "HDFS_UGI") == {"name": "hdfs-ugi", "key": "HDFS_UGI"}
         assert container["image"] == "docker.io/elasticctr/trainer:0.1.0"
         assert (pod["restartPolicy"], pod["serviceAccountName"]) == ("Never", "training")
         assert pod["securityContext"]["runAsNonRoot"] is True

@@ -12,6 +12,7 @@ import pytest
 
 from tests.support import network_paths, volcano_webhook
 from tests.support import pulumi_harness as harness
+from tests.support.components import secret_file_of
 from tests.support.manifests import (
     KUBERNETES_VERSIONS,
     VOLCANO_JOB,
@@ -261,13 +262,18 @@ def test_each_workload_holds_only_its_own_bucket_credentials(
     for owner, template in all_pods(graph):
         account = template["spec"]["serviceAccountName"]
         for container in template["spec"]["containers"]:
-            for var in container.get("env", []):
-                ref = var.get("valueFrom", {}).get("secretKeyRef")
-                if ref is None:
-                    continue
-                if var["name"] in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):
-                    assert ref["name"] == f"storage-{account}", (owner, ref)
-                holders.setdefault(ref["name"], set()).add(account)
+            # Secrets are files (elasticctr_common.secrets), never in the environment.
+            assert not any(
+                "secretKeyRef" in v.get("valueFrom", {}) for v in container.get("env", [])
+            )
+            assert "envFrom" not in container, owner
+            names = {v["name"] for v in container.get("env", [])}
+            if "AWS_SHARED_CREDENTIALS_FILE" in names:
+                ref = secret_file_of(template["spec"], container, "AWS_SHARED_CREDENTIALS")
+                assert ref["name"] == f"storage-{account}", (owner, ref)
+        for volume in template["spec"].get("volumes", []):
+            if "secret" in volume:
+                holders.setdefault(volume["secret"]["secretName"], set()).add(account)
     if stack == "dev":
         assert holders["minio-root"] == {"minio"}  # the server and the bucket Job
     if stack == "aws-prod":  # Pod Identity: a role per workload, no keys

@@ -6,7 +6,8 @@ side only fails here, not in a pod. Then the pods are checked against each other
 addresses one reads (cube.conf, the transfer's URL, the agent's server) are the ports
 the other listens on.
 
-Secrets (`valueFrom`) read as a placeholder; Volcano's `env` plugin adds VC_TASK_INDEX.
+Secrets (`valueFrom`, or the files of Secret volumes) read as a placeholder; Volcano's `env`
+plugin adds VC_TASK_INDEX.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any
 
 import pytest
 from elasticctr_common.contract import NETWORK_FILE, CubeEnv, TrainerEnv
+from elasticctr_common.secrets import FILE_SUFFIX
 from elasticctr_common.slotconf import read_slot_conf
 
 from infra.program import main
@@ -33,7 +35,8 @@ PLACEHOLDER = "from-a-secret"
 
 
 def config_files(graph: harness.Graph, pod: dict[str, Any], root: Path) -> dict[str, Path]:
-    """The pod's mounted ConfigMap files written under `root`: {path in the pod: file}."""
+    """The pod's mounted ConfigMap files written under `root`, and its Secret volumes'
+    files holding a placeholder: {path in the pod: file}."""
     maps = {
         m["metadata"]["name"]: m.get("data", {})
         for m in graph.manifests()
@@ -46,9 +49,19 @@ def config_files(graph: harness.Graph, pod: dict[str, Any], root: Path) -> dict[
         if "configMap" in volume:
             names.append(volume["configMap"]["name"])
         sources[volume["name"]] = names
+    secrets = {
+        volume["name"]: [item["path"] for item in volume["secret"].get("items", [])]
+        for volume in pod["spec"].get("volumes", [])
+        if "secret" in volume
+    }
     files = {}
     for container in pod["spec"]["containers"]:
         for mount in container.get("volumeMounts", []):
+            for key in secrets.get(mount["name"], []):
+                local = root / mount["mountPath"].strip("/") / key
+                local.parent.mkdir(parents=True, exist_ok=True)
+                local.write_text(PLACEHOLDER)
+                files[f"{mount['mountPath']}/{key}"] = local
             for name in sources.get(mount["name"], []):
                 for key, text in maps[name].items():
                     local = root / mount["mountPath"].strip("/") / key
@@ -70,11 +83,15 @@ class Pod:
     """One container's view: its env (os.environ while parsing) and its files."""
 
     def __init__(self, container: dict[str, Any], files: dict[str, Path]) -> None:
+        self.args: list[str] = list(container.get("args") or [])
+        self.files = files
         self.env = {e["name"]: e.get("value", PLACEHOLDER) for e in container.get("env", [])} | {
             TrainerEnv.TASK_INDEX: "0"
         }
-        self.args: list[str] = list(container.get("args") or [])
-        self.files = files
+        # A secret's file (elasticctr_common.secrets) is read where the test wrote it.
+        for name, value in self.env.items():
+            if name.endswith(FILE_SUFFIX):
+                self.env[name] = str(self.file(value))
 
     def file(self, path: str) -> Path:
         assert path, "no path: its variable or flag is not set"

@@ -13,7 +13,7 @@ RULE = "no-plaintext-credentials"
 SECRET_VALUE = "hunter2-Very-Secret"
 FIX = (
     ". Put credentials in a Secret (a Pulumi secret in the stack config: `pulumi config set "
-    "--secret`) and read them with valueFrom.secretKeyRef."
+    "--secret`) and mount it as files (or read it with valueFrom.secretKeyRef)."
 )
 
 

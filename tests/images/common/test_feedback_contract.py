@@ -101,7 +101,10 @@ def test_kafka_client_settings_name_what_is_missing():
     assert kafka_client_config({"KAFKA_BOOTSTRAP_SERVERS": "k:9092"}) == {
         "bootstrap.servers": "k:9092", "security.protocol": "PLAINTEXT",
     }  # fmt: skip
-    with pytest.raises(ValueError, match="KAFKA_SASL_PASSWORD is required with SASL_SSL"):
+    with pytest.raises(
+        ValueError,
+        match=r"KAFKA_SASL_PASSWORD \(or KAFKA_SASL_PASSWORD_FILE\) is required with SASL_SSL",
+    ):
         kafka_client_config({
             "KAFKA_BOOTSTRAP_SERVERS": "k:9096", "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
             "KAFKA_SASL_USERNAME": "u",
