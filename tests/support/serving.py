@@ -17,6 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from elasticctr_common import secrets
+from elasticctr_common.contract import ServingEnv
 from elasticctr_common.ports import free_port
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
@@ -65,7 +67,7 @@ class Serving:
 
     def __init__(self, procs: Processes, name: str, cluster: CubeCluster, *extra: str, env=None):
         self.procs, self.name = procs, name
-        token = (env or {}).get("SERVING_AUTH_TOKEN")
+        token = secrets.read(ServingEnv.AUTH_TOKEN, env or {})
         self.auth = {"Authorization": f"Bearer {token}"} if token else {}
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"

@@ -1,5 +1,6 @@
-"""Serving with a bearer token (serving.auth token), as a real process: without the token
-nothing but the kubelet's probes answers, and those say no more than ready or not."""
+"""Serving with a bearer token (serving.auth token), as a real process reading it from a
+file as in its pod: without the token nothing but the kubelet's probes answers, and those
+say no more than ready or not."""
 
 from __future__ import annotations
 
@@ -20,9 +21,14 @@ def guarded(tmp_path_factory, cube_server_bin):
     from tests.support.serving import Processes
 
     procs = Processes(tmp_path_factory.mktemp("auth"))
+    # As in its pod: the token in a Secret's file, named by SERVING_AUTH_TOKEN_FILE.
+    token_file = tmp_path_factory.mktemp("secret") / "SERVING_AUTH_TOKEN"
+    token_file.write_text(TOKEN + "\n")
     try:
         yield start_stack(
-            procs, tmp_path_factory.mktemp("auth-stack"), serving_env={"SERVING_AUTH_TOKEN": TOKEN}
+            procs,
+            tmp_path_factory.mktemp("auth-stack"),
+            serving_env={"SERVING_AUTH_TOKEN_FILE": str(token_file)},
         )
     finally:
         procs.stop_all()
