@@ -1159,6 +1159,12 @@ class TrainingConfig(Section):
         Runner.publish_every_version,
         description="publish every version that passes its check, better or not",
     )
+    cpu: float = Field(
+        2, ge=MIN_CPU, le=128, description="CPU cores per pserver or trainer pod (-u)"
+    )
+    mem: float = Field(
+        4, ge=MIN_MEM, le=1024, description="memory in GiB per pserver or trainer pod (-m)"
+    )
     job_name: ServiceName = Field(
         "elasticctr-train", description="Volcano Job name (pod host names derive from it)"
     )
@@ -1189,9 +1195,16 @@ class TrainingConfig(Section):
             )
 
 
-# TrainingConfig's keys that are the program's (the job, its queue, its pool; eval_path
-# becomes runner.eval_data_uri), not trainer.json's.
-PROGRAM_SETTINGS = frozenset({"job_name", "queue", "node_pool", "priority_class", "eval_path"})
+# TrainingConfig's keys that are the program's (the job's pods, its queue, its pool;
+# eval_path becomes runner.eval_data_uri), not trainer.json's.
+PROGRAM_SETTINGS = frozenset(
+    {"cpu", "mem", "job_name", "queue", "node_pool", "priority_class", "eval_path"}
+)
+
+# Keys that moved into a section: {old top-level key: its path now}. A stack file that sets
+# the old key is read as if it set the new one, with a warning (infra/load_config.py), so
+# that no stack breaks or changes on the upgrade.
+MOVED_KEYS: dict[str, str] = {"cpu": "training.cpu", "mem": "training.mem"}
 
 
 class StackConfig(Section):
@@ -1210,8 +1223,6 @@ class StackConfig(Section):
     )
     trainers: int = Field(2, ge=1, le=1000, description="trainer pods (-t)")
     pservers: int = Field(2, ge=1, le=100, description="parameter-server pods (-p)")
-    cpu: float = Field(2, ge=MIN_CPU, le=128, description="CPU cores per training pod (-u)")
-    mem: float = Field(4, ge=MIN_MEM, le=1024, description="memory in GiB per training pod (-m)")
     cube_shards: int = Field(2, ge=1, le=1000, description="cube shard servers (-b)")
     slot_conf: str = Field(
         "stacks/slot.txt",

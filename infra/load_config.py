@@ -25,6 +25,7 @@ from pydantic_core import ErrorDetails
 from infra.config import (
     BOOLEAN_TEXT,
     INTEGER_TEXT,
+    MOVED_KEYS,
     NUMBER_TEXT,
     SECRET_FIELDS,
     Problem,
@@ -61,7 +62,14 @@ class LoadedConfig:
 def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     """Read, validate and return the stack config, or raise ConfigError."""
     raw, secret_keys = _read_raw()
-    problems = _misspelt_namespaces() + _unknown_keys(raw) + _plaintext_secrets(raw, secret_keys)
+    # A problem of a moved key's value names the key as the stack file has it.
+    old_names = {
+        f"{NAMESPACE}:{new} ": f"{NAMESPACE}:{old} "
+        for old, new in MOVED_KEYS.items()
+        if old in raw
+    }
+    problems = _move_keys(raw)
+    problems += _misspelt_namespaces() + _unknown_keys(raw) + _plaintext_secrets(raw, secret_keys)
     known = {k: v for k, v in raw.items() if k in StackConfig.model_fields}
     stack, found, failed = _validate(known, raw)
     problems += found
@@ -74,6 +82,11 @@ def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     network = stack.training.network_module if stack else ""
     network_text = _read_network(network, project_dir, problems)
     if problems or stack is None:
+        for new_name, old_name in old_names.items():
+            problems = [
+                old_name + line[len(new_name) :] if line.startswith(new_name) else line
+                for line in problems
+            ]
         raise ConfigError(problems)
     return LoadedConfig(
         stack=stack, slots=slots, slot_conf_text=slot_text, network_text=network_text
@@ -176,6 +189,32 @@ def _read_raw() -> tuple[dict[str, Any], set[str]]:
     return raw, secret
 
 
+def _move_keys(raw: dict[str, Any]) -> list[str]:
+    """Each old key of MOVED_KEYS set in `raw` goes to its new place there, with a warning
+    saying how to rename it; set beside its new key, it is a problem (which one is meant?)."""
+    problems = []
+    for old, new in MOVED_KEYS.items():
+        if old not in raw:
+            continue
+        section, key = new.split(".")
+        target = raw.setdefault(section, {})
+        if not isinstance(target, dict):
+            continue  # the section itself is wrong: validation says so
+        if key in target:
+            problems.append(
+                f"{NAMESPACE}:{old} is the old name of {NAMESPACE}:{new}, and both are set: "
+                f"pulumi config rm {NAMESPACE}:{old}"
+            )
+            del raw[old]  # reported here, not again as an unknown key
+            continue
+        target[key] = raw.pop(old)
+        pulumi.log.warn(
+            f"{NAMESPACE}:{old} is now {NAMESPACE}:{new} and is read as that: rename it with "
+            f"`pulumi config rm {old}` and `pulumi config set --path {new} {target[key]}`"
+        )
+    return problems
+
+
 def _stack_file_scalars(root: str | None, stack: str) -> list[str]:
     """The stack file's numbers and booleans as written. YAML reads `trainers: 4.0`,
     `1_0`, `+4` and `0x10` as numbers and the engine hands the program "4", "10", "4" and
@@ -192,7 +231,8 @@ def _stack_file_scalars(root: str | None, stack: str) -> list[str]:
     problems = []
     for key, node in _mapping(config).items():
         if key.startswith(f"{NAMESPACE}:"):
-            problems += _written(node, [key.split(":", 1)[1]], str(relative))
+            name = key.split(":", 1)[1]
+            problems += _written(node, MOVED_KEYS.get(name, name).split("."), str(relative))
     return problems
 
 

@@ -42,6 +42,26 @@ def test_plain_top_level_strings_as_pulumi_config_set_stores_them() -> None:
     assert limits == {"cpu": "500m", "memory": "3Gi"}
 
 
+def test_moved_keys_are_read_at_their_new_place_with_a_warning(caplog) -> None:
+    """`cpu` and `mem` moved into `training`: a stack file with the old keys renders the
+    same pods as one with the new, and says how to rename them; both set is refused."""
+    old = harness.run(main, {"elasticctr:cpu": "0.5", "elasticctr:mem": "3"})
+    warnings = [r.getMessage() for r in caplog.records if "is now" in r.getMessage()]
+    assert warnings == [
+        "elasticctr:cpu is now elasticctr:training.cpu and is read as that: rename it with "
+        "`pulumi config rm cpu` and `pulumi config set --path training.cpu 0.5`",
+        "elasticctr:mem is now elasticctr:training.mem and is read as that: rename it with "
+        "`pulumi config rm mem` and `pulumi config set --path training.mem 3`",
+    ]
+    new = harness.run(main, {"elasticctr:training": {"cpu": 0.5, "mem": 3}})
+    job_type = "kubernetes:batch.volcano.sh/v1alpha1:Job"
+    assert old.one(job_type).inputs == new.one(job_type).inputs
+    assert problems_of({"elasticctr:cpu": "1", "elasticctr:training": {"cpu": 2}}) == [
+        "elasticctr:cpu is the old name of elasticctr:training.cpu, and both are set: "
+        "pulumi config rm elasticctr:cpu"
+    ]
+
+
 def test_structured_values_set_with_path() -> None:
     # `pulumi config set --path data.sparse_dim 5000` stores an object with a number in it.
     graph = harness.run(
@@ -224,7 +244,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"trainerz": "3"},
-            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cpu, mem, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback",
+            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback",
         ),
     ],
 )
@@ -342,7 +362,7 @@ def test_cpu_and_memory_must_be_positive_and_bounded(key: str, value: float) -> 
 
     lower, upper = {"cpu": (MIN_CPU, 128), "mem": (MIN_MEM, 1024)}[key]
     try:
-        StackConfig.model_validate({key: str(value)})
+        StackConfig.model_validate({"training": {key: str(value)}})
         accepted = True
     except Exception:
         accepted = False
@@ -679,11 +699,11 @@ def test_checks_across_fields_are_reported_beside_field_errors() -> None:
         }
     )
     assert problems == [
-        'elasticctr:cpu must be a number from 0.01 to 128, got "lots"',
         "elasticctr:storage.endpoint must be an http(s) URL, scheme://host[:port], when mode "
         'is external, got ""',
         "elasticctr:serving.cpu must be a number >= 0.01, got 0",
         "elasticctr:training.batch_size must be an integer >= 1, got 0",
+        'elasticctr:cpu must be a number from 0.01 to 128, got "lots"',  # moved: training.cpu
         "elasticctr:serving.max_replicas must be >= replicas (3), got 2",
         "elasticctr:training.passes must be 1 in training mode online (each new hour is "
         "trained once), got 3",
