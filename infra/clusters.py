@@ -1,4 +1,5 @@
-"""The cluster of a stack, by `cloud`: the one place that knows which cloud it is.
+"""The cluster of a stack, by `cloud`: the one place that picks a cloud's component, fed
+what CLOUD_TRAITS (infra/config.py) says that cloud does.
 
 Each cloud component gets typed args mapped from its config section and hands back the same
 ClusterResult (Kubernetes provider, kubeconfig, bucket, registry, Volcano), so the rest of
@@ -17,17 +18,25 @@ from components.cluster.aws import EksCluster, EksClusterArgs
 from components.cluster.baidu import BaiduCce, BaiduCceArgs
 from components.cluster.existing import ExistingCluster, ExistingClusterArgs
 from components.cluster.huawei import HuaweiCce, HuaweiCceArgs
-from infra.config import Cloud, NodePool, StackConfig
+from infra.config import CLOUD_TRAITS, Cloud, NodePool, StackConfig
 from infra.load_config import as_secret
 
 
 def build_cluster(config: StackConfig, bucket_users: tuple[BucketUser, ...]) -> ClusterResult:
     """The stack's cluster; a bucket the cloud makes gets `bucket_users` (AWS: a Pod
     Identity role each)."""
-    cluster = config.cluster
+    cluster, traits = config.cluster, CLOUD_TRAITS[config.cloud]
     # One cluster per stack: the stack name keeps clusters of several stacks apart.
     name = f"elasticctr-{pulumi.get_stack()}"
     bucket = config.storage.bucket if config.storage.mode == "cloud" else None
+    # A bucket the cloud makes: a role per workload, or the stack's keys.
+    roles = bucket_users if traits.workload_identity else ()
+    access_key, secret_key = (
+        as_secret(config.storage.access_key),
+        as_secret(config.storage.secret_key),
+    )
+    # volcano.managed: the cluster's own Volcano (the config allows it where the cloud can).
+    managed_volcano = config.volcano.managed and traits.managed_volcano
     if config.cloud == Cloud.AWS:
         aws = cluster.aws
         return EksCluster(
@@ -39,7 +48,7 @@ def build_cluster(config: StackConfig, bucket_users: tuple[BucketUser, ...]) -> 
                 node_pools=_pools(aws.node_pools),
                 subnet_ids=tuple(aws.subnet_ids),
                 bucket=bucket,
-                bucket_users=bucket_users,
+                bucket_users=roles,
                 bucket_namespace=config.namespace,
             ),
         ).result
@@ -54,10 +63,10 @@ def build_cluster(config: StackConfig, bucket_users: tuple[BucketUser, ...]) -> 
                 cluster_flavor=huawei.cluster_flavor,
                 key_pair=huawei.key_pair,
                 node_pools=_pools(huawei.node_pools),
-                volcano_addon=config.volcano.managed,
+                volcano_addon=managed_volcano,
                 bucket=bucket,
-                bucket_access_key=as_secret(config.storage.access_key),
-                bucket_secret_key=as_secret(config.storage.secret_key),
+                bucket_access_key=access_key,
+                bucket_secret_key=secret_key,
             ),
         ).result
     if config.cloud == Cloud.BAIDU:
@@ -76,8 +85,8 @@ def build_cluster(config: StackConfig, bucket_users: tuple[BucketUser, ...]) -> 
                 node_pools=_pools(baidu.node_pools),
                 create_timeout_seconds=baidu.create_timeout_minutes * 60,
                 bucket=bucket,
-                bucket_access_key=as_secret(config.storage.access_key),
-                bucket_secret_key=as_secret(config.storage.secret_key),
+                bucket_access_key=access_key,
+                bucket_secret_key=secret_key,
             ),
         ).result
     return ExistingCluster(
@@ -85,7 +94,7 @@ def build_cluster(config: StackConfig, bucket_users: tuple[BucketUser, ...]) -> 
         ExistingClusterArgs(
             kubeconfig=cluster.kubeconfig,
             context=cluster.context,
-            volcano_managed=config.volcano.managed,
+            volcano_managed=managed_volcano,
             render_dir=cluster.render_dir,
         ),
     ).result

@@ -10,6 +10,7 @@ import ipaddress
 import json
 import re
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
@@ -276,6 +277,57 @@ class Cloud(StrEnum):
     BAIDU = "baidu"
     HUAWEI = "huawei"
     AWS = "aws"
+
+
+@dataclass(frozen=True)
+class CloudTraits:
+    """What a stack on one cloud can do: the config's checks (StackConfig._check_cloud)
+    and the program (infra/clusters.py, infra/preflight.py) read this, never the cloud's
+    name."""
+
+    creates_cluster: bool  # the stack makes its cluster, registry and bucket (else: exists)
+    required: tuple[str, ...]  # keys of cluster.<cloud> without a default
+    managed_volcano: bool  # volcano.managed can hold: the cluster brings Volcano itself
+    # Its LoadBalancer passes client addresses on to the pods (source_ranges can work).
+    keeps_client_address: bool
+    # The bucket it makes is reached as one role per workload (no keys at all).
+    workload_identity: bool
+
+
+CLOUD_TRAITS: dict[Cloud, CloudTraits] = {
+    # Whatever the cluster is: Volcano may be installed already (volcano.managed).
+    Cloud.EXISTING: CloudTraits(
+        creates_cluster=False,
+        required=(),
+        managed_volcano=True,
+        keeps_client_address=True,
+        workload_identity=False,
+    ),
+    # EKS: its NLBs keep client addresses; EKS Pod Identity gives each workload a role.
+    Cloud.AWS: CloudTraits(
+        creates_cluster=True,
+        required=("region",),
+        managed_volcano=False,
+        keeps_client_address=True,
+        workload_identity=True,
+    ),
+    # Huawei CCE: Volcano is a managed add-on; ELB does not pass client addresses on.
+    Cloud.HUAWEI: CloudTraits(
+        creates_cluster=True,
+        required=("region", "key_pair"),
+        managed_volcano=True,
+        keeps_client_address=False,
+        workload_identity=False,
+    ),
+    # Baidu CCE: BLB does not pass client addresses on.
+    Cloud.BAIDU: CloudTraits(
+        creates_cluster=True,
+        required=("region", "vpc_id", "subnet_id", "ssh_key_id", "ccr_instance_id"),
+        managed_volcano=False,
+        keeps_client_address=False,
+        workload_identity=False,
+    ),
+}
 
 
 # Instance types as each cloud spells them (checked before anything is created).
@@ -1331,7 +1383,7 @@ class StackConfig(Section):
 
     def _check_cloud(self) -> Iterator[Problem]:
         """The cloud's own section is complete, and nothing meant for another cloud is set."""
-        cloud = self.cloud.value
+        cloud, traits = self.cloud.value, CLOUD_TRAITS[self.cloud]
         for other in (Cloud.AWS, Cloud.HUAWEI, Cloud.BAIDU):
             section = getattr(self.cluster, other.value)
             if other != self.cloud and section != type(section)():
@@ -1340,7 +1392,13 @@ class StackConfig(Section):
                     f"is for cloud {other.value}, got cloud {cloud}",
                     reads=("cloud",),
                 )
-        if self.cloud == Cloud.EXISTING:
+        if self.volcano.managed and not traits.managed_volcano:
+            yield Problem(
+                "volcano.managed",
+                f"must be false on cloud {cloud}: the cluster it creates has no Volcano add-on",
+                reads=("cloud",),
+            )
+        if not traits.creates_cluster:
             if self.storage.mode == "cloud":
                 yield Problem(
                     "storage.mode",
@@ -1367,7 +1425,7 @@ class StackConfig(Section):
                     f"got {shown(wanted)}",
                     reads=("cloud", f"cluster.{cloud}.node_pools"),
                 )
-        for key in REQUIRED_PER_CLOUD[self.cloud]:
+        for key in traits.required:
             if not getattr(section, key):
                 yield Problem(
                     f"cluster.{cloud}.{key}",
@@ -1381,17 +1439,11 @@ class StackConfig(Section):
                 f"it creates, got {shown(self.images.registry)}",
                 reads=("cloud",),
             )
-        if self.volcano.managed and self.cloud != Cloud.HUAWEI:
-            yield Problem(
-                "volcano.managed",
-                f"must be false on cloud {cloud}: the cluster it creates has no Volcano add-on",
-                reads=("cloud",),
-            )
         serving = self.serving
         if (
             serving.source_ranges
             and serving.service_type == "LoadBalancer"
-            and (self.cloud in (Cloud.BAIDU, Cloud.HUAWEI))
+            and not traits.keeps_client_address
         ):
             yield Problem(
                 "serving.source_ranges",
@@ -1404,7 +1456,7 @@ class StackConfig(Section):
         storage = self.storage
         keys = storage.access_key is not None
         own = storage.workload_keys.given()
-        if storage.mode == "cloud" and self.cloud == Cloud.AWS and (keys or own):
+        if storage.mode == "cloud" and traits.workload_identity and (keys or own):
             yield Problem(
                 "storage.access_key" if keys else "storage.workload_keys",
                 "must not be set in mode cloud on aws: each workload reaches S3 as its own role "
@@ -1417,7 +1469,7 @@ class StackConfig(Section):
             workloads |= {"joiner"}
         if (
             storage.mode == "cloud"
-            and self.cloud != Cloud.AWS
+            and not traits.workload_identity
             and not keys
             and not workloads <= own.keys()
         ):
@@ -1432,13 +1484,6 @@ class StackConfig(Section):
 
 # Namespaces of the cluster itself and of what the stack installs beside its own.
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease", "volcano-system")
-
-# What each cloud cannot do without (the rest has defaults).
-REQUIRED_PER_CLOUD: dict[Cloud, tuple[str, ...]] = {
-    Cloud.AWS: ("region",),
-    Cloud.HUAWEI: ("region", "key_pair"),
-    Cloud.BAIDU: ("region", "vpc_id", "subnet_id", "ssh_key_id", "ccr_instance_id"),
-}
 
 
 # Config keys whose values hold secrets, with the key path inside them.

@@ -22,7 +22,7 @@ import pulumi
 
 from components.kube import POOL_LABEL
 from infra import capacity
-from infra.config import Cloud, StackConfig, shown
+from infra.config import CLOUD_TRAITS, StackConfig, shown
 
 NAMESPACE = "elasticctr"
 VOLCANO_DEFAULT_QUEUE = "default"
@@ -32,7 +32,7 @@ TIMEOUT = (5, 15)
 
 def check_cluster(config: StackConfig) -> list[str]:
     """Problem lines for what the config names and the cluster lacks (warnings are logged)."""
-    if config.cloud != Cloud.EXISTING or config.cluster.render_dir:
+    if CLOUD_TRAITS[config.cloud].creates_cluster or config.cluster.render_dir:
         return []
     queue = config.training.queue
     pools = {
@@ -70,7 +70,7 @@ def check_capacity(config: StackConfig, tally: capacity.Tally) -> None:
     """On a cluster that exists already, warn when the stack's pods cannot all fit
     (infra/capacity.py). A cluster that cannot be asked is only noted: the provider fails
     on it anyway, with its own message."""
-    if config.cloud != Cloud.EXISTING or config.cluster.render_dir or not tally.parts:
+    if CLOUD_TRAITS[config.cloud].creates_cluster or config.cluster.render_dir or not tally.parts:
         return
     try:
         api = _client(config.cluster.kubeconfig, config.cluster.context)

@@ -99,8 +99,8 @@ def test_a_second_preview_and_up_change_nothing(stack: Project, control_plane: A
 @pytest.mark.parametrize(
     ("key", "value"),
     [
-        ("mem", "3"),
-        ("cpu", "1.5"),
+        ("training.mem", "3"),
+        ("training.cpu", "1.5"),
         ("images.tags.trainer", "0.1.1"),
         ("data.end", "20191221/06"),  # trainer.json: its hash is on the pod template
     ],
@@ -137,4 +137,25 @@ def test_a_stack_deployed_with_the_old_training_type_previews_no_change(stack: P
     assert changed_steps(preview) == {}, preview["changeSummary"]
     stack.up()
     assert training.OLD_TYPE not in json.dumps(stack.export())
+    assert changed_steps(stack.preview_json()[1]) == {}
+
+
+def test_a_stack_file_with_the_old_top_level_keys_previews_no_change(stack: Project) -> None:
+    """`cpu` and `mem` moved into `training`. The stack file of a stack deployed before,
+    which sets the old top-level keys, previews no change and says how to rename them."""
+    values = {}
+    for key in ("cpu", "mem"):
+        values[key] = stack.run("config", "get", "--path", f"training.{key}").stdout.strip()
+        stack.run("config", "rm", "--path", f"training.{key}")
+        stack.config_set(key, values[key])
+    try:
+        result = stack.run("preview", "--diff", "--expect-no-changes", check=False)
+        assert result.returncode == 0, result.describe()
+        for key in ("cpu", "mem"):
+            assert f"elasticctr:{key} is now elasticctr:training.{key}" in result.stdout
+        assert changed_steps(stack.preview_json()[1]) == {}
+    finally:
+        for key, value in values.items():
+            stack.run("config", "rm", key)
+            stack.config_set(f"training.{key}", value, path=True)
     assert changed_steps(stack.preview_json()[1]) == {}

@@ -12,7 +12,7 @@ import pytest
 from infra.program import main
 from tests.support import pulumi_harness as harness
 
-# Per cloud, the keys a stack cannot do without (infra/config.py, REQUIRED_PER_CLOUD).
+# Per cloud, the keys a stack cannot do without (infra/config.py, CLOUD_TRAITS).
 MINIMAL: dict[str, dict[str, Any]] = {
     "existing": {},
     "aws": {"cloud": "aws", "cluster": {"aws": {"region": "us-west-2"}}},
