@@ -117,17 +117,19 @@ class _Role:
 
 @dataclass(frozen=True)
 class HdfsArgs:
+    """The hdfs section's settings (their defaults are the config's, infra/config.py)."""
+
     target: KubeTarget
     mode: Literal["in-cluster", "external"]
+    datanodes: int
+    replication: int
+    namenode_storage: str
+    datanode_storage: str
+    cpu: float  # per namenode or datanode pod
+    mem: float
+    clients: tuple[str, ...]  # components that read or write (trainer, joiner)
     address: str = ""  # external mode: hdfs://host:port
     image: str = ""  # in-cluster mode
-    datanodes: int = 1
-    replication: int = 1
-    namenode_storage: str = "10Gi"
-    datanode_storage: str = "50Gi"
-    cpu: float = 0.5  # per namenode or datanode pod
-    mem: float = 1
-    clients: tuple[str, ...] = ("trainer",)  # components that read or write (the joiner)
 
 
 class Hdfs(pulumi.ComponentResource):

@@ -27,12 +27,14 @@ BUCKET_USER = BucketUser(SERVICE_ACCOUNT, ("mlflow",), write=(MLFLOW,), delete=(
 
 @dataclass(frozen=True)
 class MlflowArgs:
+    """The mlflow section's settings (their defaults are the config's, infra/config.py)."""
+
     target: KubeTarget
     image: pulumi.Input[str]  # a pinned tag, or the digest of a build
     store: ObjectStore
-    storage: str = "5Gi"
-    cpu: float = 0.5
-    mem: float = 1
+    storage: str
+    cpu: float
+    mem: float
     # Components that log runs (trainers) or move the registry's alias (cube-transfer).
     clients: tuple[str, ...] = ("trainer", "cube-transfer")
 

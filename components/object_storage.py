@@ -91,9 +91,8 @@ class ObjectStorageArgs:
     secret_key: pulumi.Input[str] | None = None
     user_keys: Mapping[str, KeyPair] | None = None  # external mode: a workload's own keys
     minio_image: str = ""
-    size: str = "20Gi"
-    cpu: float = 0.5  # the MinIO pod
-    mem: float = 1
+    # Mode minio: the MinIO pod's volume size, CPU cores and GiB (the storage section's).
+    minio_resources: tuple[str, float, float] | None = None
     # Outside routes pods need for their bucket credentials (a cloud's identity agent).
     identity_routes: tuple[Route, ...] = ()
 
@@ -106,8 +105,8 @@ class ObjectStorage(pulumi.ComponentResource):
     def __init__(
         self, name: str, args: ObjectStorageArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
-        if args.mode == "minio" and not args.minio_image:
-            raise ValueError(f"{name}: minio_image is required in mode minio")
+        if args.mode == "minio" and (not args.minio_image or args.minio_resources is None):
+            raise ValueError(f"{name}: minio_image and minio_resources are required in mode minio")
         if args.mode == "external" and not args.endpoint:
             raise ValueError(f"{name}: endpoint is required in mode external")
         names = [user.name for user in args.users]
@@ -159,6 +158,7 @@ class ObjectStorage(pulumi.ComponentResource):
                 },
                 opts=target.opts(self),
             )
+            assert args.minio_resources is not None  # checked above
             minio.deploy(
                 self,
                 name,
@@ -168,7 +168,7 @@ class ObjectStorage(pulumi.ComponentResource):
                 args.users,
                 {n: s.metadata["name"] for n, s in secrets.items()},
                 root_secret.metadata["name"],
-                (args.size, args.cpu, args.mem),
+                args.minio_resources,
             )
 
         self.endpoint = pulumi.Output.from_input(endpoint)

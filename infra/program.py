@@ -96,9 +96,7 @@ def _storage_args(
         secret_key=as_secret(config.storage.secret_key),
         user_keys=workload_keys(config),
         minio_image=config.images.minio,
-        size=config.storage.size,
-        cpu=config.storage.cpu,
-        mem=config.storage.mem,
+        minio_resources=(config.storage.size, config.storage.cpu, config.storage.mem),
     )
 
 

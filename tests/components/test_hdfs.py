@@ -12,7 +12,11 @@ from typing import Any
 import pytest
 
 from components.hdfs import CONF_DIR, NAMENODE_COMMAND, Hdfs, HdfsArgs, hadoop_conf, site_xml
+from infra.config import HdfsConfig
 from tests.support.components import env_of, run_component
+
+# The config's defaults (infra/config.py: the one place they are written).
+SIZES = HdfsConfig().model_dump(include={"namenode_storage", "datanode_storage", "cpu", "mem"})
 
 
 def in_cluster(datanodes: int = 3, replication: int = 2):
@@ -25,6 +29,8 @@ def in_cluster(datanodes: int = 3, replication: int = 2):
                 image="apache/hadoop:3.4.1",
                 datanodes=datanodes,
                 replication=replication,
+                clients=("trainer",),
+                **SIZES,
             ),
         )
     )
@@ -122,7 +128,18 @@ def test_in_cluster_address() -> None:
 
 def test_external_address_creates_nothing() -> None:
     graph = run_component(
-        lambda t: Hdfs("hdfs", HdfsArgs(target=t, mode="external", address="hdfs://nn.corp:9000/"))
+        lambda t: Hdfs(
+            "hdfs",
+            HdfsArgs(
+                target=t,
+                mode="external",
+                address="hdfs://nn.corp:9000/",
+                datanodes=1,
+                replication=1,
+                clients=("trainer",),
+                **SIZES,
+            ),
+        )
     )
     assert [r.type for r in graph.resources if r.custom] == ["pulumi:providers:kubernetes"]
     assert graph.component_outputs("elasticctr:hdfs:Hdfs")["address"] == "hdfs://nn.corp:9000"

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from components.mlflow import Mlflow, MlflowArgs
+from infra.config import MlflowConfig
 from tests.support.components import STORE, env_of, run_component
 
 
 def test_server_arguments_and_storage() -> None:
     graph = run_component(
-        lambda t: Mlflow("mlflow", MlflowArgs(target=t, image="r.test/mlflow:3", store=STORE))
+        lambda t: Mlflow(
+            "mlflow",
+            MlflowArgs(
+                target=t,
+                image="r.test/mlflow:3",
+                store=STORE,
+                **MlflowConfig().model_dump(include={"storage", "cpu", "mem"}),
+            ),
+        )
     )
     container = graph.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"][
         "containers"

@@ -28,6 +28,7 @@ def storage(mode: str = "minio", **fields: Any) -> tuple[Graph, dict[str, Object
         base: dict[str, Any] = {"bucket": "models", "region": "us-east-1", "users": USERS}
         if mode == "minio":
             base["minio_image"] = "quay.io/minio/minio:RELEASE.2025-04-22T22-12-26Z"
+            base["minio_resources"] = ("20Gi", 0.5, 1.0)
         else:
             base["endpoint"] = "https://s3.bj.bcebos.com"
         args = ObjectStorageArgs(target=target, mode=mode, **{**base, **fields})  # type: ignore[arg-type]
@@ -41,7 +42,7 @@ def secrets(graph: Graph) -> dict[str, Any]:
 
 
 def test_minio_runs_with_root_keys_of_its_own() -> None:
-    graph, _ = storage(size="5Gi")
+    graph, _ = storage(minio_resources=("5Gi", 0.5, 1.0))
     # Root keys (same resource names as the keys all workloads once shared: an existing
     # MinIO keeps its root user), and two per workload.
     generated = {
@@ -165,11 +166,16 @@ def test_missing_or_misplaced_parts_fail_before_any_child() -> None:
             )
         )
 
-    with pytest.raises(ValueError, match="minio_image is required"):
+    with pytest.raises(ValueError, match="minio_image and minio_resources are required"):
         make("minio")
     with pytest.raises(ValueError, match="endpoint is required"):
         make("external")
     with pytest.raises(ValueError, match=r"user_keys for workloads without access: \['mlflow'\]"):
         make("external", endpoint="https://e", user_keys={"mlflow": ("a", "b")})
     with pytest.raises(ValueError, match="MinIO makes its users' keys"):
-        make("minio", minio_image="m:1", user_keys={"serving": ("a", "b")})
+        make(
+            "minio",
+            minio_image="m:1",
+            minio_resources=("1Gi", 0.5, 1.0),
+            user_keys={"serving": ("a", "b")},
+        )
