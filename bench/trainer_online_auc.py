@@ -8,7 +8,7 @@ exported table has counted (`table_shows`) against those in the data the version
 trained on: a version missing some of its pass's pushes counts fewer.
 
     PYTHONPATH=images/trainer:images/common .venv/bin/python bench/trainer_online_auc.py \
-        --runs 5 [--hog 4] [--out /tmp/online-auc]
+        --runs 5 [--hog 4] [--out /tmp/online-auc] [--set delete_threshold=1000]
 
 `--hog N` runs N busy-loop processes (started and stopped by PID) for the whole run.
 """
@@ -65,7 +65,12 @@ def stall(pid_file: Path, seconds: float) -> None:
 
 
 def one_run(
-    data: Path, work: Path, bayes: float, heldout: list[str], stall_seconds: float = 0.0
+    data: Path,
+    work: Path,
+    bayes: float,
+    heldout: list[str],
+    stall_seconds: float = 0.0,
+    settings: dict[str, Any] | None = None,
 ) -> list[dict[str, float]]:
     from elasticctr_trainer.metrics import auc
 
@@ -82,6 +87,7 @@ def one_run(
         "online_poll_seconds": 0.5,
     }
     hyper: dict[str, Any] = {"sparse_dim": 100003, "learning_rate": 0.003, "batch_size": 64}
+    hyper.update(settings or {})
     subprocess.run(["cp", "-r", str(data / "train"), str(work / "train")], check=True)
     (work / "train" / HOURS[2] / "donefile").unlink()
     config = work / "trainer.json"
@@ -132,7 +138,12 @@ def main() -> None:
         "--stall-trainer0", type=float, default=0.0,
         help="stop trainer 0 (SIGSTOP) as soon as it starts, for this many seconds",
     )  # fmt: skip
+    args.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="a hyper_parameters key (a JSON value), e.g. delete_threshold=1000",
+    )  # fmt: skip
     opts = args.parse_args()
+    settings = {k: json.loads(v) for k, v in (item.split("=", 1) for item in opts.set)}
     from elasticctr_trainer.generate import bayes_auc, generate
 
     base = Path(opts.out or tempfile.mkdtemp(prefix="online-auc-"))
@@ -153,7 +164,7 @@ def main() -> None:
             work = base / f"run-{int(time.time())}-{run}"
             work.mkdir(parents=True)
             started = time.time()
-            rows = one_run(data, work, bayes, heldout, opts.stall_trainer0)
+            rows = one_run(data, work, bayes, heldout, opts.stall_trainer0, settings)
             seconds = time.time() - started
             load = os.getloadavg()[0]
             for row in rows:

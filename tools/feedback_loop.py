@@ -501,9 +501,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
             f"{given}: the simulator clicks by the truth of generated data of the simple "
             "profile (--profile simple, no --data)"
         )
-    # Online passes are small: no show-count deletion of the sparse table after each one
-    # (delete_threshold counts shows a pass, docs/trainer.md), and every version published.
-    online = ["runner.publish_every_version=true", "hyper_parameters.delete_threshold=0"]
+    # Every version published (online passes delete no ids by default: trainer_json).
+    online = ["runner.publish_every_version=true"]
     args.set = online + args.set
     return args
 

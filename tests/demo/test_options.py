@@ -28,7 +28,6 @@ def test_the_loops_settings_come_before_yours() -> None:
     args = feedback_loop.parse_args(["--set", "hyper_parameters.delete_threshold=5"])
     assert args.set == [
         "runner.publish_every_version=true",
-        "hyper_parameters.delete_threshold=0",
         "hyper_parameters.delete_threshold=5",  # applied last: yours wins
     ]
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import types
-from dataclasses import MISSING, asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
@@ -88,12 +88,20 @@ class HyperParameters:
     # show_click_decay_rate and ids scoring below delete_threshold are deleted: what a
     # rare id learnt in one pass is forgotten before the next, so passes over the same data
     # cannot memorise the long tail (docs/trainer.md, "Model quality", measured there).
+    # None: by mode (delete_threshold_for): offline passes repeat their data, online ones
+    # never do, and deleting there would forget every rare id at each small partition.
     embedx_threshold: int = 50
     nonclk_coeff: float = 1.0
     click_coeff: float = 1.0
     show_click_decay_rate: float = 1.0
-    delete_threshold: float = 1000.0
+    delete_threshold: float | None = None
     dense_l2: float = 0.0  # L2 regularisation of the FC weights
+
+    def deletion(self) -> float:
+        """delete_threshold as the job uses it: parse_config sets an unset one by mode."""
+        if self.delete_threshold is None:
+            raise ValueError("hyper_parameters.delete_threshold: unset (parse_config sets it)")
+        return self.delete_threshold
 
 
 @dataclass(frozen=True)
@@ -185,7 +193,20 @@ def parse_config(data: Any) -> TrainerConfig:
     if problems or more:
         raise ConfigError("\n".join(problems + more))
     _check(runner, hyper)
+    if hyper.delete_threshold is None:
+        hyper = replace(hyper, delete_threshold=delete_threshold_for(runner.mode))
     return TrainerConfig(runner, hyper)
+
+
+# What delete_threshold is when not set: shows a pass an id needs to be kept. Offline, the
+# measured remedy for memorised rare ids (docs/trainer.md, "Model quality"); online, where
+# every example is trained on once, nothing to memorise: ids are never deleted (the table
+# is bounded by sparse_dim).
+DELETE_THRESHOLD_BY_MODE: dict[str, float] = {"offline": 1000.0, "online": 0.0}
+
+
+def delete_threshold_for(mode: str) -> float:
+    return DELETE_THRESHOLD_BY_MODE[mode]
 
 
 def _dense_features(data: Any) -> list[DenseFeature]:
@@ -300,7 +321,7 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
             "lines have no place for dense features)"
         )
     for key in ("embedx_threshold", "nonclk_coeff", "click_coeff", "delete_threshold", "dense_l2"):
-        if getattr(hyper, key) < 0:
+        if getattr(hyper, key) is not None and getattr(hyper, key) < 0:
             raise ConfigError(f"hyper_parameters.{key}: must be >= 0, got {getattr(hyper, key)}")
     if not 0 < hyper.show_click_decay_rate <= 1:
         raise ConfigError(

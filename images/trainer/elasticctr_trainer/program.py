@@ -42,7 +42,7 @@ def build_training_program(hyper: HyperParameters, slot_count: int, pservers: in
     )  # fmt: skip
     accessor = AccessorParams(
         hyper.embedx_threshold, hyper.nonclk_coeff, hyper.click_coeff,
-        hyper.show_click_decay_rate, hyper.delete_threshold,
+        hyper.show_click_decay_rate, hyper.deletion(),
     )  # fmt: skip
     strategy = async_strategy(
         hyper.embedding_dim,

@@ -471,7 +471,7 @@ class Trainer:
             self.logger.tags(
                 {"held_back_versions": "; ".join(f"{v}: {r}" for v, r in self.held_back.items())}
             )
-        if hyper.show_click_decay_rate < 1 or hyper.delete_threshold > 0:
+        if hyper.show_click_decay_rate < 1 or hyper.deletion() > 0:
             # Exported first; the checkpoint then holds the table the next pass starts from.
             shrink_sparse_table()
         local = ckpt.local_dir(self.config.runner.work_dir, planned.pass_id)

@@ -6,7 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from elasticctr_common.trainer_json import ConfigError, apply_settings, parse_config
+from elasticctr_common.trainer_json import (
+    ConfigError,
+    HyperParameters,
+    apply_settings,
+    parse_config,
+)
 
 from tests.support.trainer_json import RUNNER
 
@@ -86,3 +91,18 @@ def test_a_training_setting_goes_where_the_program_puts_it() -> None:
 def test_an_unknown_section_names_the_three_it_takes() -> None:
     with pytest.raises(ConfigError, match=r"expected training\.KEY=JSON"):
         apply_settings({"runner": RUNNER}, ["model.passes=3"])
+
+
+@pytest.mark.parametrize(("mode", "expected"), [("offline", 1000.0), ("online", 0.0)])
+def test_an_unset_delete_threshold_follows_the_mode(mode: str, expected: float) -> None:
+    """Offline passes repeat their data: ids below 1000 shows a pass are deleted after each
+    (the measured remedy for memorised rare ids). Online partitions are each trained on
+    once: deleting would forget every rare id at each small partition, so none is."""
+    runner = {**RUNNER, "mode": mode}
+    config = parse_config({"runner": runner, "hyper_parameters": {}})
+    assert config.hyper_parameters.delete_threshold == expected
+    assert config.hyper_parameters.deletion() == expected
+    chosen = parse_config({"runner": runner, "hyper_parameters": {"delete_threshold": 50}})
+    assert chosen.hyper_parameters.deletion() == 50
+    with pytest.raises(ValueError, match="unset"):
+        HyperParameters().deletion()

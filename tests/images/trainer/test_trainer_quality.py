@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from elasticctr_common.storage import open_store
-from elasticctr_common.trainer_json import HyperParameters, parse_config
+from elasticctr_common.trainer_json import delete_threshold_for, parse_config
 from elasticctr_common.versions import Version, append_version, read_versions
 from elasticctr_trainer import realistic
 from elasticctr_trainer.export import (
@@ -161,7 +161,7 @@ def test_published_model_keeps_up_with_logistic_regression(seed, tmp_path):
         "work_dir": str(tmp_path / "scratch"),
     }
     # The trainer's model defaults; the job tests' sparse_dim and learning rate.
-    deletion = {"delete_threshold": HyperParameters().delete_threshold}
+    deletion = {"delete_threshold": delete_threshold_for("offline")}
     config = write_config(tmp_path / "trainer.json", runner, deletion)
     run_job(config, tmp_path / "logs", pservers=1, trainers=1)
     models = open_store(f"file://{tmp_path}/models")
