@@ -86,7 +86,7 @@ class CubeArgs:
     image: pulumi.Input[str]  # a pinned tag, or the digest of a build
     store: ObjectStore  # the agents' (they read shards)
     shards: int
-    # The stack's cube section (infra/config.py CubeConfig), field for field: its defaults.
+    # The stack's cube section (infra/config.py CubeConfig), field for field, by name.
     replicas: int  # cube-servers per shard (cube.conf dup)
     timeout_ms: int  # a lookup, retries and hedged requests included
     retry: int
@@ -101,7 +101,7 @@ class CubeArgs:
     transfer_cpu: float
     transfer_mem: float  # GiB
     node_pool: str  # shards and transfer on this pool's nodes; "": any node
-    priority_class: str = ""  # the shards' and the transfer's; "": the cluster's default
+    priority_class: str  # the shards' and the transfer's; "": the cluster's default
     clients: tuple[str, ...] = ("serving",)  # components that look up embeddings
     transfer_store: ObjectStore | None = None  # the transfer's (writes shards); None: store
     # MLflow's model registry: the transfer points its serving alias at each committed version.

@@ -128,7 +128,7 @@ class HdfsArgs:
     cpu: float  # per namenode or datanode pod
     mem: float
     clients: tuple[str, ...]  # components that read or write (trainer, joiner)
-    address: str = ""  # external mode: hdfs://host:port
+    address: str  # external mode: hdfs://host:port
     image: str = ""  # in-cluster mode
 
 

@@ -49,7 +49,7 @@ class ServingArgs:
     cube_conf_hash: pulumi.Input[str]
     cube_transfer_url: pulumi.Input[str]
     sparse_dim: int
-    # The stack's serving section (infra/config.py ServingConfig): its defaults.
+    # The stack's serving section (infra/config.py ServingConfig), field for field, by name.
     replicas: int
     max_replicas: int
     target_cpu_percent: int
@@ -59,15 +59,16 @@ class ServingArgs:
     node_pool: str  # pods on this pool's nodes; "": any node
     source_ranges: tuple[str, ...]  # CIDRs clients connect from; (): any address
     auth: bool  # clients send the generated bearer token
+    priority_class: str  # the pods'; "": the cluster's default
+    # The feedback section's: a share of requests logged, librdkafka's buffer in records.
+    feedback_sample_rate: float
+    feedback_buffer_records: int
     cube_routes: tuple[Route, ...] = ()  # cube's lookups and the transfer's status
     # cube's shard StatefulSets: the Deployment's rollout starts once they exist.
     cube_shards: tuple[pulumi.Resource, ...] = ()
     service_annotations: dict[str, str] | None = None  # the cloud's load balancer options
     # The feedback loop (feedback.enabled): impressions and clicks to this stream.
     feedback: KafkaClient | None = None
-    feedback_sample_rate: float = 1.0
-    feedback_buffer_records: int = 100000
-    priority_class: str = ""  # the pods'; "": the cluster's default
 
 
 class Serving(pulumi.ComponentResource):

@@ -1,4 +1,11 @@
-"""The ElasticCTR environment: stack config -> cluster -> components -> stack outputs."""
+"""The ElasticCTR environment: stack config -> cluster -> components -> stack outputs.
+
+One rule maps the config to the components: a component's args take its section's
+settings field by field, under the same names (`cpu=config.cube.cpu`), beside what the
+program derives (images, stores, routes, secrets as Outputs). Args restate no default:
+each is written once, in infra/config.py. trainer.json's settings are the exception that
+has a rule of its own (`trainer_settings`: by the field's name in the contract).
+"""
 
 from __future__ import annotations
 
@@ -199,8 +206,22 @@ def main() -> None:
             store=stores[SHARD_ACCOUNT],
             transfer_store=stores[TRANSFER_ACCOUNT],
             shards=config.cube_shards,
+            replicas=config.cube.replicas,
+            timeout_ms=config.cube.timeout_ms,
+            retry=config.cube.retry,
+            backup_request_ms=config.cube.backup_request_ms,
+            load_balancer=config.cube.load_balancer,
+            cpu=config.cube.cpu,
+            mem=config.cube.mem,
+            storage=config.cube.storage,
+            keep_versions=config.cube.keep_versions,
+            base_every=config.cube.base_every,
+            max_chain_fraction=config.cube.max_chain_fraction,
+            transfer_cpu=config.cube.transfer_cpu,
+            transfer_mem=config.cube.transfer_mem,
+            node_pool=config.cube.node_pool,
+            priority_class=config.cube.priority_class,
             registry=registry,
-            **config.cube.model_dump(),  # CubeArgs has every field of the section
         ),
     )
 

@@ -27,6 +27,7 @@ def in_cluster(datanodes: int = 3, replication: int = 2):
                 target=t,
                 mode="in-cluster",
                 image="apache/hadoop:3.4.1",
+                address="",
                 datanodes=datanodes,
                 replication=replication,
                 clients=("trainer",),

@@ -9,7 +9,7 @@ import pytest
 
 from components.kube import KubeTarget
 from components.serving import Serving, ServingArgs
-from infra.config import ServingConfig
+from infra.config import FeedbackConfig, ServingConfig
 from tests.support.components import STORE, env_of, run_component, secret_file_of
 from tests.support.pulumi_harness import Graph
 
@@ -25,6 +25,8 @@ def args(target: KubeTarget, **overrides: Any) -> ServingArgs:
         cube_transfer_url="http://t:8099",
         sparse_dim=1000,
         **{**ServingConfig().model_dump(), "source_ranges": (), "auth": False},
+        feedback_sample_rate=FeedbackConfig().sample_rate,
+        feedback_buffer_records=FeedbackConfig().buffer_records,
     )
     base = dataclasses.replace(base, replicas=2, max_replicas=6)
     return dataclasses.replace(base, **overrides)

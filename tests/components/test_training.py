@@ -108,7 +108,8 @@ def test_config_file_and_mounts() -> None:
     )
     text = graph.one("kubernetes:core/v1:ConfigMap").inputs["data"]["trainer.json"]
     config = parse_config(json.loads(text))  # the trainer's own reader
-    assert config.hyper_parameters == hyper  # the whole model, fc_sizes and all
+    # The whole model, fc_sizes and all; the trainer sets an unset delete_threshold by mode.
+    assert config.hyper_parameters == dataclasses.replace(hyper, delete_threshold=0.0)
     assert {key: getattr(config.runner, key) for key in runner} == runner
     assert (config.runner.train_data_uri, config.runner.eval_data_uri) == (
         "hdfs://nn:8020/train_data",

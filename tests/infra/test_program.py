@@ -2,15 +2,22 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.metadata
 import json
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
+
 from components import kube
-from components.cube import LAYOUT_LABEL, SHARD_LABEL
+from components.cube import LAYOUT_LABEL, SHARD_LABEL, CubeArgs
+from components.hdfs import HdfsArgs
+from components.mlflow import MlflowArgs
+from components.serving import ServingArgs
 from infra import outputs
+from infra.config import CubeConfig, HdfsConfig, MlflowConfig, ServingConfig
 from tests.support import pulumi_harness as harness
 from tests.support.manifests import describe, pod_templates
 from tests.support.stacks import STACKS, TEST_SECRETS, run_stack
@@ -453,3 +460,24 @@ def test_the_transfer_moves_the_registrys_alias_of_the_jobs_model_when_mlflow_ru
     assert env["ELASTICCTR_REGISTERED_MODEL"] == "elasticctr-train"  # the trainers' experiment
     without = _transfer_env(run_stack("dev", {"elasticctr:mlflow": {"enabled": False}}))
     assert "MLFLOW_TRACKING_URI" not in without and "ELASTICCTR_REGISTERED_MODEL" not in without
+
+
+@pytest.mark.parametrize(
+    ("section", "args", "not_args"),
+    [
+        # (the config section, its component's args, its keys the program uses otherwise)
+        (CubeConfig, CubeArgs, set()),
+        (HdfsConfig, HdfsArgs, {"datanode_port"}),  # the routes to an external HDFS
+        (MlflowConfig, MlflowArgs, {"enabled"}),
+        (ServingConfig, ServingArgs, {"source_ranges", "auth"}),  # converted (tuple, bool)
+    ],
+)
+def test_each_section_reaches_its_args_under_its_own_names(section, args, not_args) -> None:
+    """The one mapping rule (infra/program.py): a section's settings are its args' fields of
+    the same names, and no args field restates a section's default."""
+    fields = {f.name: f for f in dataclasses.fields(args)}
+    assert set(section.model_fields) - not_args <= set(fields)
+    for name in section.model_fields:
+        if name in fields:
+            restated = fields[name].default is not dataclasses.MISSING
+            assert not restated, f"{args.__name__}.{name} restates its default"
