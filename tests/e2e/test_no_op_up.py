@@ -152,7 +152,7 @@ def test_a_stack_file_with_the_old_top_level_keys_previews_no_change(stack: Proj
         result = stack.run("preview", "--diff", "--expect-no-changes", check=False)
         assert result.returncode == 0, result.describe()
         for key in ("cpu", "mem"):
-            assert f"elasticctr:{key} is now elasticctr:training.{key}" in result.stdout
+            assert f"elasticctr:{key} is now elasticctr:training.{key}" in result.output
         assert changed_steps(stack.preview_json()[1]) == {}
     finally:
         for key, value in values.items():
