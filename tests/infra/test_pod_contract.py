@@ -1,4 +1,4 @@
-"""The contract between the program and the images, checked end to end (issue 14, item 2):
+"""The contract between the program and the images, checked end to end:
 every pod of every stack, as the program renders it, is fed to the image's own parsers:
 its args and env to the image's option parser, its mounted config files to the image's
 readers (trainer.json, cube.conf, slot.conf). A variable, flag, key or file renamed on one

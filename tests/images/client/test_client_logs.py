@@ -157,7 +157,8 @@ def test_logs_says_when_a_pod_never_appears(kubeconfig):
 
 def test_the_stacks_kubeconfig_never_stays_on_disk(kubeconfig, tmp_path):
     """A cluster the stack created: its kubeconfig (token and key) is a secret stack
-    output. `logs` must not leave it in $TMPDIR (issue 13, item 10)."""
+        output. `logs` must not leave it in $TMPDIR, where other users of the machine
+    could read it."""
     tmpdir = tmp_path / "tmpdir"
     tmpdir.mkdir()
     config = json.loads(kubeconfig.read_text())

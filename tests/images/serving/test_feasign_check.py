@@ -1,5 +1,6 @@
 """Serving warns, once, when every feasign it receives is below the table size Paddle
-Serving's ElasticCTR client reduces feasigns by (issue 14, item 7)."""
+Serving's ElasticCTR client reduces feasigns by: that client's requests would score
+near-random otherwise."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""One request must not fail others (issue 13, item 6): serving's per-request key limit is
+"""One request must not fail others: serving's per-request key limit is
 cube's (cube.conf max_keys), and a request that fails in its batch fails alone."""
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def test_serving_waits_for_a_first_version_and_reads_the_shards_without_transfer
 
 
 def test_fast_version_changes_and_rollbacks_fail_no_request(procs, tmp_path, cube_server_bin):
-    """issue 13, item 4: three versions within 1.3 s failed 10% of requests, rollbacks at
+    """Three versions within 1.3 s once failed 10% of requests, and rollbacks at
     one per second a third: cube dropped the version serving still pinned. Now a held
     version stays while readers read it (the transfer drains before it replaces it, and
     unloads the previous version only once unread)."""
@@ -238,9 +238,9 @@ def _held(server_status: dict) -> set[int | None]:
 def test_one_cube_replica_down_or_stopped_and_serving_stopped_fail_no_request(
     procs, tmp_path, cube_server_bin
 ):
-    """issue 13, item 2: with one server per shard, killing 1 of 3 failed every request
+    """With one server per shard, killing 1 of 3 once failed every request
     until it came back. With 2 replicas per shard serving's cube client fails over.
-    issue 14, item 5: SIGTERM (a rolling restart) of a cube replica, then of serving
+    And SIGTERM (a rolling restart) of a cube replica, then of serving
     itself, under load: every request is answered, and each exits 0 by itself."""
     stack = start_stack(procs, tmp_path, "--shutdown-delay", "4", replicas=2)
     instances = probe_instances(stack.spec, 200, seed=21)
