@@ -163,6 +163,13 @@ def build_parser(
         "nothing is unhealthy (a new stack's first model); then report",
     )
 
+    db = commands.add_parser(
+        "dashboard",
+        help="print a Grafana dashboard (JSON, for import) of every metric the parts expose",
+    )
+    db.add_argument("--out", help="write it to this file instead")
+    db.add_argument("--title", default="elasticctr", help="the dashboard's title")
+
     up = commands.add_parser("upload", help="upload hour directories and slot.conf")
     up.add_argument("source", help="local directory of YYYYMMDD/HH hour directories")
     up.add_argument("--dest", help="storage URI (default: the stack's dataset location)")
@@ -191,6 +198,7 @@ def main(
         "status": args.command == "status"
         and not (args.mlflow_url and args.serving_url and args.transfer_url),
         "upload": args.command == "upload" and not args.dest,
+        "dashboard": False,
     }[args.command]
     try:
         outputs = _outputs(args) if needs_stack else StackOutputs({}, args.stack)
@@ -447,12 +455,28 @@ def run_upload(args: argparse.Namespace, outputs: StackOutputs, _: Forwarder) ->
     return 0
 
 
+def run_dashboard(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwarder) -> int:
+    from elasticctr_common.dashboard import dashboard
+
+    text = json.dumps(dashboard(title=args.title), indent=1) + "\n"
+    if not args.out:
+        sys.stdout.write(text)
+        return ExitCode.OK
+    try:
+        Path(args.out).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"--out {args.out}: cannot write it ({err.strerror or err})") from None
+    print(f"wrote {args.out}: import it in Grafana (Dashboards, New, Import)", file=sys.stderr)
+    return ExitCode.OK
+
+
 COMMANDS = {
     "predict": run_predict,
     "click": run_click,
     "logs": run_logs,
     "status": run_status,
     "upload": run_upload,
+    "dashboard": run_dashboard,
 }
 
 if __name__ == "__main__":

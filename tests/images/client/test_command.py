@@ -66,3 +66,22 @@ def test_a_tool_without_a_clone_is_a_usage_error(
     err = capsys.readouterr().err
     assert err.startswith("error: elasticctr demo runs a tool of the project's clone")
     assert str(tmp_path) in err
+
+
+def test_dashboard_prints_or_writes_grafanas_json(tmp_path: Path) -> None:
+    """No stack needed: the dashboard comes from the metrics contract alone."""
+    import json
+
+    from elasticctr_common.dashboard import dashboard
+
+    printed = run(tmp_path, "dashboard")
+    assert printed.returncode == 0, printed.stderr
+    assert json.loads(printed.stdout) == dashboard()
+    written = run(tmp_path, "dashboard", "--out", "board.json", "--title", "prod")
+    assert written.returncode == 0 and "import it in Grafana" in written.stderr
+    assert json.loads((tmp_path / "board.json").read_text())["title"] == "prod"
+    refused = run(tmp_path, "dashboard", "--out", "missing/board.json")
+    assert refused.returncode == 3
+    assert refused.stderr == (
+        "error: --out missing/board.json: cannot write it (No such file or directory)\n"
+    )
