@@ -170,6 +170,16 @@ def build_parser(
     db.add_argument("--out", help="write it to this file instead")
     db.add_argument("--title", default="elasticctr", help="the dashboard's title")
 
+    al = commands.add_parser(
+        "alerts", help="print Prometheus alert rules (YAML) for the stack's parts"
+    )
+    al.add_argument("--out", help="write them to this file instead")
+    al.add_argument(
+        "--operator",
+        metavar="NAMESPACE",
+        help="as a PrometheusRule object (Prometheus Operator) in this namespace",
+    )
+
     up = commands.add_parser("upload", help="upload hour directories and slot.conf")
     up.add_argument("source", help="local directory of YYYYMMDD/HH hour directories")
     up.add_argument("--dest", help="storage URI (default: the stack's dataset location)")
@@ -199,6 +209,7 @@ def main(
         and not (args.mlflow_url and args.serving_url and args.transfer_url),
         "upload": args.command == "upload" and not args.dest,
         "dashboard": False,
+        "alerts": False,
     }[args.command]
     try:
         outputs = _outputs(args) if needs_stack else StackOutputs({}, args.stack)
@@ -455,19 +466,36 @@ def run_upload(args: argparse.Namespace, outputs: StackOutputs, _: Forwarder) ->
     return 0
 
 
+def _print_or_write(text: str, out: str | None, hint: str) -> int:
+    """`text` to stdout, or to the file `out` (then `hint` on stderr)."""
+    if not out:
+        sys.stdout.write(text)
+        return ExitCode.OK
+    try:
+        Path(out).write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise InputError(f"--out {out}: cannot write it ({err.strerror or err})") from None
+    print(f"wrote {out}: {hint}", file=sys.stderr)
+    return ExitCode.OK
+
+
 def run_dashboard(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwarder) -> int:
     from elasticctr_common.dashboard import dashboard
 
     text = json.dumps(dashboard(title=args.title), indent=1) + "\n"
-    if not args.out:
-        sys.stdout.write(text)
-        return ExitCode.OK
-    try:
-        Path(args.out).write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise InputError(f"--out {args.out}: cannot write it ({err.strerror or err})") from None
-    print(f"wrote {args.out}: import it in Grafana (Dashboards, New, Import)", file=sys.stderr)
-    return ExitCode.OK
+    return _print_or_write(text, args.out, "import it in Grafana (Dashboards, New, Import)")
+
+
+def run_alerts(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwarder) -> int:
+    import yaml
+    from elasticctr_common.alerts import prometheus_rule, rule_file
+
+    if args.operator:
+        document, hint = prometheus_rule(args.operator), "kubectl apply -f it"
+    else:
+        document, hint = rule_file(), "list it under rule_files in Prometheus's configuration"
+    text = yaml.safe_dump(document, sort_keys=False, width=120, allow_unicode=True)
+    return _print_or_write(text, args.out, hint)
 
 
 COMMANDS = {
@@ -477,6 +505,7 @@ COMMANDS = {
     "status": run_status,
     "upload": run_upload,
     "dashboard": run_dashboard,
+    "alerts": run_alerts,
 }
 
 if __name__ == "__main__":

@@ -85,3 +85,14 @@ def test_dashboard_prints_or_writes_grafanas_json(tmp_path: Path) -> None:
     assert refused.stderr == (
         "error: --out missing/board.json: cannot write it (No such file or directory)\n"
     )
+
+
+def test_alerts_prints_a_rule_file_or_a_prometheus_rule(tmp_path: Path) -> None:
+    import yaml
+    from elasticctr_common.alerts import prometheus_rule, rule_file
+
+    printed = run(tmp_path, "alerts")
+    assert printed.returncode == 0, printed.stderr
+    assert yaml.safe_load(printed.stdout) == rule_file()
+    operator = run(tmp_path, "alerts", "--operator", "elasticctr-prod")
+    assert yaml.safe_load(operator.stdout) == prometheus_rule("elasticctr-prod")

@@ -1,0 +1,167 @@
+"""Prometheus alert rules for a stack, as code, on the metrics contract (metrics.py): the
+failures a person must hear about. Each rule is per namespace (one stack), reads only
+metric families the parts expose, and says what to look at.
+
+`elasticctr alerts` prints them (YAML) as a Prometheus rule file, or (`--operator`) as a
+PrometheusRule object for the Prometheus Operator. Stdlib only: the client and the program
+both may use it.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from .metrics import ROLLOUT_PHASES
+
+GROUP: Final = "elasticctr"
+# The transfer's phases a rollout rests in; any other for long is a stuck rollout.
+RESTING_PHASES: Final = ("idle", "committed", "aborted")
+WINDOW: Final = "5m"
+
+
+@dataclass(frozen=True)
+class Rule:
+    alert: str
+    expr: str
+    duration: str  # Prometheus's `for`: how long it must hold
+    severity: str  # critical: someone acts now; warning: in working hours
+    summary: str
+    description: str  # what to look at ({{ $labels.x }} and {{ $value }} are filled in)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "alert": self.alert,
+            "expr": self.expr,
+            "for": self.duration,
+            "labels": {"severity": self.severity, "part_of": "elasticctr"},
+            "annotations": {"summary": self.summary, "description": self.description},
+        }
+
+
+def _rate(name: str, selector: str = "") -> str:
+    return f"sum by (namespace) (rate({name}{selector}[{WINDOW}]))"
+
+
+_MOVING = "|".join(p for p in ROLLOUT_PHASES if p not in RESTING_PHASES)
+
+RULES: Final = (
+    Rule(
+        "ElasticctrServingErrors",
+        f"{_rate('elasticctr_serving_failures_total')} / "
+        f"{_rate('elasticctr_serving_requests_total')} > 0.01",
+        "5m",
+        "critical",
+        "serving answers more than 1% of requests with an error",
+        "{{ $value | humanizePercentage }} of requests in {{ $labels.namespace }} failed; "
+        "elasticctr_serving_failures_total says by cause, `elasticctr status` which version "
+        "serves",
+    ),
+    Rule(
+        "ElasticctrServingSlow",
+        "histogram_quantile(0.99, sum by (namespace, le) "
+        f"(rate(elasticctr_serving_request_seconds_bucket[{WINDOW}]))) > 0.5",
+        "10m",
+        "warning",
+        "serving's 99th percentile latency is above 0.5 s",
+        "p99 {{ $value | humanizeDuration }} in {{ $labels.namespace }}: look at batch sizes, "
+        "cube seeks (elasticctr_cube_server_seek_seconds) and serving's CPU",
+    ),
+    Rule(
+        "ElasticctrCubeServerNotReady",
+        "max by (namespace, pod) (elasticctr_cube_server_ready) == 0",
+        "10m",
+        "critical",
+        "a cube server holds no version it can serve",
+        "{{ $labels.pod }} in {{ $labels.namespace }} has not been ready for 10 minutes: its "
+        "shard has one replica less (none, with cube.replicas 1); its agent's log says why",
+    ),
+    Rule(
+        "ElasticctrRolloutStuck",
+        f'max by (namespace) (elasticctr_cube_transfer_rollout_phase{{phase=~"{_MOVING}"}}) == 1',
+        "1h",
+        "warning",
+        "a cube rollout has been under way for an hour",
+        "cube-transfer in {{ $labels.namespace }} is in one rollout for an hour: "
+        "`elasticctr status` shows its phase, the agents' prepares and failures",
+    ),
+    Rule(
+        "ElasticctrRolloutFailures",
+        "sum by (namespace) (increase(elasticctr_cube_transfer_failures_total[1h])) > 2",
+        "0m",
+        "warning",
+        "cube rollouts keep failing",
+        "{{ $value }} rollouts not committed in {{ $labels.namespace }} in an hour; serving "
+        "goes on with the committed version (elasticctr_cube_transfer_failures_total: cause)",
+    ),
+    Rule(
+        "ElasticctrDataLag",
+        "min by (namespace) (elasticctr_trainer_data_lag_seconds) > 7200",
+        "15m",
+        "warning",
+        "online training is more than two hours behind its data",
+        "the newest data trained in {{ $labels.namespace }} ended {{ $value | "
+        "humanizeDuration }} ago: no new hour or partition is ready (its donefile), or "
+        "training is slower than the data comes",
+    ),
+    Rule(
+        "ElasticctrJoinerLag",
+        "sum by (namespace) (elasticctr_joiner_consumer_lag_records) > 100000",
+        "10m",
+        "warning",
+        "the feedback joiner is far behind the stream",
+        "{{ $value }} records unread in {{ $labels.namespace }}: the joiner is down, slow, or "
+        "its storage refuses partitions (its /status says)",
+    ),
+    Rule(
+        "ElasticctrOnlineAucDrop",
+        "min by (namespace, version) (elasticctr_joiner_online_auc) < on (namespace) "
+        "group_left max by (namespace) (elasticctr_trainer_eval_auc) - 0.05 "
+        "and on (namespace, version) "
+        "min by (namespace, version) (elasticctr_joiner_online_window_clicks) >= 100",
+        "15m",
+        "critical",
+        "a served version's online AUC is far below its held-out AUC",
+        "version {{ $labels.version }} in {{ $labels.namespace }} scores online AUC "
+        "{{ $value }}, 0.05 below the held-out AUC of the newest version: a shifted feature "
+        "or a broken upstream hour; roll back with the transfer (docs/cube.md)",
+    ),
+    Rule(
+        "ElasticctrOnlineMiscalibrated",
+        "abs(min by (namespace, version) (elasticctr_joiner_online_calibration) - 1) > 0.3 "
+        "and on (namespace, version) "
+        "min by (namespace, version) (elasticctr_joiner_online_window_clicks) >= 100",
+        "15m",
+        "warning",
+        "a served version's mean score is 30% off the observed click rate",
+        "version {{ $labels.version }} in {{ $labels.namespace }}: predicted / observed CTR "
+        "is {{ $value }} off 1",
+    ),
+)
+
+
+def rule_file(rules: tuple[Rule, ...] = RULES) -> dict[str, Any]:
+    """Prometheus's rule file (`rule_files:` in its configuration)."""
+    return {"groups": [{"name": GROUP, "rules": [rule.as_dict() for rule in rules]}]}
+
+
+def prometheus_rule(namespace: str, rules: tuple[Rule, ...] = RULES) -> dict[str, Any]:
+    """The same rules as the Prometheus Operator's PrometheusRule object."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PrometheusRule",
+        "metadata": {
+            "name": "elasticctr",
+            "namespace": namespace,
+            "labels": {"app.kubernetes.io/part-of": "elasticctr"},
+        },
+        "spec": rule_file(rules),
+    }
+
+
+_METRIC = re.compile(r"\b(elasticctr_[a-z0-9_]+)")
+
+
+def metric_names(rules: tuple[Rule, ...] = RULES) -> set[str]:
+    return {name for rule in rules for name in _METRIC.findall(rule.expr)}
