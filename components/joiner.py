@@ -52,6 +52,8 @@ class JoinerArgs:
 
 
 class Joiner(pulumi.ComponentResource):
+    url: pulumi.Output[str]  # its /status, for `elasticctr status` (through port-forward)
+
     def __init__(
         self, name: str, args: JoinerArgs, opts: pulumi.ResourceOptions | None = None
     ) -> None:
@@ -114,8 +116,16 @@ class Joiner(pulumi.ComponentResource):
             },
             opts=target.opts(self),
         )
-        # /status and /metrics are for people (kubectl port-forward): no ingress.
+        # /status and /metrics are for people, through `kubectl port-forward` (the client's
+        # `status`, which finds the pod by this Service): no pod may connect (no ingress).
+        kube.service(
+            target, f"{name}-service", "joiner", "joiner", {"status": JOINER_PORT}, self,
+            await_ready=False,  # ready once Kafka answers, which may be after `up`
+        )  # fmt: skip
         allow_egress(
             target, f"{name}-egress", "joiner", [*args.kafka.routes, *args.data_routes], self
         )
-        self.register_outputs({})
+        self.url = pulumi.Output.concat(
+            "http://joiner.", target.namespace, f".svc.cluster.local:{JOINER_PORT}"
+        )
+        self.register_outputs({"url": self.url})

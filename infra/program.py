@@ -264,6 +264,7 @@ def main() -> None:
 
     feedback = config.feedback
     kafka: Kafka | None = None
+    joiner_url: pulumi.Input[str] = ""
     if feedback.enabled:
         k = feedback.kafka
         kafka = Kafka(
@@ -290,7 +291,7 @@ def main() -> None:
         into_bucket = joins_into_bucket(config)
         hdfs_mode = config.hdfs.mode
         assert into_bucket or hdfs_mode != "none"  # data.source hdfs needs an HDFS (config)
-        Joiner(
+        joiner_url = Joiner(
             "joiner",
             JoinerArgs(
                 target=target,
@@ -315,7 +316,7 @@ def main() -> None:
                 hdfs_ugi=None if into_bucket else as_secret(config.data.ugi),
                 priority_class=feedback.priority_class,
             ),
-        )
+        ).url
 
     serving = Serving(
         "serving",
@@ -356,6 +357,7 @@ def main() -> None:
     if serving.token is not None:
         pulumi.export(outputs.SERVING_TOKEN, serving.token)
     pulumi.export(outputs.MLFLOW_URL, mlflow_url or "")
+    pulumi.export(outputs.JOINER_URL, joiner_url)
     pulumi.export(outputs.BUCKET, storage.bucket)
     pulumi.export(outputs.STORAGE_ENDPOINT, storage.endpoint)
     pulumi.export(outputs.HDFS_ADDRESS, hdfs_address)

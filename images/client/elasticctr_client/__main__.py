@@ -31,6 +31,7 @@ from elasticctr_common.stack_outputs import (
     BUCKET,
     CUBE_TRANSFER_URL,
     HDFS_ADDRESS,
+    JOINER_URL,
     KUBECONFIG,
     MLFLOW_URL,
     NAMESPACE,
@@ -154,6 +155,7 @@ def build_parser(
     st.add_argument("--experiment", help="MLflow experiment (default: the training job)")
     st.add_argument("--serving-url")
     st.add_argument("--transfer-url")
+    st.add_argument("--joiner-url", help="the feedback joiner (default: stack output joiner_url)")
     st.add_argument("--json", action="store_true", help="print JSON")
     st.add_argument(
         "--wait",
@@ -240,7 +242,7 @@ def _outputs(args: argparse.Namespace) -> StackOutputs:
     except EndpointError as err:
         if args.command != "status":
             raise
-        flags = (args.mlflow_url, args.serving_url, args.transfer_url)
+        flags = (args.mlflow_url, args.serving_url, args.transfer_url, args.joiner_url)
         if not any(flags) or args.stack:
             raise
         print(f"warning: {err}; reporting on the endpoints given as flags", file=sys.stderr)
@@ -406,10 +408,15 @@ def run_status(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwa
     if transfer:
         transfer = _url(forwarder, str(transfer), "--transfer-url")
         sources["cube"] = (status.transfer, transfer)
+    joiner = args.joiner_url or outputs.values.get(JOINER_URL)
+    if joiner:  # a stack with feedback.enabled
+        joiner = _url(forwarder, str(joiner), "--joiner-url")
+        sources["feedback"] = (status.feedback, joiner)
     if not sources:
         how = outputs.missing or "pass a --stack"
         raise EndpointError(
-            f"nothing to ask: pass --mlflow-url, --serving-url or --transfer-url, or {how}"
+            f"nothing to ask: pass --mlflow-url, --serving-url, --transfer-url or --joiner-url, "
+            f"or {how}"
         )
     result = status.collect(sources, args.timeout, Retry(args.retries))
     if args.wait:

@@ -101,6 +101,20 @@ def transfer(
     return report
 
 
+def feedback(
+    joiner_url: str, timeout: float = 10.0, retry: Retry = DEFAULT_RETRY
+) -> dict[str, Any]:
+    """The joiner's partitions and each served version's online quality on joined
+    feedback (elasticctr_common.online_eval)."""
+    status = call("GET", joiner_url.rstrip("/") + "/status", None, timeout, None, "joiner", retry)
+    keep = ("state", "closed", "last_close", "waiting_clicks", "online")
+    return {k: status.get(k) for k in keep}
+
+
+def _figure(value: Any, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def collect(
     sources: dict[str, tuple[Any, ...]], timeout: float, retry: Retry = DEFAULT_RETRY
 ) -> dict[str, Any]:
@@ -225,6 +239,21 @@ def render(report: dict[str, Any]) -> str:
                     f"  MLflow model {registry['model']}: alias serving -> version "
                     f"{registry['serving']}"
                     + (f" (not moved: {registry['error']})" if registry["error"] else "")
+                )
+    joined = report.get("feedback")
+    if joined is not None:
+        if "error" in joined:
+            lines.append(f"feedback: unavailable ({joined['error']})")
+        else:
+            lines.append(
+                f"feedback: joiner {joined['state']}, last partition closed "
+                f"{joined.get('last_close') or 'none yet'}"
+            )
+            for version, q in sorted((joined.get("online") or {}).items(), key=lambda i: int(i[0])):
+                lines.append(
+                    f"  version {version} online: AUC {_figure(q['auc'], '.4f')}, calibration "
+                    f"{_figure(q['calibration'], '.3f')}, log loss {_figure(q['log_loss'], '.4f')}"
+                    f" on {q['examples']:,} examples ({q['clicks']:,} clicked)"
                 )
     lines += [f"UNHEALTHY {line}" for line in report.get("unhealthy") or []]
     return "\n".join(lines)

@@ -35,6 +35,21 @@ class Quality:
     calibration: float
     log_loss: float
 
+    def as_json(self) -> dict[str, float | int | None]:
+        """As the joiner's /status gives it (and `elasticctr status` reads): NaN is null."""
+        return {
+            "examples": self.examples,
+            "clicks": self.clicks,
+            **{
+                key: None if math.isnan(value) else value
+                for key, value in (
+                    ("auc", self.auc),
+                    ("calibration", self.calibration),
+                    ("log_loss", self.log_loss),
+                )
+            },
+        }
+
 
 def auc(scores: Iterable[float], labels: Iterable[int]) -> float:
     """Exact ROC AUC: the share of (clicked, unclicked) pairs the scores order right, a

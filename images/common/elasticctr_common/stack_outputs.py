@@ -12,5 +12,6 @@ TRAINER0_LOGS = "trainer0_logs"
 CUBE_SHARDS = "cube_shards"
 CUBE_LAYOUT = "cube_layout"  # the shard pods are cube-<layout>-<shard>-<replica>
 CUBE_TRANSFER_URL = "cube_transfer_url"
+JOINER_URL = "joiner_url"  # feedback.enabled: the joiner's /status; "" otherwise
 TRAINING_JOB = "training_job"
 KUBECONFIG = "kubeconfig"

@@ -192,6 +192,7 @@ class Runner:
         self.topic_partitions = topic_partitions
         self.metrics = JoinerMetrics()
         self.evaluator = evaluator or OnlineEvaluator()
+        self.online: dict[int, Quality] = {}  # each version's, as of the last close
         self.stopping = threading.Event()
         self.marks: tuple[float, Positions] | None = None  # (taken at, high watermarks)
         self.unreachable = False
@@ -203,7 +204,12 @@ class Runner:
         with self.lock:
             if self.joiner is None:
                 return {"state": "starting"}
-            return {"state": "running", **self.joiner.status()}
+            return {
+                "state": "running",
+                **self.joiner.status(),
+                # Each served version's online quality on its window (online_eval.py).
+                "online": {str(v): q.as_json() for v, q in self.online.items()},
+            }
 
     def start(self) -> Joiner:
         from confluent_kafka import TopicPartition
@@ -338,7 +344,8 @@ class Runner:
             _, end = _bounds(name, self.minutes)
             self.metrics.closed(end, time.time() - end)
             with self.lock:
-                self.metrics.quality(self.evaluator.evaluate())
+                self.online = self.evaluator.evaluate()
+                self.metrics.quality(self.online)
 
     def stop_on_signal(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):

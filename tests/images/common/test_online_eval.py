@@ -85,3 +85,19 @@ def test_a_score_outside_0_1_is_refused_naming_it(score):
 def test_a_window_of_nothing_is_refused():
     with pytest.raises(ValueError, match="need examples >= 1 and seconds > 0, got 0 examples"):
         OnlineEvaluator(window_examples=0)
+
+
+def test_figures_as_json_have_null_where_undefined() -> None:
+    """One class only: no AUC and, without a click, no calibration; JSON has no NaN."""
+    import json
+
+    figures = quality([0.2, 0.4], [0, 0]).as_json()
+    assert figures == {
+        "examples": 2,
+        "clicks": 0,
+        "auc": None,
+        "calibration": None,
+        "log_loss": figures["log_loss"],
+    }
+    assert figures["log_loss"] is not None and figures["log_loss"] > 0
+    assert json.loads(json.dumps(figures, allow_nan=False)) == figures

@@ -5,10 +5,13 @@ exactly what was joined; bad records counted by reason; no consumer lag once rea
 
 from __future__ import annotations
 
+import json
 import math
 import random
+import subprocess
 import sys
 import time
+import urllib.request
 
 import pytest
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, Click, pack_impressions
@@ -121,4 +124,24 @@ def check_joiner(kafka, procs, tmp_path, start, rng, sent) -> None:
     assert value(families, j + "online_auc", version="1") > 0.7  # v1 tells clicks apart
     lags = [s.value for s in families["elasticctr_joiner_consumer_lag_records"].samples]
     assert lags and all(lag == 0 for lag in lags), lags
+    # /status gives the same figures per version (what `elasticctr status` shows).
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/status", timeout=10) as answer:
+        online = json.load(answer)["online"]
+    assert set(online) == {"1", "2"}
+    for v, figures in online.items():
+        assert figures["examples"] == value(families, j + "online_window_examples", version=v)
+        assert figures["clicks"] == value(families, j + "online_window_clicks", version=v)
+        assert figures["auc"] == pytest.approx(value(families, j + "online_auc", version=v))
+        calibration = value(families, j + "online_calibration", version=v)
+        assert figures["calibration"] == pytest.approx(calibration)
+    # `elasticctr status` shows them, in text and in --json.
+    client = [sys.executable, "-m", "elasticctr_client", "status"]
+    joiner = ["--joiner-url", f"http://127.0.0.1:{port}"]
+    text = subprocess.run([*client, *joiner], capture_output=True, text=True, timeout=60)
+    assert text.returncode == 0, text.stderr
+    auc_1 = online["1"]["auc"]
+    assert f"  version 1 online: AUC {auc_1:.4f}, calibration" in text.stdout, text.stdout
+    assert "on 300 examples" in text.stdout
+    as_json = subprocess.run([*client, *joiner, "--json"], capture_output=True, text=True)
+    assert json.loads(as_json.stdout)["feedback"]["online"] == online
     assert procs.terminate("joiner") == 0  # SIGTERM: a clean stop
