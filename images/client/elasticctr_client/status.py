@@ -245,10 +245,13 @@ def render(report: dict[str, Any]) -> str:
         if "error" in joined:
             lines.append(f"feedback: unavailable ({joined['error']})")
         else:
-            lines.append(
-                f"feedback: joiner {joined['state']}, last partition closed "
-                f"{joined.get('last_close') or 'none yet'}"
+            last = joined.get("last_close") or {}
+            closed = (
+                f"{last['partition']} ({last['examples']:,} examples, {last['clicked']:,} clicked)"
+                if last.get("partition")
+                else "none yet"
             )
+            lines.append(f"feedback: joiner {joined['state']}, last partition closed {closed}")
             for version, q in sorted((joined.get("online") or {}).items(), key=lambda i: int(i[0])):
                 lines.append(
                     f"  version {version} online: AUC {_figure(q['auc'], '.4f')}, calibration "

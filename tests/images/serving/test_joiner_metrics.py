@@ -142,6 +142,7 @@ def check_joiner(kafka, procs, tmp_path, start, rng, sent) -> None:
     auc_1 = online["1"]["auc"]
     assert f"  version 1 online: AUC {auc_1:.4f}, calibration" in text.stdout, text.stdout
     assert "on 300 examples" in text.stdout
+    assert "feedback: joiner running, last partition closed 2" in text.stdout
     as_json = subprocess.run([*client, *joiner, "--json"], capture_output=True, text=True)
     assert json.loads(as_json.stdout)["feedback"]["online"] == online
     assert procs.terminate("joiner") == 0  # SIGTERM: a clean stop
