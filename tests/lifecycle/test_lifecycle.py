@@ -690,7 +690,13 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     from collections import Counter
     from datetime import UTC, datetime
 
-    from elasticctr_common.feedback import freshness, next_partition, partition_done, partition_of
+    from elasticctr_common.feedback import (
+        JOINER_PORT,
+        freshness,
+        next_partition,
+        partition_done,
+        partition_of,
+    )
     from elasticctr_common.storage import open_store
     from kubernetes import client
 
@@ -815,6 +821,12 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     # What serving could not deliver it counted; nothing else is missing.
     assert once["missing"] <= once["serving_dropped"] + once["serving_failed"], once
     assert once["partitions"] >= 3, once
+    # `elasticctr status` shows the served versions' online quality from the joiner.
+    with port_forward(life.stack, "svc/joiner", JOINER_PORT) as joiner:
+        shown = run_module("elasticctr_client", "status", "--json", "--joiner-url", joiner)
+    online = json.loads(shown.stdout)["feedback"]["online"]
+    life.timings.figures["online quality"] = online
+    assert online and all(q["examples"] > 0 for q in online.values()), online
 
     # The online Job trains the partitions; serving moves on to their versions.
     wait_for(
