@@ -21,6 +21,7 @@ from components import kube
 from components.bucket_access import BucketUser
 from components.kafka import KafkaClient
 from components.kube import KubeTarget
+from components.mlflow import RegistryClient
 from components.network import Route, allow_egress
 from components.object_storage import ObjectStore
 
@@ -49,6 +50,8 @@ class JoinerArgs:
     data_routes: tuple[Route | pulumi.Output[Route], ...] = ()
     hdfs_ugi: pulumi.Input[str] | None = None  # secret, "user,password"
     priority_class: str = ""  # the pod's; "": the cluster's default
+    # MLflow's registry: each version's online quality goes to the run that trained it.
+    registry: RegistryClient | None = None
 
 
 class Joiner(pulumi.ComponentResource):
@@ -68,6 +71,7 @@ class Joiner(pulumi.ComponentResource):
                     FeedbackEnv.PARTITION_MINUTES: str(args.partition_minutes),
                     FeedbackEnv.JOIN_WINDOW_SECONDS: str(args.join_window),
                     "HOME": "/tmp",
+                    **(args.registry.env() if args.registry else {}),
                 }
             ),
             *args.kafka.env,
@@ -122,8 +126,13 @@ class Joiner(pulumi.ComponentResource):
             target, f"{name}-service", "joiner", "joiner", {"status": JOINER_PORT}, self,
             await_ready=False,  # ready once Kafka answers, which may be after `up`
         )  # fmt: skip
+        registry_routes = args.registry.routes if args.registry else ()
         allow_egress(
-            target, f"{name}-egress", "joiner", [*args.kafka.routes, *args.data_routes], self
+            target,
+            f"{name}-egress",
+            "joiner",
+            [*args.kafka.routes, *args.data_routes, *registry_routes],
+            self,
         )
         self.url = pulumi.Output.concat(
             "http://joiner.", target.namespace, f".svc.cluster.local:{JOINER_PORT}"

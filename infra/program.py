@@ -191,6 +191,13 @@ def main() -> None:
                 storage=config.mlflow.storage,
                 cpu=config.mlflow.cpu,
                 mem=config.mlflow.mem,
+                # Trainers log runs, cube-transfer moves the serving alias, the joiner
+                # logs each version's online quality.
+                clients=(
+                    "trainer",
+                    "cube-transfer",
+                    *(("joiner",) if config.feedback.enabled else ()),
+                ),
             ),
         )
         mlflow_url = mlflow.url
@@ -315,6 +322,7 @@ def main() -> None:
                 ),
                 hdfs_ugi=None if into_bucket else as_secret(config.data.ugi),
                 priority_class=feedback.priority_class,
+                registry=registry,
             ),
         ).url
 

@@ -290,7 +290,8 @@ def test_every_pod_has_its_own_service_account(stack_graph: tuple[str, harness.G
 
 def test_the_feedback_loop_opens_exactly_its_connections() -> None:
     """dev with feedback on: Kafka takes serving and the joiner only; the joiner reaches
-    the stream and HDFS (where it writes the partitions), nothing else; the rest as before."""
+    the stream, HDFS (where it writes the partitions) and MLflow (each version's online
+    quality), nothing else; the rest as before."""
     from tests.infra.test_pod_contract import feedback_graph
 
     manifests = feedback_graph("dev").manifests()
@@ -300,6 +301,7 @@ def test_the_feedback_loop_opens_exactly_its_connections() -> None:
         "joiner -> kafka:9092",
         "joiner -> hdfs-namenode:8020",
         "joiner -> hdfs-datanode:9866",
+        "joiner -> mlflow:5000",
     }
     assert works == COMMON_PATHS | STACK_PATHS["dev"] | feedback
     ingress, _ = network_paths.allowed(manifests, "Ingress")

@@ -90,12 +90,31 @@ class ModelRegistry:
         except (OSError, ValueError) as err:
             raise RegistryError(f"MLflow {path}: {err}") from err
 
-    def find(self, version: int) -> str | None:
-        """MLflow's version number of elasticctr version `version`, if registered."""
+    def _versions(self, version: int) -> list[dict[str, Any]]:
+        """MLflow's model versions of elasticctr version `version`, oldest first."""
         query = f"name='{_quoted(self.model_name)}' and tags.`{VERSION_TAG}`='{int(version)}'"
         found = self._call("GET", "model-versions/search", {"filter": query, "max_results": 10})
-        numbers = [str(v["version"]) for v in found.get("model_versions", [])]
-        return min(numbers, key=int) if numbers else None
+        return sorted(found.get("model_versions", []), key=lambda v: int(v["version"]))
+
+    def find(self, version: int) -> str | None:
+        """MLflow's version number of elasticctr version `version`, if registered."""
+        versions = self._versions(version)
+        return str(versions[0]["version"]) if versions else None
+
+    def run_of(self, version: int) -> str | None:
+        """The MLflow run that trained elasticctr version `version`, if registered with one."""
+        versions = self._versions(version)
+        return (versions[0].get("run_id") or None) if versions else None
+
+    def log_metrics(
+        self, run_id: str, metrics: Mapping[str, float], step: int, timestamp_ms: int
+    ) -> None:
+        """Metrics of run `run_id` at `step` (MLflow charts each key's history by step)."""
+        batch = [
+            {"key": key, "value": float(value), "timestamp": timestamp_ms, "step": int(step)}
+            for key, value in metrics.items()
+        ]
+        self._call("POST", "runs/log-batch", {"run_id": run_id, "metrics": batch})
 
     def register(
         self, version: int, source: str, run_id: str | None = None,

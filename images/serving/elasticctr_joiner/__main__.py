@@ -81,9 +81,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     log_info_to_stderr("elasticctr_joiner")
+    from elasticctr_common.registry import ModelRegistry
     from elasticctr_common.storage import open_store
 
+    from .report import OnlineReporter
     from .run import Runner
+
+    # With MLflow in the stack: each version's online quality goes to its training run.
+    registry = ModelRegistry.from_env(os.environ)
+    reporter = OnlineReporter(registry) if registry is not None else None
 
     runner = Runner(
         args.kafka,
@@ -95,9 +101,12 @@ def main(argv: list[str] | None = None) -> int:
         topic_partitions=args.topic_partitions,
         port=args.port,
         evaluator=args.evaluator,
+        reporter=reporter,
     )
     runner.stop_on_signal()
     runner.run()
+    if reporter is not None:
+        reporter.stop()
     return 0
 
 

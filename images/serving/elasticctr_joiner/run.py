@@ -23,6 +23,7 @@ from elasticctr_common.online_eval import OnlineEvaluator, Quality
 from elasticctr_common.storage import Store
 
 from .joiner import Committed, Joiner, Positions, find_committed
+from .report import OnlineReporter
 
 log = logging.getLogger("elasticctr_joiner")
 T = TypeVar("T")
@@ -172,6 +173,7 @@ class Runner:
         topic_partitions: int,
         port: int,
         evaluator: OnlineEvaluator | None = None,
+        reporter: OnlineReporter | None = None,
     ) -> None:
         from confluent_kafka import Consumer
         from confluent_kafka.admin import AdminClient
@@ -193,6 +195,7 @@ class Runner:
         self.metrics = JoinerMetrics()
         self.evaluator = evaluator or OnlineEvaluator()
         self.online: dict[int, Quality] = {}  # each version's, as of the last close
+        self.reporter = reporter  # to MLflow, when the stack runs it
         self.stopping = threading.Event()
         self.marks: tuple[float, Positions] | None = None  # (taken at, high watermarks)
         self.unreachable = False
@@ -209,6 +212,7 @@ class Runner:
                 **self.joiner.status(),
                 # Each served version's online quality on its window (online_eval.py).
                 "online": {str(v): q.as_json() for v, q in self.online.items()},
+                "mlflow": self.reporter.status() if self.reporter is not None else None,
             }
 
     def start(self) -> Joiner:
@@ -346,6 +350,8 @@ class Runner:
             with self.lock:
                 self.online = self.evaluator.evaluate()
                 self.metrics.quality(self.online)
+            if self.reporter is not None:
+                self.reporter.submit(self.online)
 
     def stop_on_signal(self) -> None:
         for signum in (signal.SIGTERM, signal.SIGINT):
