@@ -1,8 +1,8 @@
 """`elasticctr`: the one command a user runs, from any directory.
 
-The client's own commands (predict, click, logs, status, upload) run in this process. The
-set-up installs the command from a clone of the project (`.venv/bin/elasticctr`), and from
-there it also starts the clone's tools, each with its own arguments and --help:
+The client's own commands (predict, click, logs, status, upload, dashboard, alerts) run in
+this process. The set-up installs the command from a clone of the project
+(`.venv/bin/elasticctr`), and from there it also starts the clone's tools, each with its own arguments and --help:
 `generate` (the trainer's data generator), `demo` (tools/demo.py) and `local`
 (tools/local.sh: up, down, ...). Installed without a clone, those three are a usage error
 that says so.
