@@ -2,10 +2,10 @@
 
 The client's own commands (predict, click, logs, status, upload, dashboard, alerts) run in
 this process. The set-up installs the command from a clone of the project
-(`.venv/bin/elasticctr`), and from there it also starts the clone's tools, each with its own arguments and --help:
-`generate` (the trainer's data generator), `demo` (tools/demo.py) and `local`
-(tools/local.sh: up, down, ...). Installed without a clone, those three are a usage error
-that says so.
+(`.venv/bin/elasticctr`), and from there it also starts the clone's tools, each with its
+own arguments and --help: `generate` (the trainer's data generator), `demo`
+(tools/demo.py) and `local` (tools/local.sh: up, down, ...). Installed without a clone,
+those three are a usage error that says so.
 """
 
 from __future__ import annotations
