@@ -1,8 +1,9 @@
 """Each served version's online quality to the MLflow run that trained it: the metrics
 `online_auc`, `online_calibration`, `online_log_loss`, `online_examples` and
-`online_clicks` (its window's) at step = the version, so that MLflow's UI charts online quality version by version beside the
-run's held-out AUC. The run is found through the model registry (trainer 0 registers
-every published version with its run: elasticctr_common.registry).
+`online_clicks` (its window's) at step = the version, so that MLflow's UI charts online
+quality version by version beside the run's held-out AUC. The run is found through the
+model registry (trainer 0 registers every published version with its run:
+elasticctr_common.registry).
 
 Off the joiner's loop, on a thread of its own that always reports the newest figures: a
 slow or unreachable MLflow never holds a partition back. What it could not report it says
