@@ -460,6 +460,21 @@ def _outputs(life: Lifecycle) -> dict[str, Any]:
     return dict(life.stack.project.run("stack", "output", "--json").json())
 
 
+def _registered_partitions(life: Lifecycle) -> dict[int, list[str]]:
+    """{version: the partitions it trained on} of every version in MLflow's model registry
+    (the training job's registered model), read with MLflow's own client."""
+    from elasticctr_common.registry import VERSION_TAG
+    from mlflow.tracking import MlflowClient
+
+    with port_forward(life.stack, "svc/mlflow", 5000) as mlflow:
+        registered = MlflowClient(mlflow).search_model_versions(f"name='{JOB}'")
+    return {
+        int(v.tags[VERSION_TAG]): [p for p in v.tags.get("partitions", "").split(",") if p]
+        for v in registered
+        if VERSION_TAG in v.tags
+    }
+
+
 def _trainer0_events(life: Lifecycle, event: str) -> list[dict[str, Any]]:
     from kubernetes import client
     from kubernetes.client.rest import ApiException
@@ -835,12 +850,13 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
         f"serving to move 3 versions past {before} on the feedback partitions",
         interval=5,
     )
-    passes = _trainer0_events(life, "pass_start")
-    trained = {h for e in passes for h in e["hours"]}
+    # Which partitions each published version trained on: the model registry's record
+    # (trainer 0 registers each with its partitions), not trainer 0's pod log, which a
+    # replaced Job or pod has lost part of before.
+    versions = _registered_partitions(life)
+    trained = {p for parts in versions.values() for p in parts}
     assert trained & set(manifests), (sorted(trained), sorted(manifests))
     # Freshness: a partition's donefile -> serving on a version trained on it.
-    hours = {e["pass"]: e["hours"] for e in passes}
-    versions = {e["version"]: hours.get(e["pass"], []) for e in _trainer0_events(life, "version")}
     switched = {
         h["version"]: h["switched_at"]
         for h in get_json(f"{life.urls()['serving']}/status", life.token)["history"]
