@@ -9,11 +9,10 @@ both may use it.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .metrics import ROLLOUT_PHASES
+from .metrics import ROLLOUT_PHASES, series_in
 
 GROUP: Final = "elasticctr"
 # The transfer's phases a rollout rests in; any other for long is a stuck rollout.
@@ -160,8 +159,5 @@ def prometheus_rule(namespace: str, rules: tuple[Rule, ...] = RULES) -> dict[str
     }
 
 
-_METRIC = re.compile(r"\b(elasticctr_[a-z0-9_]+)")
-
-
 def metric_names(rules: tuple[Rule, ...] = RULES) -> set[str]:
-    return {name for rule in rules for name in _METRIC.findall(rule.expr)}
+    return {name for rule in rules for name in series_in(rule.expr)}

@@ -6,15 +6,14 @@ the data source (a dashboard variable), and `namespace` picks one stack's pods w
 scrape adds that label (kube-prometheus and the usual pod-annotation jobs do).
 
 `elasticctr dashboard` prints it for Grafana's dashboard import (docs/architecture.md,
-"Metrics"). Stdlib only: the client and the program both may use it.
+"The contract in code"). Stdlib only: the client and the program both may use it.
 """
 
 from __future__ import annotations
 
-import re
 from typing import Any, Final
 
-from .metrics import COUNTER, ENDPOINTS, GAUGE, HISTOGRAM, Endpoint, Family
+from .metrics import COUNTER, ENDPOINTS, GAUGE, HISTOGRAM, Endpoint, Family, series_in
 
 UID: Final = "elasticctr"
 SCHEMA_VERSION: Final = 39  # Grafana 11's dashboard JSON
@@ -149,15 +148,8 @@ def dashboard(
     }
 
 
-_METRIC = re.compile(r"\b(elasticctr_[a-z0-9_]+)")
-
-
 def metric_names(board: dict[str, Any]) -> set[str]:
     """Every metric name the dashboard's queries and variables read."""
-    names = set()
-    for item in board["panels"]:
-        for target in item.get("targets", []):
-            names |= set(_METRIC.findall(target["expr"]))
-    for variable in board["templating"]["list"]:
-        names |= set(_METRIC.findall(str(variable.get("query", ""))))
-    return names
+    queries = [t["expr"] for item in board["panels"] for t in item.get("targets", [])]
+    queries += [str(v.get("query", "")) for v in board["templating"]["list"]]
+    return {name for query in queries for name in series_in(query)}

@@ -395,3 +395,20 @@ JOINER: Final = Endpoint(
 ENDPOINTS: Final = {
     e.process: e for e in (SERVING, CUBE_SERVER, CUBE_AGENT, CUBE_TRANSFER, TRAINER, JOINER)
 }
+
+_SERIES = re.compile(r"\belasticctr_[a-z0-9_]+")
+
+
+def queryable_series() -> set[str]:
+    """The series names a query of the parts' metrics may read: counters and gauges by
+    their names, histograms through their `_bucket` series (histogram_quantile's)."""
+    return {
+        family.name + ("_bucket" if family.type == HISTOGRAM else "")
+        for endpoint in ENDPOINTS.values()
+        for family in endpoint.families
+    }
+
+
+def series_in(promql: str) -> set[str]:
+    """The elasticctr series names a PromQL expression reads."""
+    return set(_SERIES.findall(promql))

@@ -7,17 +7,13 @@ import re
 
 import promql_parser
 from elasticctr_common.alerts import RULES, metric_names, prometheus_rule, rule_file
-from elasticctr_common.metrics import ENDPOINTS, HISTOGRAM
+from elasticctr_common.metrics import queryable_series
 
 DURATION = re.compile(r"^[0-9]+[smhd]$")
 
 
 def test_every_rule_parses_as_promql_and_reads_only_exposed_metrics() -> None:
-    exposed = {
-        f.name + ("_bucket" if f.type == HISTOGRAM else "")
-        for e in ENDPOINTS.values()
-        for f in e.families
-    }
+    exposed = queryable_series()
     for rule in RULES:
         promql_parser.parse(rule.expr)
     assert metric_names() <= exposed, sorted(metric_names() - exposed)

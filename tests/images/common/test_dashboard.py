@@ -8,16 +8,14 @@ import json
 import promql_parser
 import pytest
 from elasticctr_common.dashboard import dashboard, metric_names, targets
-from elasticctr_common.metrics import COUNTER, ENDPOINTS, GAUGE, HISTOGRAM, Family
-
-
-def exposed() -> set[str]:
-    """Every sample name the parts expose (a histogram's as its _bucket series)."""
-    names = set()
-    for endpoint in ENDPOINTS.values():
-        for family in endpoint.families:
-            names.add(family.name + ("_bucket" if family.type == HISTOGRAM else ""))
-    return names
+from elasticctr_common.metrics import (
+    COUNTER,
+    ENDPOINTS,
+    GAUGE,
+    HISTOGRAM,
+    Family,
+    queryable_series,
+)
 
 
 def test_every_family_has_its_panel_under_its_process() -> None:
@@ -32,7 +30,7 @@ def test_every_family_has_its_panel_under_its_process() -> None:
 
 def test_it_reads_only_metrics_the_parts_expose() -> None:
     names = metric_names(dashboard())
-    assert names <= exposed(), sorted(names - exposed())
+    assert names <= queryable_series(), sorted(names - queryable_series())
     # ... and every one of them
     assert {n.removesuffix("_bucket") for n in names} >= {
         f.name for e in ENDPOINTS.values() for f in e.families
