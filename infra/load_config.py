@@ -62,13 +62,7 @@ class LoadedConfig:
 def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     """Read, validate and return the stack config, or raise ConfigError."""
     raw, secret_keys = _read_raw()
-    # A problem of a moved key's value names the key as the stack file has it.
-    old_names = {
-        f"{NAMESPACE}:{new} ": f"{NAMESPACE}:{old} "
-        for old, new in MOVED_KEYS.items()
-        if old in raw
-    }
-    problems = _move_keys(raw)
+    problems, moved = _move_keys(raw)
     problems += _misspelt_namespaces() + _unknown_keys(raw) + _plaintext_secrets(raw, secret_keys)
     known = {k: v for k, v in raw.items() if k in StackConfig.model_fields}
     stack, found, failed = _validate(known, raw)
@@ -82,7 +76,9 @@ def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     network = stack.training.network_module if stack else ""
     network_text = _read_network(network, project_dir, problems)
     if problems or stack is None:
-        for new_name, old_name in old_names.items():
+        # A problem of a moved value names the key as the stack file has it.
+        for new, old in moved.items():
+            new_name, old_name = f"{NAMESPACE}:{new} ", f"{NAMESPACE}:{old} "
             problems = [
                 old_name + line[len(new_name) :] if line.startswith(new_name) else line
                 for line in problems
@@ -189,10 +185,11 @@ def _read_raw() -> tuple[dict[str, Any], set[str]]:
     return raw, secret
 
 
-def _move_keys(raw: dict[str, Any]) -> list[str]:
+def _move_keys(raw: dict[str, Any]) -> tuple[list[str], dict[str, str]]:
     """Each old key of MOVED_KEYS set in `raw` goes to its new place there, with a warning
-    saying how to rename it; set beside its new key, it is a problem (which one is meant?)."""
-    problems = []
+    saying how to rename it; set beside its new key, it is a problem (which one is meant?).
+    The problems, and {new key: old key} of the values moved."""
+    problems, moved = [], {}
     for old, new in MOVED_KEYS.items():
         if old not in raw:
             continue
@@ -208,11 +205,12 @@ def _move_keys(raw: dict[str, Any]) -> list[str]:
             del raw[old]  # reported here, not again as an unknown key
             continue
         target[key] = raw.pop(old)
+        moved[new] = old
         pulumi.log.warn(
             f"{NAMESPACE}:{old} is now {NAMESPACE}:{new} and is read as that: rename it with "
             f"`pulumi config rm {old}` and `pulumi config set --path {new} {target[key]}`"
         )
-    return problems
+    return problems, moved
 
 
 def _stack_file_scalars(root: str | None, stack: str) -> list[str]:
