@@ -407,14 +407,17 @@ def pod_template(
     recommended_labels: bool = True,
     priority_class: str = "",
     user: int = RUN_AS_USER,
+    api_access: bool = False,
 ) -> k8s.core.v1.PodTemplateSpecArgsDict:
     """A pod of `component`: its labels (and `extra_labels`), the restricted security
     context, no API token, the /tmp scratch volume its read-only containers mount, and,
     given a `node_pool`, a node selector for that pool's nodes, and given a
-    `priority_class`, that PriorityClass (the cluster's default otherwise)."""
+    `priority_class`, that PriorityClass (the cluster's default otherwise). `api_access`:
+    the pod calls the Kubernetes API, with its service account's token (what its Role
+    allows); no other pod has one."""
     spec: dict[str, Any] = {
         "security_context": pod_security(user),
-        "automount_service_account_token": False,
+        "automount_service_account_token": api_access,
         "containers": list(containers),
     }
     all_volumes = list(volumes)

@@ -21,6 +21,8 @@ import pulumi_kubernetes as k8s
 from components.kube import KubeTarget, labels
 
 DNS_PORT = 53
+# Set by the API server on every namespace (Kubernetes >= 1.22).
+NAMESPACE_NAME_LABEL = "kubernetes.io/metadata.name"
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,16 @@ class Outside:
 
 
 ANYWHERE = Outside()
-Peer = str | Outside  # a component of this stack, or addresses outside it
+
+
+@dataclass(frozen=True)
+class InNamespace:
+    """Every pod of another namespace of the cluster (a monitoring system's)."""
+
+    name: str
+
+
+Peer = str | Outside | InNamespace  # a component of this stack, or pods or addresses outside it
 
 
 @dataclass(frozen=True)
@@ -70,6 +81,8 @@ def url_route(url: str) -> Route:
 
 def _peer(peer: Peer) -> dict[str, Any] | None:
     """A NetworkPolicyPeer; None for anywhere (a rule without peers)."""
+    if isinstance(peer, InNamespace):
+        return {"namespace_selector": {"match_labels": {NAMESPACE_NAME_LABEL: peer.name}}}
     if isinstance(peer, Outside):
         return {"ip_block": {"cidr": peer.cidr}} if peer.cidr else None
     return {"pod_selector": {"match_labels": labels(peer)}}

@@ -706,6 +706,9 @@ class ImagesConfig(Section):
     kafka: PinnedImage = Field(
         "apache/kafka:4.1.1", description="Kafka image (feedback.kafka.mode in-cluster)"
     )
+    prometheus: PinnedImage = Field(
+        "prom/prometheus:v3.16.0", description="Prometheus image (monitoring.prometheus in-cluster)"
+    )
     pull_policy: Literal["IfNotPresent", "Always", "Never"] = Field(
         "IfNotPresent", description="imagePullPolicy"
     )
@@ -1125,6 +1128,46 @@ class FeedbackConfig(Section):
         return value
 
 
+class MonitoringConfig(Section):
+    """Who scrapes the parts' metrics and evaluates the alert rules (docs/monitoring.md)."""
+
+    prometheus: Literal["in-cluster", "external", "off"] = Field(
+        "off",
+        description="in-cluster: a Prometheus of the stack scrapes every part and evaluates "
+        "the alert rules; external: a Prometheus in scraper_namespace does (operator: with "
+        "PodMonitor and PrometheusRule objects); off: nobody (the parts still serve /metrics)",
+    )
+    operator: bool = Field(
+        False,
+        description="external: the cluster runs the Prometheus Operator; the stack makes "
+        "its PodMonitors and PrometheusRule",
+    )
+    scraper_namespace: DnsLabel = Field(
+        "monitoring",
+        description="external: the namespace of the Prometheus that scrapes the stack (its "
+        "pods may reach the parts' metrics ports)",
+    )
+    scrape_interval: int = Field(30, ge=5, le=600, description="seconds between scrapes")
+    retention: Annotated[
+        str, _allowed(r"^[1-9][0-9]*(h|d|w|y)$", "a duration such as 15d (h, d, w or y)")
+    ] = Field("15d", description="in-cluster: how long Prometheus keeps samples")
+    storage: Quantity = Field("10Gi", description="in-cluster: Prometheus's volume size")
+    cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="in-cluster: CPU cores of Prometheus")
+    mem: float = Field(2, ge=MIN_MEM, le=256, description="in-cluster: memory in GiB of Prometheus")
+    priority_class: PriorityClassName = Field(
+        "", description="in-cluster: PriorityClass of Prometheus's pod (one the cluster has)"
+    )
+
+    @checks
+    def _check(self) -> Iterator[Problem]:
+        if self.operator and self.prometheus != "external":
+            yield Problem(
+                "operator",
+                f"is for prometheus external, got prometheus {shown(self.prometheus)}",
+                reads=("prometheus",),
+            )
+
+
 class TrainingConfig(Section):
     """trainer.json's settings (their defaults are the contract's, elasticctr_common
     .trainer_json): each goes into trainer.json under its own name (infra/program.py,
@@ -1306,6 +1349,9 @@ class StackConfig(Section):
     )
     feedback: FeedbackConfig = Field(
         default_factory=FeedbackConfig, description="impressions + clicks -> training data"
+    )
+    monitoring: MonitoringConfig = Field(
+        default_factory=MonitoringConfig, description="Prometheus: scrapes and alert rules"
     )
 
     @field_validator("namespace")

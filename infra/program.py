@@ -14,6 +14,7 @@ from typing import Any
 import pulumi
 from elasticctr_common.contract import NETWORK_FILE
 from elasticctr_common.lines import DenseFeature
+from elasticctr_common.metrics import ENDPOINTS
 from elasticctr_common.trainer_json import HyperParameters, Runner, section_of
 
 from components.bucket_access import BucketUser
@@ -29,8 +30,9 @@ from components.mlflow import Mlflow, MlflowArgs, RegistryClient
 from components.namespace import Namespace, NamespaceArgs
 from components.network import Route
 from components.object_storage import ObjectStorage, ObjectStorageArgs
+from components.prometheus import Prometheus, PrometheusArgs
+from components.serving import AUTH_SECRET, TOKEN_KEY, Serving, ServingArgs
 from components.serving import SERVICE_ACCOUNT as SERVING_ACCOUNT
-from components.serving import Serving, ServingArgs
 from components.training import SERVICE_ACCOUNT as TRAINING_ACCOUNT
 from components.training import Training, TrainingArgs
 from components.volcano import Volcano, VolcanoArgs
@@ -360,12 +362,36 @@ def main() -> None:
         ),
     )
 
+    monitoring = config.monitoring
+    prometheus_url: pulumi.Input[str] = ""
+    if monitoring.prometheus != "off":
+        prometheus_url = Prometheus(
+            "prometheus",
+            PrometheusArgs(
+                target=target,
+                prometheus=monitoring.prometheus,
+                operator=monitoring.operator,
+                scraper_namespace=monitoring.scraper_namespace,
+                scrape_interval=monitoring.scrape_interval,
+                retention=monitoring.retention,
+                storage=monitoring.storage,
+                cpu=monitoring.cpu,
+                mem=monitoring.mem,
+                priority_class=monitoring.priority_class,
+                processes=tuple(p for p in ENDPOINTS if p != "joiner" or feedback.enabled),
+                image=config.images.prometheus,
+                serving_token=(AUTH_SECRET, TOKEN_KEY) if serving.token is not None else None,
+            ),
+            pulumi.ResourceOptions(depends_on=[serving]),
+        ).url
+
     pulumi.export(outputs.NAMESPACE, namespace.name)
     pulumi.export(outputs.SERVING_URL, serving.url)
     if serving.token is not None:
         pulumi.export(outputs.SERVING_TOKEN, serving.token)
     pulumi.export(outputs.MLFLOW_URL, mlflow_url or "")
     pulumi.export(outputs.JOINER_URL, joiner_url)
+    pulumi.export(outputs.PROMETHEUS_URL, prometheus_url)
     pulumi.export(outputs.BUCKET, storage.bucket)
     pulumi.export(outputs.STORAGE_ENDPOINT, storage.endpoint)
     pulumi.export(outputs.HDFS_ADDRESS, hdfs_address)

@@ -6,7 +6,9 @@
 #     kube-scheduler, kubelet, kube-proxy, kubectl), etcd, CoreDNS, Volcano
 #     (scheduler, controller-manager, webhook-manager, and its Helm chart),
 #     kube-router (NetworkPolicy), the MinIO server and its client mc;
-#   - the simulated cluster (tools/localcluster/simulated.py): kwok.
+#   - the simulated cluster (tools/localcluster/simulated.py): kwok;
+#   - monitoring: Prometheus (prometheus, promtool) for the in-cluster stand-in image and
+#     the alert rules' tests.
 # Tools that need a wrapper module (replaces, pinned dependencies) have one in
 # tools/gotools/<tool>/; the others are built as their own main module from a
 # copy of the module, whose zip hash is pinned below.
@@ -21,8 +23,8 @@
 #   tools/build-tools.sh --check       exit 0 when every tool is built, 1 otherwise
 #   tools/build-tools.sh TOOL|GROUP... build only these: pulumi pulumi-language-python
 #                                      pulumi-resource-kubernetes kubernetes etcd coredns
-#                                      volcano kube-router minio mc kwok; groups: pulumi-tools
-#                                      (the first three), cluster (the other eight)
+#                                      volcano kube-router minio mc kwok prometheus; groups:
+#                                      pulumi-tools (the first three), cluster (the others)
 #
 # Environment:
 #   ELASTICCTR_TOOLS_DIR   cache root (default ${ELASTICCTR_CACHE:-~/.cache/elasticctr}/tools); each tool
@@ -63,6 +65,8 @@ MC_MODVERSION=v0.0.0-20250313080218-cf909e1063a9       # github.com/minio/mc
 MC_COMMIT=cf909e1063a9a0aea7926378b0c416ed0eea7742     # RELEASE.2025-03-12T17-29-24Z + 1 commit
 MC_VERSION=RELEASE.2025-03-12T17-29-24Z.hotfix.cf909e10
 KWOK_VERSION=0.8.0                     # sigs.k8s.io/kwok
+# Prometheus's Go module versions are v0.<major*100+minor>.<patch>: v0.316.0 is 3.16.0.
+PROMETHEUS_VERSION=3.16.0              # github.com/prometheus/prometheus v0.316.0
 MIN_GO_VERSION=1.26.0                  # the kubernetes wrapper needs go >= 1.26.0
 # Hashes (go.sum's h1:) of the modules built without a wrapper; checked on every
 # build, so a changed zip on the proxy stops the build (kube-router's is not in
@@ -75,6 +79,7 @@ declare -A MODULE_SUM=(
   [github.com/minio/minio@v0.0.0-20260212201848-7aac2a2c5b7c]=h1:/qdoYujxF5MBLDMVLeiYJ/7fBa1HikX39Dvzb9Ji8pA=
   [github.com/minio/mc@v0.0.0-20250313080218-cf909e1063a9]=h1:6RyInOHKL6jz8zxcAar/h6rg/aJCxDP/uFuSNvYSuMI=
   [sigs.k8s.io/kwok@v0.8.0]=h1:OTIOTwgROqPMovcTwxICx2eYQ4AwLpSx5EpjbDKF4SQ=
+  [github.com/prometheus/prometheus@v0.316.0]=h1:f1GRFerhTMKQma+awCoC9T820ecWeGSdF+xAlMHzZzM=
 )
 # -----------------------------------------------------------------------------
 
@@ -82,7 +87,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 GOTOOLS="$ROOT/tools/gotools"
 TOOLS_DIR="${ELASTICCTR_TOOLS_DIR:-${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}/tools}"
 PULUMI_TOOLS=(pulumi pulumi-language-python pulumi-resource-kubernetes)
-CLUSTER_TOOLS=(kubernetes etcd coredns volcano kube-router minio mc kwok)
+CLUSTER_TOOLS=(kubernetes etcd coredns volcano kube-router minio mc kwok prometheus)
 ALL_TOOLS=("${PULUMI_TOOLS[@]}" "${CLUSTER_TOOLS[@]}")
 
 log() { printf '[build-tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -101,6 +106,7 @@ tool_version() {
     minio) echo "$MINIO_VERSION" ;;
     mc) echo "$MC_VERSION" ;;
     kwok) echo "$KWOK_VERSION" ;;
+    prometheus) echo "$PROMETHEUS_VERSION" ;;
     *) die "unknown tool: $1 (known: ${ALL_TOOLS[*]})" ;;
   esac
 }
@@ -120,6 +126,7 @@ tool_binaries() {
     minio) echo minio ;;
     mc) echo mc ;;
     kwok) echo kwok ;;
+    prometheus) echo prometheus promtool ;;
   esac
 }
 
@@ -136,6 +143,7 @@ installed_version() {
     kube-router) "$dir/kube-router" --version 2>&1 | sed -n 's/.* version v\([^,]*\),.*/\1/p' ;;
     minio) "$dir/minio" --version 2>/dev/null | sed -n 's/^minio version \([^ ]*\).*/\1/p' ;;
     mc) "$dir/mc" --version 2>/dev/null | sed -n 's/^mc version \([^ ]*\).*/\1/p' ;;
+    prometheus) "$dir/prometheus" --version 2>/dev/null | sed -n 's/^prometheus, version \([^ ]*\).*/\1/p' ;;
     # These two have no --version flag: the build writes a stamp instead.
     *) sed -n 's/^version=//p' "$dir/../BUILD-INFO" 2>/dev/null ;;
   esac
@@ -167,6 +175,7 @@ tool_modules() {
     minio) echo "github.com/minio/minio@$MINIO_MODVERSION" ;;
     mc) echo "github.com/minio/mc@$MC_MODVERSION" ;;
     kwok) echo "sigs.k8s.io/kwok@v$KWOK_VERSION" ;;
+    prometheus) echo "github.com/prometheus/prometheus@$(prometheus_modversion)" ;;
   esac
 }
 
@@ -355,6 +364,24 @@ build_kwok() {
   # constant in its source, not a link flag.
   stage_module "sigs.k8s.io/kwok@v$KWOK_VERSION" "$STAGE_WORK/kwok"
   gobuild_in "$STAGE_WORK/kwok" -o "$1/kwok" -ldflags "-w -s" ./cmd/kwok
+}
+
+prometheus_modversion() {
+  local major=${PROMETHEUS_VERSION%%.*} rest=${PROMETHEUS_VERSION#*.}
+  echo "v0.$(( major * 100 + ${rest%%.*} )).${rest#*.}"
+}
+
+build_prometheus() {
+  local src="$STAGE_WORK/prometheus" pkg=github.com/prometheus/common/version
+  stage_module "github.com/prometheus/prometheus@$(prometheus_modversion)" "$src"
+  # The module's go.work names directories its zip lacks; its go.sum pins every dependency.
+  rm -f "$src/go.work" "$src/go.work.sum"
+  # Upstream's tags (.promu.yml) but `builtinassets`: the web UI's assets are built with
+  # npm, so this Prometheus serves its HTTP API and no UI. Only the Kubernetes and
+  # file/HTTP service discoveries are compiled in (the stack scrapes pods).
+  GOWORK=off gobuild_in "$src" -o "$1/" -tags netgo,remove_all_sd,enable_kubernetes_sd \
+    -ldflags "-w -s -X $pkg.Version=$PROMETHEUS_VERSION -X $pkg.Revision=$(prometheus_modversion) -X $pkg.Branch=HEAD -X $pkg.BuildDate=$(build_date +%Y%m%d-%H:%M:%S)" \
+    ./cmd/prometheus ./cmd/promtool
 }
 
 build_kube-router() {

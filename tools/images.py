@@ -73,6 +73,7 @@ RUNTIME_IMAGES = (
     "pause",
     "minio",
     "hadoop",
+    "prometheus",
     "vc-scheduler",
     "vc-controller-manager",
     "vc-webhook-manager",
@@ -116,6 +117,7 @@ def _options(args: argparse.Namespace) -> Options:
         registry=args.registry,
         tags=_tags(args.tag),
         minio_bin_dir=args.minio_bin_dir,
+        prometheus_bin_dir=args.prometheus_bin_dir,
         volcano_bin_dir=args.volcano_bin_dir,
     )
     if args.stack:
@@ -162,6 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--tag", action="append", default=[], metavar="NAME=TAG", help="a project image's tag"
     )
     naming.add_argument("--minio-bin-dir", type=Path, help="dir with minio and mc")
+    naming.add_argument("--prometheus-bin-dir", type=Path, help="dir with prometheus and promtool")
     naming.add_argument("--volcano-bin-dir", type=Path, help="dir with the vc-* binaries")
     naming.add_argument("--stack", help="name the images as stacks/Pulumi.<STACK>.yaml does")
     commands = parser.add_subparsers(dest="command", required=True)

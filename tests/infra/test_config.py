@@ -244,7 +244,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"trainerz": "3"},
-            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback",
+            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback, monitoring",
         ),
     ],
 )

@@ -9,8 +9,9 @@ from typing import Any
 
 import jsonschema
 import pytest
+from elasticctr_common.metrics import ENDPOINTS
 
-from tests.support import network_paths, volcano_webhook
+from tests.support import network_paths, operator_crds, volcano_webhook
 from tests.support import pulumi_harness as harness
 from tests.support.components import secret_file_of
 from tests.support.manifests import (
@@ -19,10 +20,12 @@ from tests.support.manifests import (
     canonical_quantity,
     core_errors,
     describe,
+    is_operator_object,
     pod_templates,
     quantity_fields,
     volcano_job_schema,
 )
+from tests.support.prerequisites import unavailable
 from tests.support.volcano_crds import CrdsUnavailable
 
 # EKS Pod Identity's agent on each node (AWS_CONTAINER_CREDENTIALS_FULL_URI), IPv4 and IPv6.
@@ -46,6 +49,25 @@ def test_objects_match_the_kubernetes_schema(
             pytest.fail("\n".join(errors))
         checked += (manifest["apiVersion"], manifest["kind"]) != VOLCANO_JOB
     assert checked >= 25
+
+
+def test_prometheus_operator_objects_match_its_crds(
+    stack_graph: tuple[str, harness.Graph],
+) -> None:
+    _, graph = stack_graph
+    objects = [m for m in graph.manifests() if is_operator_object(m)]
+    if not objects:
+        pytest.skip("this stack makes no Prometheus Operator objects")
+    try:
+        schemas = {kind: operator_crds.schema(kind) for kind in operator_crds.FILES}
+    except CrdsUnavailable as why:
+        unavailable(f"the Prometheus Operator's CRDs: {why}")
+        return
+    assert {m["kind"] for m in objects} == set(schemas)
+    for manifest in objects:
+        # Not jsonschema.validate: its check of the schema itself rejects Go's regexes
+        # (`^(?i)...`), which apply to fields these objects do not set.
+        jsonschema.Draft202012Validator(schemas[manifest["kind"]]).validate(manifest)
 
 
 def test_volcano_jobs_match_the_volcano_crd(stack_graph: tuple[str, harness.Graph]) -> None:
@@ -126,7 +148,9 @@ def test_every_pod_runs_unprivileged_and_non_root(stack_graph: tuple[str, harnes
         spec = template["spec"]
         assert spec["securityContext"]["runAsNonRoot"] is True, owner
         assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, owner
-        assert spec.get("automountServiceAccountToken") is False, owner
+        # Prometheus alone calls the API (Kubernetes discovery): its token, nobody else's.
+        calls_api = template["metadata"]["labels"]["app.kubernetes.io/component"] == "prometheus"
+        assert spec.get("automountServiceAccountToken") is calls_api, owner
         assert not any(spec.get(k) for k in ("hostNetwork", "hostPID", "hostIPC")), owner
         for container in spec["containers"]:
             context = container["securityContext"]
@@ -204,10 +228,22 @@ IN_CLUSTER_HDFS = {
     "hdfs-datanode -> hdfs-datanode:9867",
 }
 CLOUD_S3 = {f"{c} -> *:443" for c in BUCKET_USERS}
+# monitoring.prometheus in-cluster: the API server (any address), every part's metrics port
+PROMETHEUS = {
+    "prometheus -> *:443",
+    "prometheus -> *:6443",
+    "prometheus -> serving:8010",
+    "prometheus -> cube:8027",
+    "prometheus -> cube:8001",
+    "prometheus -> cube-transfer:8099",
+    "prometheus -> trainer:8014",
+}
 STACK_PATHS = {
-    "dev": IN_CLUSTER_HDFS | {f"{c} -> minio:9000" for c in (*BUCKET_USERS, "minio-client")},
+    "dev": IN_CLUSTER_HDFS
+    | PROMETHEUS
+    | {f"{c} -> minio:9000" for c in (*BUCKET_USERS, "minio-client")},
     # the team's HDFS (its namenode by name: any address), BOS over HTTPS
-    "baidu-prod": CLOUD_S3 | {"trainer -> *:8020", "trainer -> *:9866"},
+    "baidu-prod": CLOUD_S3 | PROMETHEUS | {"trainer -> *:8020", "trainer -> *:9866"},
     "huawei-prod": IN_CLUSTER_HDFS | CLOUD_S3,
     # S3 over HTTPS, credentials from the node's Pod Identity agent; no HDFS
     "aws-prod": CLOUD_S3
@@ -246,9 +282,19 @@ def test_serving_is_the_only_port_open_to_outside_the_stack(
     # aws-prod's clients come from its serving.source_ranges; the others' from anywhere
     # (with a bearer token on the prod stacks: tests/infra/test_config_security.py).
     clients = ("198.51.100.0/24", "203.0.113.0/24") if stack == "aws-prod" else ("*",)
+    # aws-prod's Prometheus (monitoring.prometheus external) scrapes from its namespace.
+    scrapes = (
+        {
+            f"namespace monitoring -> {e.component}:{e.port}"
+            for e in ENDPOINTS.values()
+            if e.process != "joiner"  # no feedback loop
+        }
+        if stack == "aws-prod"
+        else set()
+    )
     assert {str(p) for p in ingress if p.client not in pods} == {
         f"{c} -> serving:8010" for c in clients
-    }
+    } | scrapes
 
 
 def test_each_workload_holds_only_its_own_bucket_credentials(
@@ -302,6 +348,7 @@ def test_the_feedback_loop_opens_exactly_its_connections() -> None:
         "joiner -> hdfs-namenode:8020",
         "joiner -> hdfs-datanode:9866",
         "joiner -> mlflow:5000",
+        "prometheus -> joiner:8012",
     }
     assert works == COMMON_PATHS | STACK_PATHS["dev"] | feedback
     ingress, _ = network_paths.allowed(manifests, "Ingress")

@@ -89,6 +89,9 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
         "elasticctr:cube:Cube": 17,
         "elasticctr:training:Training": 6,
         "elasticctr:serving:Serving": 7,  # + its PodDisruptionBudget
+        # ConfigMap, account, Role and its binding, Service, StatefulSet, its egress, and an
+        # ingress policy per scraped process (5 without the feedback loop's joiner)
+        "elasticctr:prometheus:Prometheus": 12,
     }
 
 

@@ -30,6 +30,11 @@ def is_volcano_job(manifest: dict[str, Any]) -> bool:
     return (manifest.get("apiVersion"), manifest.get("kind")) == VOLCANO_JOB
 
 
+def is_operator_object(manifest: dict[str, Any]) -> bool:
+    """A Prometheus Operator object (checked against its CRD: tests/support/operator_crds)."""
+    return str(manifest.get("apiVersion", "")).startswith("monitoring.coreos.com/")
+
+
 def describe(manifest: dict[str, Any]) -> str:
     return f"{manifest.get('kind')}/{(manifest.get('metadata') or {}).get('name')}"
 
@@ -56,7 +61,10 @@ def kubernetes_error(manifest: dict[str, Any], version: str) -> str | None:
 
 def core_errors(manifest: dict[str, Any], version: str) -> list[str]:
     """Strict schema errors of one manifest at `version`; a Volcano Job's pod templates are
-    checked as core PodTemplates (the Job itself: `volcano_job_errors`)."""
+    checked as core PodTemplates (the Job itself: `volcano_job_errors`); the Prometheus
+    Operator's objects are not core objects."""
+    if is_operator_object(manifest):
+        return []
     if is_volcano_job(manifest):
         checks = [
             (

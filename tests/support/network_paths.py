@@ -56,13 +56,17 @@ def _policies(manifests: Iterable[dict[str, Any]], direction: str) -> list[dict[
 
 
 def _peers(rule: dict[str, Any], key: str, pods: dict[str, dict[str, str]]) -> list[str]:
-    """Components and CIDRs a rule names (ANY when it names none)."""
+    """Components, CIDRs and other namespaces ("namespace <name>") a rule names (ANY when
+    it names none)."""
     if key not in rule:
         return [ANY]
     found = []
     for peer in rule[key]:
-        assert "namespaceSelector" not in peer, f"unsupported peer {peer}"
-        if "ipBlock" in peer:
+        if "namespaceSelector" in peer:
+            assert "podSelector" not in peer, f"unsupported peer {peer}"
+            labels = peer["namespaceSelector"]["matchLabels"]
+            found.append(f"namespace {labels['kubernetes.io/metadata.name']}")
+        elif "ipBlock" in peer:
             found.append(peer["ipBlock"]["cidr"])
         else:
             found += [c for c, pod in pods.items() if _selects(peer["podSelector"], pod)]

@@ -68,8 +68,15 @@ def crd_dir() -> Path:
     return cache
 
 
-def _from_go_module(cache: Path) -> str | None:
-    """Copy the CRDs out of the release's Go module into `cache`; None, or what failed."""
+def _from_go_module(
+    cache: Path,
+    module: str = MODULE,
+    version: str = VERSION,
+    directory: str = CHART_CRDS,
+    files: tuple[str, ...] = FILES,
+) -> str | None:
+    """Copy CRD `files` out of `directory` of a Go module into `cache` (Volcano's release by
+    default); None, or what failed."""
     go = shutil.which("go") or (
         "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
     )
@@ -77,15 +84,15 @@ def _from_go_module(cache: Path) -> str | None:
         return "go is not installed"
     try:
         done = subprocess.run(
-            [go, "mod", "download", "-json", f"{MODULE}@{VERSION}"],
+            [go, "mod", "download", "-json", f"{module}@{version}"],
             capture_output=True, text=True, timeout=600, cwd=cache,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as err:
         return str(err)
     if done.returncode != 0:
         return (done.stdout + done.stderr).strip()[-500:]
-    source = Path(json.loads(done.stdout)["Dir"]) / CHART_CRDS
-    for name in FILES:
+    source = Path(json.loads(done.stdout)["Dir"]) / directory
+    for name in files:
         if not (source / name).is_file():
             return f"{source / name} is not in the module"
         shutil.copyfile(source / name, cache / name)

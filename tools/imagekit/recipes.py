@@ -4,7 +4,8 @@ Three kinds:
   base     stand-ins tagged with exactly the names the project's Dockerfiles use in FROM
            (python, rust, mlflow-base) and their common Debian base;
   project  images/<name>/Dockerfile, unchanged, as <registry>/<name>:<tag>;
-  standin  third-party images the cluster runs (pause, MinIO, Hadoop, Kafka, Volcano), named under
+  standin  third-party images the cluster runs (pause, MinIO, Hadoop, Kafka, Prometheus,
+           Volcano), named under
            a local prefix, except pause, whose name containerd's config fixes.
 Each stand-in's recipe is tools/standins/<name>/ (Containerfile + README saying how it
 differs from the real image).
@@ -98,6 +99,7 @@ class Options:
     registry: str = DEFAULT_REGISTRY
     tags: Mapping[str, str] = field(default_factory=dict)  # missing names: the defaults
     minio_bin_dir: Path | None = None
+    prometheus_bin_dir: Path | None = None
     volcano_bin_dir: Path | None = None
 
 
@@ -239,21 +241,32 @@ def _runtime_standins(options: Options) -> list[Recipe]:
             stagers=(kafka_jars(),),
         ),
     ]  # fmt: skip
-    minio = toolbins.find("minio", ("minio", "mc"), options.minio_bin_dir)
-    upstream_minio = ImagesConfig().minio.rpartition(":")[0]
-    minio_files = () if minio.missing else (staging.Binaries(tuple(minio.paths.values())),)
+    recipes.append(_binaries_standin("minio", ("minio", "mc"), options.minio_bin_dir))
     recipes.append(
-        _standin(
-            "minio",
-            f"{STANDIN_PREFIX}/minio:{minio.version or 'unknown'}",
-            "standin",
-            f"{upstream_minio}:{minio.version or '<version>'}",
-            stagers=minio_files,
-            unavailable=minio.missing_reason() if minio.missing else "",
+        _binaries_standin(
+            "prometheus", ("prometheus", "promtool"), options.prometheus_bin_dir, tag_prefix="v"
         )
     )
     recipes += _volcano(options)
     return recipes
+
+
+def _binaries_standin(
+    tool: str, binaries: tuple[str, ...], bin_dir: Path | None, tag_prefix: str = ""
+) -> Recipe:
+    """A stand-in of the Debian base and a tool's binaries, tagged with the tool's version
+    as the upstream image the stack config names by default is (`images.<tool>`)."""
+    bins = toolbins.find(tool, binaries, bin_dir)
+    upstream = getattr(ImagesConfig(), tool).rpartition(":")[0]
+    version = f"{tag_prefix}{bins.version}" if bins.version else None
+    return _standin(
+        tool,
+        f"{STANDIN_PREFIX}/{tool}:{version or 'unknown'}",
+        "standin",
+        f"{upstream}:{version or '<version>'}",
+        stagers=() if bins.missing else (staging.Binaries(tuple(bins.paths.values())),),
+        unavailable=bins.missing_reason() if bins.missing else "",
+    )
 
 
 def _volcano(options: Options) -> list[Recipe]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import yaml
 
-from infra.config import FeedbackConfig, ImagesConfig, VolcanoConfig
+from infra.config import FeedbackConfig, ImagesConfig, MonitoringConfig, VolcanoConfig
 from tools.imagekit.recipes import STANDIN_PREFIX, Options, Recipe, catalog, normalise, recipe_for
 
 STACKS_DIR = Path(__file__).resolve().parents[2] / "stacks"
@@ -36,6 +36,7 @@ def stack_options(stack: str, base: Options | None = None) -> Options:
         registry=images.registry,
         tags=images.tags.model_dump(),
         minio_bin_dir=base.minio_bin_dir,
+        prometheus_bin_dir=base.prometheus_bin_dir,
         volcano_bin_dir=base.volcano_bin_dir,
     )
     _check_standins(stack, config, images, catalog(options))
@@ -50,6 +51,9 @@ def _check_standins(
     feedback = FeedbackConfig.model_validate(config.get("elasticctr:feedback") or {})
     if feedback.enabled and feedback.kafka.mode == "in-cluster":
         named.append(("images.kafka", images.kafka))
+    monitoring = MonitoringConfig.model_validate(config.get("elasticctr:monitoring") or {})
+    if monitoring.prometheus == "in-cluster":
+        named.append(("images.prometheus", images.prometheus))
     for key, reference in named:
         recipe = recipe_for(recipes, reference)
         if recipe is None or recipe.reference != normalise(reference):

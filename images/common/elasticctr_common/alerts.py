@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from .metrics import ROLLOUT_PHASES, series_in
+from .scrape import JOB_PREFIX, OPERATOR_API, PART_OF, PART_OF_VALUE
 
 GROUP: Final = "elasticctr"
 # The transfer's phases a rollout rests in; any other for long is a stuck rollout.
@@ -66,6 +67,16 @@ RULES: Final = (
         "serving's 99th percentile latency is above 0.5 s",
         "p99 {{ $value | humanizeDuration }} in {{ $labels.namespace }}: look at batch sizes, "
         "cube seeks (elasticctr_cube_server_seek_seconds) and serving's CPU",
+    ),
+    Rule(
+        "ElasticctrTargetDown",
+        f'max by (namespace, process, pod) (up{{job=~"{JOB_PREFIX}.+"}}) == 0',
+        "5m",
+        "critical",
+        "a part's running pod does not answer its metrics scrape",
+        "{{ $labels.process }} in {{ $labels.pod }} ({{ $labels.namespace }}) has not answered "
+        "/metrics for 5 minutes: the process hangs or is overloaded; its log and "
+        "`kubectl describe pod` say more",
     ),
     Rule(
         "ElasticctrCubeServerNotReady",
@@ -148,12 +159,12 @@ def rule_file(rules: tuple[Rule, ...] = RULES) -> dict[str, Any]:
 def prometheus_rule(namespace: str, rules: tuple[Rule, ...] = RULES) -> dict[str, Any]:
     """The same rules as the Prometheus Operator's PrometheusRule object."""
     return {
-        "apiVersion": "monitoring.coreos.com/v1",
+        "apiVersion": OPERATOR_API,
         "kind": "PrometheusRule",
         "metadata": {
             "name": "elasticctr",
             "namespace": namespace,
-            "labels": {"app.kubernetes.io/part-of": "elasticctr"},
+            "labels": {PART_OF: PART_OF_VALUE},
         },
         "spec": rule_file(rules),
     }

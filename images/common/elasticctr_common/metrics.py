@@ -1,8 +1,8 @@
 """The metrics contract: every metric family each long-running part exposes, with its type,
-help, labels and buckets, and where Prometheus scrapes it (port and path). Written once,
-here: the images build their registries from it (exposition.py; the cube-server, in Rust,
-writes the same names and tests/images/common/test_metrics_contract.py reads them back from
-the live process), and the program takes ports and scrape annotations from it.
+help, labels and buckets, and where Prometheus scrapes it (the component's pods, port and
+path). Written once, here: the images build their registries from it (exposition.py; the
+cube-server, in Rust, writes the same names and tests/images/common/test_metrics_contract.py
+reads them back from the live process), and scrape.py Prometheus's jobs.
 
 Prometheus conventions: base units (seconds, bytes), counters end in `_total`, a timestamp
 is `_timestamp_seconds` (Unix time), a version gauge holds the version id (-1: none).
@@ -90,7 +90,8 @@ class Family:
 @dataclass(frozen=True)
 class Endpoint:
     """Where one kind of process exposes its families: `port` (the process's HTTP port),
-    `path`. Every family's name starts with `prefix`; `endpoint["x_total"]` is family
+    `path`, in the pods of the stack's `component` (their label app.kubernetes.io/component).
+    Every family's name starts with `prefix`; `endpoint["x_total"]` is family
     `<prefix>x_total`."""
 
     process: str
@@ -98,6 +99,7 @@ class Endpoint:
     prefix: str
     families: tuple[Family, ...]
     path: str = METRICS_PATH
+    component: str = field(kw_only=True)
     by_name: dict[str, Family] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -115,14 +117,6 @@ class Endpoint:
             return self.by_name[short]
         except KeyError:
             raise KeyError(f"{self.process} has no metric family {self.prefix}{short}") from None
-
-    def annotations(self) -> dict[str, str]:
-        """The pod annotations of the common Prometheus pod-scrape convention."""
-        return {
-            "prometheus.io/scrape": "true",
-            "prometheus.io/port": str(self.port),
-            "prometheus.io/path": self.path,
-        }
 
     def problems(self, parsed: Iterable[Any]) -> list[str]:
         """What in `parsed` (metric families from prometheus_client's text parser: `.name`,
@@ -205,6 +199,7 @@ SERVING: Final = Endpoint(
         _f(_S + "impressions_total", COUNTER, "impressions by outcome", ("outcome",)),
         _f(_S + "clicks_total", COUNTER, "clicks received by outcome", ("outcome",)),
     ),
+    component="serving",
 )
 
 # -- cube-server (Rust: images/cube/server/src/metrics.rs), on its data port --------------
@@ -242,6 +237,7 @@ CUBE_SERVER: Final = Endpoint(
         _f(_CS + "connections", GAUGE, "open data-port connections"),
         _f(_CS + "loads_total", COUNTER, "background loads finished, by result", ("result",)),
     ),
+    component="cube",
 )
 
 # -- cube-agent (elasticctr_cube/agent.py), on its port -----------------------------------
@@ -271,6 +267,7 @@ CUBE_AGENT: Final = Endpoint(
         _f(_CA + "prepared_version", GAUGE, "the version last prepared (-1: none)"),
         _f(_CA + "restores_total", COUNTER, "committed versions restored on an empty server"),
     ),
+    component="cube",
 )
 
 # -- cube-transfer (elasticctr_cube/transfer.py), on its reader port -----------------------
@@ -307,6 +304,7 @@ CUBE_TRANSFER: Final = Endpoint(
         _f(_CT + "committed_version", GAUGE, "the committed version (-1: none)"),
         _f(_CT + "kept_versions", GAUGE, "published versions kept for rollback"),
     ),
+    component="cube-transfer",
 )
 
 # -- the trainer (elasticctr_trainer), a port per trainer pod while it runs ----------------
@@ -336,6 +334,7 @@ TRAINER: Final = Endpoint(
             ("outcome",),
         ),
     ),
+    component="trainer",
 )
 
 # -- the joiner (elasticctr_joiner), on its status port ------------------------------------
@@ -390,6 +389,7 @@ JOINER: Final = Endpoint(
         _f(_J + "online_window_examples", GAUGE, "joined examples in the window", ("version",)),
         _f(_J + "online_window_clicks", GAUGE, "clicked examples in the window", ("version",)),
     ),
+    component="joiner",
 )
 
 ENDPOINTS: Final = {

@@ -13,5 +13,6 @@ CUBE_SHARDS = "cube_shards"
 CUBE_LAYOUT = "cube_layout"  # the shard pods are cube-<layout>-<shard>-<replica>
 CUBE_TRANSFER_URL = "cube_transfer_url"
 JOINER_URL = "joiner_url"  # feedback.enabled: the joiner's /status; "" otherwise
+PROMETHEUS_URL = "prometheus_url"  # monitoring.prometheus in-cluster: its HTTP API; "" otherwise
 TRAINING_JOB = "training_job"
 KUBECONFIG = "kubeconfig"

@@ -35,24 +35,19 @@ def test_a_family_against_the_conventions_is_refused_naming_it(family, message):
 def test_an_endpoint_refuses_a_family_outside_its_prefix_or_twice():
     up = m.Family("elasticctr_a_up", m.GAUGE, "h")
     with pytest.raises(ValueError, match=r"families \['elasticctr_a_up'\] do not start with"):
-        m.Endpoint("b", 1, "elasticctr_b_", (up,))
+        m.Endpoint("b", 1, "elasticctr_b_", (up,), component="b")
     with pytest.raises(ValueError, match="listed twice"):
-        m.Endpoint("a", 1, "elasticctr_a_", (up, up))
+        m.Endpoint("a", 1, "elasticctr_a_", (up, up), component="a")
     with pytest.raises(KeyError, match="a has no metric family elasticctr_a_down"):
-        m.Endpoint("a", 1, "elasticctr_a_", (up,))["down"]
+        m.Endpoint("a", 1, "elasticctr_a_", (up,), component="a")["down"]
 
 
-def test_ports_and_annotations_come_from_the_contract():
+def test_ports_come_from_the_contract():
     ports = {name: e.port for name, e in m.ENDPOINTS.items()}
     assert ports == {
         "serving": 8010, "cube-server": 8027, "cube-agent": 8001, "cube-transfer": 8099,
         "trainer": 8014, "joiner": 8012,
     }  # fmt: skip
-    assert m.CUBE_SERVER.annotations() == {
-        "prometheus.io/scrape": "true",
-        "prometheus.io/port": "8027",
-        "prometheus.io/path": "/metrics",
-    }
 
 
 @pytest.mark.parametrize("endpoint", list(m.ENDPOINTS.values()), ids=list(m.ENDPOINTS))
