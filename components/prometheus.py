@@ -39,10 +39,6 @@ CONFIG_FILE = "prometheus.yml"
 RULES_FILE = "elasticctr-rules.yml"
 DATA_DIR = "/prometheus"
 PORT = scrape.PROMETHEUS_PORT
-# The API server: the `kubernetes` Service's port, and the port its endpoints listen on
-# (a policy sees the address after the Service's translation); its address is the
-# cluster's, not known ahead.
-API_SERVER = Route(ANYWHERE, (443, 6443))
 
 
 @dataclass(frozen=True)
@@ -58,6 +54,9 @@ class PrometheusArgs:
     cpu: float
     mem: float
     priority_class: str  # the pod's; "": the cluster's default
+    # The API server's ports (infra/preflight.py looks them up); its address is the
+    # cluster's, not known ahead: any address on these.
+    api_server_ports: tuple[int, ...]
     # The parts of this stack to scrape (processes of the metrics contract; the joiner only
     # with the feedback loop).
     processes: tuple[str, ...] = tuple(ENDPOINTS)
@@ -206,7 +205,7 @@ class Prometheus(pulumi.ComponentResource):
             f"{name}-egress",
             COMPONENT,
             [
-                API_SERVER,
+                Route(ANYWHERE, args.api_server_ports),
                 *dict.fromkeys(Route(e.component, (e.port,)) for e in ENDPOINTS.values()),
             ],
             self,

@@ -292,6 +292,9 @@ class CloudTraits:
     keeps_client_address: bool
     # The bucket it makes is reached as one role per workload (no keys at all).
     workload_identity: bool
+    # Where its API servers listen (a pod's policy sees that port, after the `kubernetes`
+    # Service's translation); () for a cluster that exists: looked up in it (preflight).
+    api_server_ports: tuple[int, ...] = ()
 
 
 CLOUD_TRAITS: dict[Cloud, CloudTraits] = {
@@ -310,6 +313,7 @@ CLOUD_TRAITS: dict[Cloud, CloudTraits] = {
         managed_volcano=False,
         keeps_client_address=True,
         workload_identity=True,
+        api_server_ports=(443,),
     ),
     # Huawei CCE: Volcano is a managed add-on; ELB does not pass client addresses on.
     Cloud.HUAWEI: CloudTraits(
@@ -318,6 +322,7 @@ CLOUD_TRAITS: dict[Cloud, CloudTraits] = {
         managed_volcano=True,
         keeps_client_address=False,
         workload_identity=False,
+        api_server_ports=(5443,),
     ),
     # Baidu CCE: BLB does not pass client addresses on.
     Cloud.BAIDU: CloudTraits(
@@ -326,6 +331,7 @@ CLOUD_TRAITS: dict[Cloud, CloudTraits] = {
         managed_volcano=False,
         keeps_client_address=False,
         workload_identity=False,
+        api_server_ports=(6443,),
     ),
 }
 
@@ -1156,6 +1162,11 @@ class MonitoringConfig(Section):
     mem: float = Field(2, ge=MIN_MEM, le=256, description="in-cluster: memory in GiB of Prometheus")
     priority_class: PriorityClassName = Field(
         "", description="in-cluster: PriorityClass of Prometheus's pod (one the cluster has)"
+    )
+    api_server_ports: list[Annotated[int, Field(ge=1, le=65535)]] = Field(
+        default_factory=list,
+        description="in-cluster: ports Prometheus may reach the API server on; empty: the "
+        "cloud's, or on an existing cluster those its `kubernetes` Service's endpoints use",
     )
 
     @checks

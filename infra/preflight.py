@@ -28,6 +28,8 @@ NAMESPACE = "elasticctr"
 VOLCANO_DEFAULT_QUEUE = "default"
 # Seconds to connect and to read: a cluster that does not answer must not stall a preview.
 TIMEOUT = (5, 15)
+HTTPS_PORT = 443
+FALLBACK_API_PORTS = (443, 6443)
 
 
 def check_cluster(config: StackConfig) -> list[str]:
@@ -64,6 +66,58 @@ def check_cluster(config: StackConfig) -> list[str]:
         return []
     finally:
         api.close()
+
+
+def api_server_ports(config: StackConfig) -> tuple[int, ...]:
+    """The ports a pod's egress policy must open to reach the API server: the config's, the
+    cloud's, or on a cluster that exists those its `kubernetes` Service's endpoints listen on
+    (any cluster picks its own: 6443, minikube's 8443, a random one), with the Service's
+    443 (some data planes filter before the translation). A cluster that cannot be asked
+    gets the common two, with a warning."""
+    if config.monitoring.api_server_ports:
+        return tuple(sorted(set(config.monitoring.api_server_ports)))
+    traits = CLOUD_TRAITS[config.cloud]
+    if traits.api_server_ports:
+        return tuple(sorted({HTTPS_PORT, *traits.api_server_ports}))
+    why = "the stack renders manifests only"
+    if not config.cluster.render_dir:
+        try:
+            api = _client(config.cluster.kubeconfig, config.cluster.context)
+        except Exception as err:  # no kubeconfig the client can read
+            why = f"no usable kubeconfig ({_first_line(err)})"
+        else:
+            try:
+                ports = _endpoint_ports(api)
+                if ports:
+                    return tuple(sorted({HTTPS_PORT, *ports}))
+                why = "the kubernetes Service has no endpoints"
+            except Exception as err:  # unreachable, forbidden, timed out
+                why = _first_line(err)
+            finally:
+                api.close()
+    pulumi.log.warn(
+        f"{NAMESPACE}:monitoring.api_server_ports: the API server's port not looked up "
+        f"({why}): Prometheus may reach ports {', '.join(map(str, FALLBACK_API_PORTS))}; set "
+        "the key if the cluster's API server listens on another"
+    )
+    return FALLBACK_API_PORTS
+
+
+def _endpoint_ports(api: Any) -> set[int]:
+    """The ports of the `kubernetes` Service's endpoints: its EndpointSlices, else (a
+    control plane without the slice controllers) the Endpoints the API server writes."""
+    from kubernetes import client
+
+    slices = client.DiscoveryV1Api(api).list_namespaced_endpoint_slice(
+        "default", label_selector="kubernetes.io/service-name=kubernetes", _request_timeout=TIMEOUT
+    )
+    ports = {p.port for s in slices.items for p in (s.ports or []) if p.port}
+    if ports:
+        return ports
+    endpoints = client.CoreV1Api(api).read_namespaced_endpoints(
+        "kubernetes", "default", _request_timeout=TIMEOUT
+    )
+    return {p.port for s in (endpoints.subsets or []) for p in (s.ports or []) if p.port}
 
 
 def check_capacity(config: StackConfig, tally: capacity.Tally) -> None:

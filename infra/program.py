@@ -378,6 +378,11 @@ def main() -> None:
                 cpu=monitoring.cpu,
                 mem=monitoring.mem,
                 priority_class=monitoring.priority_class,
+                api_server_ports=(
+                    preflight.api_server_ports(config)
+                    if monitoring.prometheus == "in-cluster"
+                    else ()
+                ),
                 processes=tuple(p for p in ENDPOINTS if p != "joiner" or feedback.enabled),
                 image=config.images.prometheus,
                 serving_token=(AUTH_SECRET, TOKEN_KEY) if serving.token is not None else None,

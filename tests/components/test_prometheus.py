@@ -14,7 +14,7 @@ from infra.config import MonitoringConfig
 from tests.support.components import run_component
 from tests.support.pulumi_harness import Graph
 
-SECTION = MonitoringConfig().model_dump(exclude={"prometheus", "operator"})
+SECTION = MonitoringConfig().model_dump(exclude={"prometheus", "operator", "api_server_ports"})
 
 
 def _render(prometheus: str, operator: bool = False, token: bool = True) -> Graph:
@@ -25,6 +25,7 @@ def _render(prometheus: str, operator: bool = False, token: bool = True) -> Grap
                 target=t,
                 prometheus=prometheus,  # type: ignore[arg-type]
                 operator=operator,
+                api_server_ports=(443, 6443),
                 image="r.test/prometheus:v3",
                 serving_token=("serving-auth", "SERVING_AUTH_TOKEN") if token else None,
                 **SECTION,

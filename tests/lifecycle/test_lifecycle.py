@@ -892,3 +892,64 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     life.timings.figures["shard pod restored mid-chain"] = {"version": committed, "chain": chain}
     assert chain and chain[-1] == committed, chain
     life.done("7 feedback loop: simulator -> serving -> Kafka -> joiner -> trainer", started)
+
+
+def test_7b_prometheus_scrapes_every_part(life: Lifecycle) -> None:
+    """The stack's Prometheus (monitoring.prometheus in-cluster) while every part runs (the
+    online Job, the joiner, serving, cube): each part's job has its pods up, every metric
+    family of the contract is known to Prometheus with its type, the alert rules are
+    loaded, and a query reads the simulator's traffic (docs/monitoring.md)."""
+    from elasticctr_common.alerts import RULES
+    from elasticctr_common.metrics import ENDPOINTS
+    from elasticctr_common.scrape import PROMETHEUS_PORT, job_name
+
+    from tests.support.prometheus import api_get
+
+    started = time.monotonic()
+    with port_forward(life.stack, "svc/prometheus", PROMETHEUS_PORT) as prometheus:
+
+        def up_jobs() -> dict[str, list[dict[str, Any]]]:
+            targets = api_get(prometheus, "/api/v1/targets", state="active")["activeTargets"]
+            by_job: dict[str, list[dict[str, Any]]] = {}
+            for target in targets:
+                by_job.setdefault(target["labels"]["job"], []).append(target)
+            return by_job
+
+        def every_part_up() -> dict[str, list[dict[str, Any]]] | None:
+            jobs = up_jobs()
+            ok = all(
+                any(t["health"] == "up" for t in jobs.get(job_name(e), []))
+                for e in ENDPOINTS.values()
+            )
+            return jobs if ok else None
+
+        jobs = wait_for(every_part_up, 180, "Prometheus scraping every part")
+        for endpoint in ENDPOINTS.values():
+            for target in jobs[job_name(endpoint)]:
+                labels = target["labels"]
+                assert labels["namespace"] == NS and labels["process"] == endpoint.process
+                assert target["scrapeUrl"].endswith(f":{endpoint.port}{endpoint.path}")
+        metadata = api_get(prometheus, "/api/v1/metadata")
+        missing, mistyped = [], []
+        for endpoint in ENDPOINTS.values():
+            for family in endpoint.families:
+                # The name a scrape reports: OpenMetrics drops a counter's `_total`.
+                known = metadata.get(family.family_name) or metadata.get(family.name)
+                if not known:
+                    missing.append(family.name)
+                elif family.type not in {m["type"] for m in known}:
+                    mistyped.append((family.name, known))
+        assert not missing and not mistyped, (missing, mistyped)
+        groups = api_get(prometheus, "/api/v1/rules", type="alert")["groups"]
+        loaded = {r["name"]: r["health"] for g in groups for r in g["rules"]}
+        assert loaded == {rule.alert: "ok" for rule in RULES}, loaded
+        served = api_get(
+            prometheus,
+            "/api/v1/query",
+            query=f'sum(elasticctr_serving_examples_total{{namespace="{NS}"}})',
+        )["result"]
+        assert served and float(served[0]["value"][1]) > 0, served
+    life.timings.figures["prometheus targets"] = {
+        job: len(targets) for job, targets in sorted(jobs.items())
+    }
+    life.done("7b Prometheus scrapes every part", started)

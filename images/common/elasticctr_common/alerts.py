@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Final
 
-from .metrics import ROLLOUT_PHASES, series_in
+from .metrics import FEEDBACK_OUTCOMES, ROLLOUT_PHASES, series_in
 from .scrape import JOB_PREFIX, OPERATOR_API, PART_OF, PART_OF_VALUE
 
 GROUP: Final = "elasticctr"
@@ -45,6 +45,9 @@ def _rate(name: str, selector: str = "") -> str:
 
 
 _MOVING = "|".join(p for p in ROLLOUT_PHASES if p not in RESTING_PHASES)
+# Impressions serving handed to the stream (index(): fails at import if the contract's
+# outcomes lose it).
+_DELIVERED = FEEDBACK_OUTCOMES[FEEDBACK_OUTCOMES.index("delivered")]
 
 RULES: Final = (
     Rule(
@@ -123,6 +126,18 @@ RULES: Final = (
         "the feedback joiner is far behind the stream",
         "{{ $value }} records unread in {{ $labels.namespace }}: the joiner is down, slow, or "
         "its storage refuses partitions (its /status says)",
+    ),
+    Rule(
+        "ElasticctrJoinerDown",
+        "sum by (namespace) (rate(elasticctr_serving_impressions_total"
+        f'{{outcome="{_DELIVERED}"}}[{WINDOW}])) > 0 '
+        f'unless on (namespace) max by (namespace) (up{{job="{JOB_PREFIX}joiner"}}) == 1',
+        "10m",
+        "critical",
+        "serving delivers impressions to the stream and no joiner takes them",
+        "no joiner in {{ $labels.namespace }} has answered for 10 minutes while serving logs "
+        "impressions: no partition closes, online training waits; the joiner Deployment's "
+        "pod and its log say why (the stream keeps the records for its retention)",
     ),
     Rule(
         "ElasticctrOnlineAucDrop",

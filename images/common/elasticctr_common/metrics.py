@@ -165,6 +165,8 @@ def _f(
 
 # -- serving (elasticctr_serving/metrics.py builds these; the port is its API's) --------------
 _S = "elasticctr_serving_"
+# `outcome` of a logged impression or a click (the feedback loop): what became of it.
+FEEDBACK_OUTCOMES: Final = ("queued", "sampled_out", "dropped_buffer_full", "delivered", "failed")
 SERVING: Final = Endpoint(
     "serving",
     SERVING_PORT,

@@ -38,6 +38,7 @@ from elasticctr_common.feedback import (
     kafka_client_config,
     topics,
 )
+from elasticctr_common.metrics import FEEDBACK_OUTCOMES
 
 from .instances import Parsed
 from .metrics import ServingMetrics
@@ -45,7 +46,7 @@ from .metrics import ServingMetrics
 log = logging.getLogger("elasticctr_serving.feedback")
 
 DEFAULT_BUFFER_RECORDS = 100_000
-OUTCOMES = ("queued", "sampled_out", "dropped_buffer_full", "delivered", "failed")
+OUTCOMES = FEEDBACK_OUTCOMES
 
 
 class RequestIds:

@@ -92,6 +92,14 @@ FAULTS: dict[str, tuple[list[tuple[str, str]], str, dict[str, str]]] = {
         "20m",
         {},
     ),
+    "ElasticctrJoinerDown": (
+        [
+            (f'elasticctr_serving_impressions_total{{{NS},pod="s",outcome="delivered"}}', "0+60x40"),
+            (f'up{{{NS},job="elasticctr-joiner",process="joiner",pod="joiner-1"}}', "1x5"),
+        ],
+        "25m",
+        {},
+    ),
     "ElasticctrOnlineAucDrop": (
         [
             (f'elasticctr_joiner_online_auc{{{NS},pod="j",version="5"}}', "0.6x40"),
@@ -113,6 +121,7 @@ FAULTS: dict[str, tuple[list[tuple[str, str]], str, dict[str, str]]] = {
 HEALTHY: list[tuple[str, str]] = [
     (f'elasticctr_serving_requests_total{{{NS},pod="s",path="/predict",code="200"}}', "0+100x100"),
     (f'elasticctr_serving_failures_total{{{NS},pod="s",cause="cube"}}', "0x100"),
+    (f'elasticctr_serving_impressions_total{{{NS},pod="s",outcome="delivered"}}', "0+60x100"),
     (f'elasticctr_serving_request_seconds_bucket{{{NS},pod="s",path="/predict",le="0.05"}}', "0+100x100"),
     (f'elasticctr_serving_request_seconds_bucket{{{NS},pod="s",path="/predict",le="+Inf"}}', "0+100x100"),
     *((f'up{{{NS},job="elasticctr-{p}",process="{p}",pod="{p}-0"}}', "1x100") for p in ENDPOINTS),
