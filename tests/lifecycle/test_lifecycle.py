@@ -949,6 +949,11 @@ def test_7b_prometheus_scrapes_every_part(life: Lifecycle) -> None:
             query=f'sum(elasticctr_serving_examples_total{{namespace="{NS}"}})',
         )["result"]
         assert served and float(served[0]["value"][1]) > 0, served
+        # `elasticctr status` shows the stack's alerts from it.
+        shown = run_module("elasticctr_client", "status", "--json", "--prometheus-url", prometheus)
+        alerting = json.loads(shown.stdout)["alerts"]
+        assert "error" not in alerting and {"firing", "pending"} <= set(alerting), alerting
+    life.timings.figures["prometheus alerts"] = alerting
     life.timings.figures["prometheus targets"] = {
         job: len(targets) for job, targets in sorted(jobs.items())
     }

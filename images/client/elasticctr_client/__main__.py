@@ -35,6 +35,7 @@ from elasticctr_common.stack_outputs import (
     KUBECONFIG,
     MLFLOW_URL,
     NAMESPACE,
+    PROMETHEUS_URL,
     SERVING_TOKEN,
     SERVING_URL,
     STORAGE_ENDPOINT,
@@ -156,6 +157,10 @@ def build_parser(
     st.add_argument("--serving-url")
     st.add_argument("--transfer-url")
     st.add_argument("--joiner-url", help="the feedback joiner (default: stack output joiner_url)")
+    st.add_argument(
+        "--prometheus-url",
+        help="the stack's Prometheus, for its alerts (default: stack output prometheus_url)",
+    )
     st.add_argument("--json", action="store_true", help="print JSON")
     st.add_argument(
         "--wait",
@@ -242,7 +247,13 @@ def _outputs(args: argparse.Namespace) -> StackOutputs:
     except EndpointError as err:
         if args.command != "status":
             raise
-        flags = (args.mlflow_url, args.serving_url, args.transfer_url, args.joiner_url)
+        flags = (
+            args.mlflow_url,
+            args.serving_url,
+            args.transfer_url,
+            args.joiner_url,
+            args.prometheus_url,
+        )
         if not any(flags) or args.stack:
             raise
         print(f"warning: {err}; reporting on the endpoints given as flags", file=sys.stderr)
@@ -412,11 +423,15 @@ def run_status(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwa
     if joiner:  # a stack with feedback.enabled
         joiner = _url(forwarder, str(joiner), "--joiner-url")
         sources["feedback"] = (status.feedback, joiner)
+    prometheus = args.prometheus_url or outputs.values.get(PROMETHEUS_URL)
+    if prometheus:  # a stack with monitoring.prometheus in-cluster
+        prometheus = _url(forwarder, str(prometheus), "--prometheus-url")
+        sources["alerts"] = (status.alerts, prometheus)
     if not sources:
         how = outputs.missing or "pass a --stack"
         raise EndpointError(
-            f"nothing to ask: pass --mlflow-url, --serving-url, --transfer-url or --joiner-url, "
-            f"or {how}"
+            "nothing to ask: pass --mlflow-url, --serving-url, --transfer-url, --joiner-url "
+            f"or --prometheus-url, or {how}"
         )
     result = status.collect(sources, args.timeout, Retry(args.retries))
     if args.wait:

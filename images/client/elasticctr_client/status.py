@@ -19,6 +19,9 @@ from __future__ import annotations
 import urllib.parse
 from typing import Any
 
+from elasticctr_common.alerts import PART_OF_LABEL as ALERT_PART_OF
+from elasticctr_common.scrape import PART_OF_VALUE
+
 from .endpoints import auth_header
 from .errors import CliError, RefusedError
 from .httpjson import DEFAULT_RETRY, Retry, request_json
@@ -109,6 +112,32 @@ def feedback(
     status = call("GET", joiner_url.rstrip("/") + "/status", None, timeout, None, "joiner", retry)
     keep = ("state", "closed", "last_close", "waiting_clicks", "online")
     return {k: status.get(k) for k in keep}
+
+
+def alerts(
+    prometheus_url: str, timeout: float = 10.0, retry: Retry = DEFAULT_RETRY
+) -> dict[str, Any]:
+    """The stack's alert rules that fire or wait out their `for` (Prometheus's
+    /api/v1/alerts), the project's only (label part_of)."""
+    answer = call(
+        "GET", prometheus_url.rstrip("/") + "/api/v1/alerts", None, timeout, None,
+        "Prometheus", retry,
+    )  # fmt: skip
+    found: dict[str, list[dict[str, Any]]] = {"firing": [], "pending": []}
+    for alert in answer["data"]["alerts"]:
+        labels = dict(alert.get("labels") or {})
+        if labels.get(ALERT_PART_OF) != PART_OF_VALUE or alert.get("state") not in found:
+            continue
+        found[alert["state"]].append(
+            {
+                "alert": labels.pop("alertname", "?"),
+                "severity": labels.pop("severity", ""),
+                "since": alert.get("activeAt"),
+                "summary": (alert.get("annotations") or {}).get("summary", ""),
+                "labels": {k: v for k, v in labels.items() if k != ALERT_PART_OF},
+            }
+        )
+    return found
 
 
 def _figure(value: Any, spec: str) -> str:
@@ -257,6 +286,19 @@ def render(report: dict[str, Any]) -> str:
                     f"  version {version} online: AUC {_figure(q['auc'], '.4f')}, calibration "
                     f"{_figure(q['calibration'], '.3f')}, log loss {_figure(q['log_loss'], '.4f')}"
                     f" on {q['examples']:,} examples ({q['clicks']:,} clicked)"
+                )
+    alerting = report.get("alerts")
+    if alerting is not None:
+        if "error" in alerting:
+            lines.append(f"alerts: unavailable ({alerting['error']})")
+        else:
+            firing, pending = alerting["firing"], alerting["pending"]
+            lines.append(f"alerts: {len(firing)} firing, {len(pending)} pending")
+            for alert in firing:
+                where = ", ".join(f"{k}={v}" for k, v in sorted(alert["labels"].items()))
+                lines.append(
+                    f"  FIRING {alert['alert']} ({alert['severity']}; {where}) since "
+                    f"{alert['since']}: {alert['summary']}"
                 )
     lines += [f"UNHEALTHY {line}" for line in report.get("unhealthy") or []]
     return "\n".join(lines)

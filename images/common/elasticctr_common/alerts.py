@@ -16,6 +16,8 @@ from .metrics import FEEDBACK_OUTCOMES, ROLLOUT_PHASES, series_in
 from .scrape import JOB_PREFIX, OPERATOR_API, PART_OF, PART_OF_VALUE
 
 GROUP: Final = "elasticctr"
+# The label every rule's alerts carry, telling them from other alerts of a shared Prometheus.
+PART_OF_LABEL: Final = "part_of"
 # The transfer's phases a rollout rests in; any other for long is a stuck rollout.
 RESTING_PHASES: Final = ("idle", "committed", "aborted")
 WINDOW: Final = "5m"
@@ -35,7 +37,7 @@ class Rule:
             "alert": self.alert,
             "expr": self.expr,
             "for": self.duration,
-            "labels": {"severity": self.severity, "part_of": "elasticctr"},
+            "labels": {"severity": self.severity, PART_OF_LABEL: PART_OF_VALUE},
             "annotations": {"summary": self.summary, "description": self.description},
         }
 

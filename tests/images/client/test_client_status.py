@@ -121,3 +121,57 @@ def test_wait_asks_again_until_its_time_is_up_then_reports(tmp_path) -> None:
     assert done.stderr.count("waiting: serving does not answer yet") == 1, done.stderr
     assert "serving: unavailable" in done.stdout
     assert waited >= 6, waited
+
+
+def test_status_shows_the_stacks_firing_and_pending_alerts() -> None:
+    """A real Prometheus evaluating rules: `status --prometheus-url` shows the project's
+    firing alerts with their labels and summary, counts the pending ones, and leaves out
+    another team's alerts of the same Prometheus."""
+    import time
+
+    from tests.support.prometheus import PrometheusServer, api_get
+
+    ours = {"part_of": "elasticctr", "namespace": "prod"}
+    rules = {
+        "groups": [
+            {
+                "name": "t",
+                "rules": [
+                    {
+                        "alert": "ElasticctrCubeServerNotReady",
+                        "expr": 'label_replace(vector(1), "pod", "cube-0-0", "", "")',
+                        "labels": {"severity": "critical", **ours},
+                        "annotations": {"summary": "a cube server holds no version"},
+                    },
+                    {
+                        "alert": "ElasticctrDataLag",
+                        "expr": "vector(1)",
+                        "for": "1h",
+                        "labels": {"severity": "warning", **ours},
+                    },
+                    {"alert": "TheirDiskFull", "expr": "vector(1)", "labels": {"severity": "page"}},
+                ],
+            }
+        ]
+    }
+    server = PrometheusServer(rules).start()
+    try:
+        deadline = time.monotonic() + 60
+        while len(api_get(server.url, "/api/v1/alerts")["alerts"]) < 3:
+            assert time.monotonic() < deadline, "Prometheus evaluated no rules in 60 s"
+            time.sleep(0.5)
+        text = run_client("status", "--prometheus-url", server.url)
+        shown = run_client("status", "--prometheus-url", server.url, "--json")
+    finally:
+        server.stop()
+    assert text.returncode == 0, text.stderr
+    assert "alerts: 1 firing, 1 pending" in text.stdout, text.stdout
+    assert (
+        "  FIRING ElasticctrCubeServerNotReady (critical; namespace=prod, pod=cube-0-0) since "
+    ) in text.stdout
+    assert text.stdout.rstrip().endswith(": a cube server holds no version"), text.stdout
+    assert "TheirDiskFull" not in text.stdout + shown.stdout
+    alerts = json.loads(shown.stdout)["alerts"]
+    assert [a["alert"] for a in alerts["firing"]] == ["ElasticctrCubeServerNotReady"]
+    assert alerts["firing"][0]["labels"] == {"namespace": "prod", "pod": "cube-0-0"}
+    assert [a["alert"] for a in alerts["pending"]] == ["ElasticctrDataLag"]
