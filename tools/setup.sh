@@ -48,11 +48,12 @@ if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
   need go "install Go >= 1.26 (the offline tools are built from Go modules)"
 fi
 
-# Debian packages: the compressors the data-file tests write files with, and, unless
+# Debian packages: the compressors the data-file tests write files with, the headless
+# browser the page tests look with (tests/support/browser.py), and, unless
 # ELASTICCTR_SKIP_CLUSTER=1, those of the image builds (buildah, mmdebstrap) and of the local
 # cluster's node (docs/images.md, docs/local-cluster.md). Installed as root on Debian;
 # elsewhere the image and cluster tests say what is missing.
-packages=(gzip bzip2 xz-utils zstd lz4 zip)
+packages=(gzip bzip2 xz-utils zstd lz4 zip chromium-headless-shell)
 if [ "${ELASTICCTR_SKIP_CLUSTER:-0}" != 1 ]; then
   # sudo: the README's local walkthrough uses it (a root shell in a container may lack it).
   packages+=(buildah mmdebstrap uidmap containerd containernetworking-plugins iptables conntrack

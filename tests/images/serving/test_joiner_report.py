@@ -64,3 +64,41 @@ def test_an_mlflow_that_does_not_answer_is_said_not_raised() -> None:
 def test_run_metrics_leave_out_what_is_undefined() -> None:
     figures = run_metrics(Quality(10, 0, math.nan, math.nan, 0.3))
     assert figures == {"online_examples": 10.0, "online_clicks": 0.0, "online_log_loss": 0.3}
+
+
+def test_mlflows_page_charts_each_versions_online_quality(mlflow_server) -> None:
+    """The page a person looks at: MLflow's own UI, in a real headless browser, charts the
+    figures the reporter logged, version by version (step = version); its screenshot is
+    kept with the run's artifacts (tests/support/browser.py)."""
+    from mlflow.tracking import MlflowClient
+    from PIL import Image
+
+    from tests.support.browser import render
+
+    client = MlflowClient(mlflow_server.tracking_uri)
+    name = f"elasticctr-{uuid.uuid4().hex[:8]}"
+    experiment = client.create_experiment(name)
+    run = client.create_run(experiment).info.run_id  # an online job's run: many versions
+    registry = ModelRegistry(mlflow_server.tracking_uri, name)
+    figures = {1: 0.71, 2: 0.745, 3: 0.69}
+    for version in figures:
+        registry.register(version, f"s3://bucket/models/{version}", run_id=run)
+    reporter = OnlineReporter(registry)
+    try:
+        reporter.report(
+            {v: Quality(1000 * v, 40 * v, auc, 1 + v / 50, 0.15) for v, auc in figures.items()}
+        )
+    finally:
+        reporter.stop()
+    assert reporter.last_error == "", reporter.last_error
+    history = client.get_metric_history(run, "online_auc")
+    assert sorted((m.step, m.value) for m in history) == sorted(figures.items())
+
+    page = f"{mlflow_server.tracking_uri}/#/experiments/{experiment}/runs/{run}/model-metrics"
+    dom, screenshot = render(page, "mlflow-online-quality.png")
+    for metric in run_metrics(Quality(1000, 40, 0.7, 1.0, 0.15)):
+        assert f">{metric}<" in dom, f"MLflow's page shows no chart titled {metric}"
+    assert ">Step<" in dom  # charted by step: the version
+    image = Image.open(screenshot)
+    assert image.size == (1400, 1000)
+    assert len(image.convert("L").getcolors(256) or ()) > 16  # a page was drawn, not a blank
