@@ -17,7 +17,13 @@ from dataclasses import dataclass
 
 import pulumi
 import pulumi_kubernetes as k8s
-from elasticctr_common.contract import CUBE_CONF, SERVING_PORT, SLOT_CONF, ServingEnv
+from elasticctr_common.contract import (
+    CUBE_CONF,
+    SERVING_AUTH_SECRET,
+    SERVING_PORT,
+    SLOT_CONF,
+    ServingEnv,
+)
 from elasticctr_common.feedback import FeedbackEnv
 
 from components import kube
@@ -31,7 +37,7 @@ from components.object_storage import ObjectStore
 PORT = SERVING_PORT
 API_PATH = "/ElasticCTRPredictionService/inference"
 SERVICE_ACCOUNT = "serving"
-AUTH_SECRET = "serving-auth"
+AUTH_SECRET = SERVING_AUTH_SECRET
 TOKEN_KEY = ServingEnv.AUTH_TOKEN  # the Secret's key and the pods' variable
 BUCKET_USER = BucketUser(SERVICE_ACCOUNT, ("serving",), read=(MODELS,))  # dense models
 # How long `up` waits for serving's pods of a new rollout to be ready: a new cube layout is

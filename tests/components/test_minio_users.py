@@ -23,6 +23,7 @@ from elasticctr_common.storage import open_store
 
 from components import cube, mlflow, serving, training
 from components.bucket_access import BucketUser, s3_policy_json
+from components.generated_secret import ALPHABET
 from components.minio import ROOT_KEYS, key_variables, setup_script
 from components.object_storage import credentials_file
 from tests.support.services import ServerProcess, _http_answers
@@ -37,6 +38,13 @@ USERS = (
     mlflow.BUCKET_USER,
 )
 CACHE = Path(os.environ.get("ELASTICCTR_CACHE", Path.home() / ".cache" / "elasticctr"))
+
+
+def _key(length: int) -> str:
+    """A secret key as the stack makes MinIO's (components/generated_secret.py): letters and
+    digits. (URL-safe base64 may start with '-', which `mc` takes for a flag: the stack
+    never makes such a key, and mode minio takes no key from the user.)"""
+    return "".join(secrets.choice(ALPHABET) for _ in range(length))
 
 
 def _binary(name: str) -> str | None:
@@ -56,7 +64,7 @@ class MinioServer(ServerProcess):
     def __init__(self, binary: str) -> None:
         super().__init__()
         self.binary, self.port = binary, free_port()
-        self.root = ("root-" + secrets.token_hex(6), secrets.token_urlsafe(24))
+        self.root = ("root-" + secrets.token_hex(6), _key(32))
 
     def _pick_new_port(self) -> bool:
         self.port = free_port()
@@ -92,7 +100,7 @@ class MinioServer(ServerProcess):
 def minio(tmp_path_factory) -> Iterator[tuple[MinioServer, dict[str, tuple[str, str]]]]:
     if MINIO is None or MC is None:
         pytest.skip("no minio/mc binaries (tools/build-tools.sh minio mc)")
-    keys = {u.name: (secrets.token_hex(10), secrets.token_urlsafe(30)) for u in USERS}
+    keys = {u.name: (secrets.token_hex(10), _key(40)) for u in USERS}
     with MinioServer(MINIO) as server:
         work = tmp_path_factory.mktemp("minio-job")
         for user in USERS:

@@ -187,6 +187,24 @@ def build_parser(
         help="as a PrometheusRule object (Prometheus Operator) in this namespace",
     )
 
+    sc = commands.add_parser(
+        "scrape-config",
+        help="print Prometheus scrape jobs (YAML) for a stack's parts, or PodMonitors",
+    )
+    sc.add_argument("namespace", help="the stack's namespace (config namespace)")
+    sc.add_argument("--out", help="write them to this file instead")
+    sc.add_argument("--interval", type=positive_int, default=30, help="seconds between scrapes")
+    sc.add_argument(
+        "--token-file",
+        help="the file holding the serving token (stack output serving_token), for a stack "
+        "with serving.auth token",
+    )
+    sc.add_argument(
+        "--operator",
+        action="store_true",
+        help="as PodMonitor objects (Prometheus Operator) in the stack's namespace",
+    )
+
     up = commands.add_parser("upload", help="upload hour directories and slot.conf")
     up.add_argument("source", help="local directory of YYYYMMDD/HH hour directories")
     up.add_argument("--dest", help="storage URI (default: the stack's dataset location)")
@@ -217,6 +235,7 @@ def main(
         "upload": args.command == "upload" and not args.dest,
         "dashboard": False,
         "alerts": False,
+        "scrape-config": False,
     }[args.command]
     try:
         outputs = _outputs(args) if needs_stack else StackOutputs({}, args.stack)
@@ -520,6 +539,26 @@ def run_alerts(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwa
     return _print_or_write(text, args.out, hint)
 
 
+def run_scrape_config(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwarder) -> int:
+    import yaml
+    from elasticctr_common.contract import SERVING_AUTH_SECRET, ServingEnv
+    from elasticctr_common.scrape import pod_monitors, scrape_configs
+
+    if args.operator:
+        token = (SERVING_AUTH_SECRET, ServingEnv.AUTH_TOKEN)
+        secret = {"serving": token} if args.token_file else {}
+        text = yaml.safe_dump_all(
+            pod_monitors(args.namespace, args.interval, secret), sort_keys=False, width=120
+        )
+        hint = "kubectl apply -f it (the stack's monitoring.prometheus external, operator true)"
+    else:
+        files = {"serving": args.token_file} if args.token_file else {}
+        jobs = scrape_configs(args.namespace, args.interval, files)
+        text = yaml.safe_dump({"scrape_configs": jobs}, sort_keys=False, width=120)
+        hint = "add the jobs to scrape_configs in Prometheus's configuration"
+    return _print_or_write(text, args.out, hint)
+
+
 COMMANDS = {
     "predict": run_predict,
     "click": run_click,
@@ -528,6 +567,7 @@ COMMANDS = {
     "upload": run_upload,
     "dashboard": run_dashboard,
     "alerts": run_alerts,
+    "scrape-config": run_scrape_config,
 }
 
 if __name__ == "__main__":

@@ -43,6 +43,9 @@ CUBE_TRANSFER_CONTROL_PORT: Final = 8098  # the pod's loopback: operators' port-
 # A trainer pod's /metrics while it runs (TrainerEnv.METRICS_PORT; 0: none). Its only HTTP
 # port: Paddle's pserver port speaks brpc.
 TRAINER_METRICS_PORT: Final = 8014
+# The Secret holding serving's bearer token (key ServingEnv.AUTH_TOKEN), with serving.auth
+# token: serving reads it, Prometheus scrapes with it.
+SERVING_AUTH_SECRET: Final = "serving-auth"
 
 
 # Committed cube versions cube-transfer keeps for rollback (CubeEnv.KEEP_VERSIONS; the

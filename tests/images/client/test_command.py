@@ -96,3 +96,19 @@ def test_alerts_prints_a_rule_file_or_a_prometheus_rule(tmp_path: Path) -> None:
     assert yaml.safe_load(printed.stdout) == rule_file()
     operator = run(tmp_path, "alerts", "--operator", "elasticctr-prod")
     assert yaml.safe_load(operator.stdout) == prometheus_rule("elasticctr-prod")
+
+
+def test_scrape_config_prints_the_stacks_jobs_or_its_pod_monitors(tmp_path: Path) -> None:
+    import yaml
+    from elasticctr_common.scrape import pod_monitors, scrape_configs
+
+    printed = run(tmp_path, "scrape-config", "prod", "--token-file", "/etc/prom/serving-token")
+    assert printed.returncode == 0, printed.stderr
+    assert yaml.safe_load(printed.stdout) == {
+        "scrape_configs": scrape_configs("prod", 30, {"serving": "/etc/prom/serving-token"})
+    }
+    operator = run(tmp_path, "scrape-config", "prod", "--operator", "--interval", "15")
+    assert list(yaml.safe_load_all(operator.stdout)) == pod_monitors("prod", 15)
+    refused = run(tmp_path, "scrape-config", "prod", "--interval", "0")
+    assert refused.returncode == 2
+    assert "argument --interval: invalid integer >= 1 value: '0'" in refused.stderr
