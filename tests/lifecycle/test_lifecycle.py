@@ -898,12 +898,16 @@ def test_7b_prometheus_scrapes_every_part(life: Lifecycle) -> None:
     """The stack's Prometheus (monitoring.prometheus in-cluster) while every part runs (the
     online Job, the joiner, serving, cube): each part's job has its pods up, every metric
     family of the contract is known to Prometheus with its type, the alert rules are
-    loaded, and a query reads the simulator's traffic (docs/monitoring.md)."""
+    loaded, a query reads the simulator's traffic, and a shard taken down raises the
+    shard-down alert, which clears once it is back (docs/monitoring.md)."""
     from elasticctr_common.alerts import RULES
     from elasticctr_common.metrics import ENDPOINTS
     from elasticctr_common.scrape import PROMETHEUS_PORT, job_name
+    from kubernetes import client
 
     from tests.support.prometheus import api_get
+
+    SHARD_DOWN = "ElasticctrCubeShardDown"
 
     started = time.monotonic()
     with port_forward(life.stack, "svc/prometheus", PROMETHEUS_PORT) as prometheus:
@@ -953,7 +957,25 @@ def test_7b_prometheus_scrapes_every_part(life: Lifecycle) -> None:
         shown = run_module("elasticctr_client", "status", "--json", "--prometheus-url", prometheus)
         alerting = json.loads(shown.stdout)["alerts"]
         assert "error" not in alerting and {"firing", "pending"} <= set(alerting), alerting
-    life.timings.figures["prometheus alerts"] = alerting
+
+        # A fault induced: shard 1's pods deleted and kept away (its StatefulSet at 0). The
+        # shard-down rule's condition holds on the next scrapes (pending: it fires after
+        # its `for`, which promtool's tests cover), and clears once the shard is back.
+        def shard_down_alert() -> str | None:
+            alerts = api_get(prometheus, "/api/v1/alerts")["alerts"]
+            states = [a["state"] for a in alerts if a["labels"]["alertname"] == SHARD_DOWN]
+            return states[0] if states else None
+
+        shard = f"cube-{_outputs(life)['cube_layout']}-1"
+        apps = client.AppsV1Api(life.stack.api())
+        assert shard_down_alert() is None
+        apps.patch_namespaced_stateful_set_scale(shard, NS, {"spec": {"replicas": 0}})
+        try:
+            seen = wait_for(shard_down_alert, 180, f"{SHARD_DOWN} with {shard} at 0 pods")
+        finally:
+            apps.patch_namespaced_stateful_set_scale(shard, NS, {"spec": {"replicas": 1}})
+        wait_for(lambda: shard_down_alert() is None, 600, f"{SHARD_DOWN} to clear")
+    life.timings.figures["prometheus alerts"] = alerting | {"induced shard down": seen}
     life.timings.figures["prometheus targets"] = {
         job: len(targets) for job, targets in sorted(jobs.items())
     }

@@ -93,6 +93,17 @@ RULES: Final = (
         "shard has one replica less (none, with cube.replicas 1); its agent's log says why",
     ),
     Rule(
+        "ElasticctrCubeShardDown",
+        "max by (namespace) (elasticctr_cube_transfer_shards - "
+        "elasticctr_cube_transfer_ready_shards) > 0",
+        "5m",
+        "critical",
+        "a cube shard has no ready server serving the committed version",
+        "{{ $value }} shard(s) in {{ $labels.namespace }} have no server that cube-transfer "
+        "finds ready on the committed version: lookups of their keys fail (serving's "
+        "errors); `elasticctr status` lists each server, `kubectl get pods` the shard's pods",
+    ),
+    Rule(
         "ElasticctrRolloutStuck",
         f'max by (namespace) (elasticctr_cube_transfer_rollout_phase{{phase=~"{_MOVING}"}}) == 1',
         "1h",

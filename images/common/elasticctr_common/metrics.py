@@ -305,6 +305,12 @@ CUBE_TRANSFER: Final = Endpoint(
         _f(_CT + "versions_built_total", COUNTER, "cube versions built and published", ("kind",)),
         _f(_CT + "committed_version", GAUGE, "the committed version (-1: none)"),
         _f(_CT + "kept_versions", GAUGE, "published versions kept for rollback"),
+        _f(_CT + "shards", GAUGE, "shards of the layout"),
+        _f(
+            _CT + "ready_shards",
+            GAUGE,
+            "shards with a ready server serving the committed version, at the scrape",
+        ),
     ),
     component="cube-transfer",
 )

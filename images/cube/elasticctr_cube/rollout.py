@@ -86,10 +86,11 @@ class RolloutRunner:
         self.reader_quiet, self.drain_timeout = reader_quiet, drain_timeout
         replicated = conf.dup > 1
         # Every cube-server by name, with the URL of its agent.
-        self.agents = {
-            (f"shard {s} replica {r}" if replicated else f"shard {s}"): node.agent_url
-            for s, r, node in conf.servers()
-        }
+        self.agents: dict[str, str] = {}
+        self.shard_of: dict[str, int] = {}  # each cube-server's shard, by name
+        for s, r, node in conf.servers():
+            name = f"shard {s} replica {r}" if replicated else f"shard {s}"
+            self.agents[name], self.shard_of[name] = node.agent_url, s
         self._pool = ThreadPoolExecutor(
             max_workers=min(32, len(self.agents)), thread_name_prefix="agent"
         )
@@ -138,6 +139,17 @@ class RolloutRunner:
 
         names = list(self.agents)
         return dict(zip(names, self._look_pool.map(look, names), strict=True))
+
+    def ready_shards(self, committed: int) -> int:
+        """Shards with a server that is ready and serves `committed` (asking every agent)."""
+        looks = self.servers()
+        return len(
+            {
+                self.shard_of[name]
+                for name, look in looks.items()
+                if look.get("ready") and look.get("cur_version") == committed
+            }
+        )
 
     def run(self, r: Rollout) -> bool:
         """Drain, prepare, hold, switch; True when every server serves r.version."""

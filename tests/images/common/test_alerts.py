@@ -72,6 +72,14 @@ FAULTS: dict[str, tuple[list[tuple[str, str]], str, dict[str, str]]] = {
         "20m",
         {"pod": "cube-0-0"},
     ),
+    "ElasticctrCubeShardDown": (
+        [
+            (f'elasticctr_cube_transfer_shards{{{NS},pod="t"}}', "3x40"),
+            (f'elasticctr_cube_transfer_ready_shards{{{NS},pod="t"}}', "3x5 2x35"),
+        ],
+        "20m",
+        {},
+    ),
     "ElasticctrRolloutStuck": (
         [(f'elasticctr_cube_transfer_rollout_phase{{{NS},pod="t",phase="preparing"}}', "1x90")],
         "80m",
@@ -126,6 +134,8 @@ HEALTHY: list[tuple[str, str]] = [
     (f'elasticctr_serving_request_seconds_bucket{{{NS},pod="s",path="/predict",le="+Inf"}}', "0+100x100"),
     *((f'up{{{NS},job="elasticctr-{p}",process="{p}",pod="{p}-0"}}', "1x100") for p in ENDPOINTS),
     (f'elasticctr_cube_server_ready{{{NS},pod="cube-0-0"}}', "1x100"),
+    (f'elasticctr_cube_transfer_shards{{{NS},pod="t"}}', "3x100"),
+    (f'elasticctr_cube_transfer_ready_shards{{{NS},pod="t"}}', "3x100"),
     (f'elasticctr_cube_transfer_rollout_phase{{{NS},pod="t",phase="idle"}}', "1x100"),
     (f'elasticctr_cube_transfer_rollout_phase{{{NS},pod="t",phase="preparing"}}', "0x100"),
     (f'elasticctr_cube_transfer_failures_total{{{NS},pod="t",cause="rollout"}}', "0x100"),

@@ -28,6 +28,8 @@ def test_server_agent_and_transfer_metrics_keep_the_contract(cube_cluster):
     transfer = scrape(transfer_url, CUBE_TRANSFER)
     assert value(transfer, "elasticctr_cube_transfer_committed_version") == -1
     assert value(transfer, "elasticctr_cube_transfer_rollout_phase", phase="idle") == 1
+    # Nothing committed yet: no shard has anything to serve, none is missing.
+    assert value(transfer, "elasticctr_cube_transfer_ready_shards") == 1
 
     tables = {v: model_table(v, n=500) for v in (1, 2)}
     cluster.publish_model(1, *tables[1])
@@ -59,6 +61,8 @@ def test_server_agent_and_transfer_metrics_keep_the_contract(cube_cluster):
     assert value(transfer, t + "committed_version") == 1
     assert value(transfer, t + "last_success_timestamp_seconds") > 0
     assert value(transfer, t + "kept_versions") == 1
+    assert value(transfer, t + "shards") == 1
+    assert value(transfer, t + "ready_shards") == 1
 
     # Version 2's shard file damaged in storage: the agent's check fails, the rollout aborts.
     uri = write_model_version(cluster.model_dir, 2, *tables[2])
@@ -86,3 +90,7 @@ def test_server_agent_and_transfer_metrics_keep_the_contract(cube_cluster):
     )
     server = scrape(server_url, CUBE_SERVER)
     assert value(server, p + "version", slot="current") == 1
+    # The shard's server gone (its agent still answers): no ready server for the shard.
+    cluster.procs.kill(cluster.name("server", 0))
+    transfer = scrape(transfer_url, CUBE_TRANSFER)
+    assert value(transfer, t + "ready_shards") == 0 and value(transfer, t + "shards") == 1
