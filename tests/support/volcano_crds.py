@@ -6,10 +6,7 @@ $ELASTICCTR_CACHE. The project does not carry a copy."""
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
-import subprocess
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -17,6 +14,7 @@ from typing import Any
 import yaml
 
 from tests.support.pulumi_harness import ROOT
+from tools.localcluster.crds import module_files
 
 VERSION = "v1.15.0"
 FILES = (
@@ -68,35 +66,9 @@ def crd_dir() -> Path:
     return cache
 
 
-def _from_go_module(
-    cache: Path,
-    module: str = MODULE,
-    version: str = VERSION,
-    directory: str = CHART_CRDS,
-    files: tuple[str, ...] = FILES,
-) -> str | None:
-    """Copy CRD `files` out of `directory` of a Go module into `cache` (Volcano's release by
-    default); None, or what failed."""
-    go = shutil.which("go") or (
-        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
-    )
-    if go is None:
-        return "go is not installed"
-    try:
-        done = subprocess.run(
-            [go, "mod", "download", "-json", f"{module}@{version}"],
-            capture_output=True, text=True, timeout=600, cwd=cache,
-        )  # fmt: skip
-    except (OSError, subprocess.TimeoutExpired) as err:
-        return str(err)
-    if done.returncode != 0:
-        return (done.stdout + done.stderr).strip()[-500:]
-    source = Path(json.loads(done.stdout)["Dir"]) / directory
-    for name in files:
-        if not (source / name).is_file():
-            return f"{source / name} is not in the module"
-        shutil.copyfile(source / name, cache / name)
-    return None
+def _from_go_module(cache: Path) -> str | None:
+    """Copy the CRDs out of the release's Go module into `cache`; None, or what failed."""
+    return module_files(MODULE, VERSION, CHART_CRDS, FILES, cache)
 
 
 def openapi_schema(file: str, version: str = "v1alpha1") -> dict[str, Any]:

@@ -1,8 +1,14 @@
 """CustomResourceDefinitions from YAML files, served by a control plane
-(tools/localcluster/controlplane.py): the e2e tests' Volcano CRDs, the simulated cluster's."""
+(tools/localcluster/controlplane.py): the e2e tests' Volcano CRDs, the simulated cluster's,
+and the Prometheus Operator's (a stack with monitoring.operator makes its objects), taken
+from its Go module."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
@@ -10,6 +16,60 @@ from pathlib import Path
 import yaml
 
 from tools.localcluster.controlplane import ControlPlane, ControlPlaneError
+
+# The Prometheus Operator's CRDs of the objects a stack makes (PodMonitor, PrometheusRule),
+# from the repository at the tag (the Go proxy serves it whole, checksum-verified).
+OPERATOR_MODULE = "github.com/prometheus-operator/prometheus-operator"
+OPERATOR_VERSION = "v0.85.0"
+OPERATOR_CRD_DIR = "example/prometheus-operator-crd"
+OPERATOR_CRDS = {
+    "PodMonitor": "monitoring.coreos.com_podmonitors.yaml",
+    "PrometheusRule": "monitoring.coreos.com_prometheusrules.yaml",
+}
+
+
+def module_files(
+    module: str, version: str, directory: str, files: Iterable[str], dest: Path
+) -> str | None:
+    """Copy `files` of `directory` in the Go module `module@version` into `dest`; None, or
+    what failed."""
+    go = shutil.which("go") or (
+        "/usr/local/go/bin/go" if Path("/usr/local/go/bin/go").exists() else None
+    )
+    if go is None:
+        return "go is not installed"
+    dest.mkdir(parents=True, exist_ok=True)
+    try:
+        done = subprocess.run(
+            [go, "mod", "download", "-json", f"{module}@{version}"],
+            capture_output=True, text=True, timeout=600, cwd=dest,
+        )  # fmt: skip
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return str(err)
+    if done.returncode != 0:
+        return (done.stdout + done.stderr).strip()[-500:]
+    source = Path(json.loads(done.stdout)["Dir"]) / directory
+    for name in files:
+        if not (source / name).is_file():
+            return f"{source / name} is not in the module"
+        shutil.copyfile(source / name, dest / name)
+    return None
+
+
+def operator_crd_dir() -> Path:
+    """A directory of the Prometheus Operator's CRD files, fetched once into the cache."""
+    cache = (
+        Path(os.environ.get("ELASTICCTR_CACHE", Path.home() / ".cache" / "elasticctr"))
+        / f"prometheus-operator-crds-{OPERATOR_VERSION}"
+    )
+    if all((cache / f).is_file() for f in OPERATOR_CRDS.values()):
+        return cache
+    error = module_files(
+        OPERATOR_MODULE, OPERATOR_VERSION, OPERATOR_CRD_DIR, OPERATOR_CRDS.values(), cache
+    )
+    if error is not None:
+        raise ControlPlaneError(f"the Prometheus Operator's CRDs: {OPERATOR_MODULE}: {error}")
+    return cache
 
 
 def apply_crds(cp: ControlPlane, dirs: Iterable[Path | str], timeout: float = 60.0) -> list[str]:

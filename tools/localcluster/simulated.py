@@ -42,7 +42,7 @@ from tools.localcluster.controlplane import (
     stop_detached,
     tool_path_dirs,
 )
-from tools.localcluster.crds import apply_crds
+from tools.localcluster.crds import apply_crds, operator_crd_dir
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 ZONE_LABEL = "topology.kubernetes.io/zone"
@@ -193,7 +193,9 @@ class SimulatedCluster:
         chart = volcano_chart_dir()
         self.cp.start()
         try:
-            apply_crds(self.cp, [chart / d for d in CRD_DIRS])
+            # Volcano's, and the Prometheus Operator's: a prod stack may make its objects
+            # (monitoring.operator), as on a cluster running kube-prometheus-stack.
+            apply_crds(self.cp, [*(chart / d for d in CRD_DIRS), operator_crd_dir()])
             self._start_volcano(found, chart)
             self._start_kwok(found["kwok"])
             self._start_provisioner()
