@@ -54,6 +54,13 @@ EXPECTED: dict[str, tuple[str, list[str], list[str], str]] = {
     "pause": ("65535:65535", ["/pause"], ["/pause", "-v"], "pause"),
     "hadoop": ("1000", [], ["hdfs", "version"], "Hadoop 3.4.1"),
     "minio": ("", [], ["sh", "-c", "minio --version && mc --version"], "version"),
+    # prom/prometheus's user (nobody) and entrypoint; promtool checks the rule file.
+    "prometheus": (
+        "65534",
+        ["/bin/prometheus"],
+        ["sh", "-c", "/bin/prometheus --version && /bin/promtool --version"],
+        "prometheus, version 3.16.0",
+    ),
     "vc-scheduler": ("", ["/vc-scheduler"], ["/vc-scheduler", "--help"], "scheduler"),
     "vc-controller-manager": (
         "", ["/vc-controller-manager"], ["/vc-controller-manager", "--help"], "controller"

@@ -140,14 +140,15 @@ class RolloutRunner:
         names = list(self.agents)
         return dict(zip(names, self._look_pool.map(look, names), strict=True))
 
-    def ready_shards(self, committed: int) -> int:
-        """Shards with a server that is ready and serves `committed` (asking every agent)."""
+    def ready_shards(self, versions: set[int]) -> int:
+        """Shards with a server that is ready and serves one of `versions` (the committed
+        one, and during a rollout the one it switches to), asking every agent."""
         looks = self.servers()
         return len(
             {
                 self.shard_of[name]
                 for name, look in looks.items()
-                if look.get("ready") and look.get("cur_version") == committed
+                if look.get("ready") and look.get("cur_version") in versions
             }
         )
 

@@ -582,11 +582,13 @@ class Transfer:
         """The exposition, with the phase as it is now."""
         phase = self.status_phase()
         self.metrics.set_enum("rollout_phase", phase, ROLLOUT_PHASES)
-        committed = self.state["committed"]
+        committed, r = self.state["committed"], self.rollout
         self.metrics["shards"].set(self.conf.shard)
         # Asked of every agent at each scrape (a look, never queued behind a rollout); with
-        # nothing committed yet no shard has anything to serve, so none is missing.
-        ready = self.conf.shard if committed is None else self.runner.ready_shards(committed)
+        # nothing committed yet no shard has anything to serve, so none is missing. A server
+        # a rollout has switched already serves its version before it is committed.
+        versions = {committed} | ({r.version} if r is not None and self.busy else set())
+        ready = self.conf.shard if committed is None else self.runner.ready_shards(versions)
         self.metrics["ready_shards"].set(ready)
         return self.metrics.render()
 
