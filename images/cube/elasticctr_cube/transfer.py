@@ -584,11 +584,16 @@ class Transfer:
         self.metrics.set_enum("rollout_phase", phase, ROLLOUT_PHASES)
         committed, r = self.state["committed"], self.rollout
         self.metrics["shards"].set(self.conf.shard)
-        # Asked of every agent at each scrape (a look, never queued behind a rollout); with
-        # nothing committed yet no shard has anything to serve, so none is missing. A server
-        # a rollout has switched already serves its version before it is committed.
+        # Asked of every agent at each scrape (a look, never queued behind a rollout). None
+        # is missing with nothing committed yet (nothing to serve), nor while a new layout
+        # is brought to the committed version (serving reads the old one meanwhile; a
+        # failure there is a rollout failure). A server a rollout has switched serves its
+        # version before it is committed.
         versions = {committed} | ({r.version} if r is not None and self.busy else set())
-        ready = self.conf.shard if committed is None else self.runner.ready_shards(versions)
+        if committed is None or not self.layout_ready:
+            ready = self.conf.shard
+        else:
+            ready = self.runner.ready_shards(versions)
         self.metrics["ready_shards"].set(ready)
         return self.metrics.render()
 
