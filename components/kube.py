@@ -19,15 +19,20 @@ import pulumi_kubernetes as k8s
 # The contract's config and scratch directories, which every component mounts.
 from elasticctr_common.contract import CONFIG_DIR as CONFIG_DIR
 from elasticctr_common.contract import DATA_DIR as DATA_DIR
+from elasticctr_common.scrape import COMPONENT_LABEL as SCRAPE_COMPONENT_LABEL
+from elasticctr_common.scrape import PART_OF as SCRAPE_PART_OF_LABEL
+from elasticctr_common.scrape import PART_OF_VALUE
 from elasticctr_common.secrets import SECRETS_DIR, file_variable
 
 # The user of the project's images (their Dockerfiles create it), and of every pod that runs
 # no official image with a user of its own: above the host's users (10000 and up, as
 # scanners ask), so a container escape lands on no account of the node.
 RUN_AS_USER = 10001
-PART_OF = "elasticctr"
+# The selector's labels (labels()), which Prometheus's jobs select by too (the contract's).
+PART_OF = PART_OF_VALUE
+PART_OF_LABEL = SCRAPE_PART_OF_LABEL
+COMPONENT_LABEL = SCRAPE_COMPONENT_LABEL  # selects a part's pods
 # Kubernetes' recommended labels beyond the selector's part-of and component.
-COMPONENT_LABEL = "app.kubernetes.io/component"  # selects a part's pods (labels())
 NAME_LABEL = "app.kubernetes.io/name"
 INSTANCE_LABEL = "app.kubernetes.io/instance"  # the stack: two stacks in one cluster differ
 VERSION_LABEL = "app.kubernetes.io/version"
@@ -105,7 +110,7 @@ class KubeTarget:
 def labels(component: str) -> dict[str, str]:
     """Selector labels of one component (stable: they select pods, and a selector of a
     Deployment or StatefulSet cannot change)."""
-    return {"app.kubernetes.io/part-of": PART_OF, COMPONENT_LABEL: component}
+    return {PART_OF_LABEL: PART_OF, COMPONENT_LABEL: component}
 
 
 def stack_labels(component: str) -> dict[str, str]:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pulumi
 import pulumi_kubernetes as k8s
 
-from components.kube import PART_OF, KubeTarget, object_labels
+from components.kube import PART_OF, PART_OF_LABEL, KubeTarget, object_labels
 from components.network import DNS, egress_rule
 
 SLOT_CONF_MAP = "slot-conf"
@@ -66,7 +66,7 @@ class Namespace(pulumi.ComponentResource):
         # Traffic is denied but what the components allow, both ways: for every pod of a
         # namespace of our own, for our pods only in someone else's. None of our pods calls
         # the API server: it is not allowed either.
-        own_pods = {} if args.create else {"match_labels": {"app.kubernetes.io/part-of": PART_OF}}
+        own_pods = {} if args.create else {"match_labels": {PART_OF_LABEL: PART_OF}}
         for direction in ("Ingress", "Egress"):
             k8s.networking.v1.NetworkPolicy(
                 f"{name}-default-deny-{direction.lower()}",

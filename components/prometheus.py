@@ -25,7 +25,7 @@ import pulumi
 import pulumi_kubernetes as k8s
 import yaml
 from elasticctr_common import alerts, scrape
-from elasticctr_common.metrics import ENDPOINTS, Endpoint
+from elasticctr_common.metrics import ENDPOINTS
 
 from components import kube
 from components.kube import KubeTarget
@@ -89,7 +89,7 @@ class Prometheus(pulumi.ComponentResource):
             self.url = pulumi.Output.from_input("")
         # Each part admits the scraper on its metrics port: one policy per port, beside the
         # part's own (policies add up).
-        for endpoint in _endpoints(args):
+        for endpoint in scrape.endpoints(args.processes):
             allow_ingress(
                 target,
                 f"{name}-scrape-{endpoint.process}",
@@ -215,7 +215,7 @@ class Prometheus(pulumi.ComponentResource):
         """The Prometheus Operator's objects: a PodMonitor per endpoint, the PrometheusRule."""
         target = args.target
         token = args.serving_token
-        for endpoint in _endpoints(args):
+        for endpoint in scrape.endpoints(args.processes):
             secret = token if endpoint.process == "serving" else None
             monitor = pulumi.Output.from_input(target.namespace).apply(
                 functools.partial(
@@ -242,10 +242,3 @@ class Prometheus(pulumi.ComponentResource):
             spec=rule.apply(lambda doc: doc["spec"]),
             opts=target.opts(self),
         )
-
-
-def _endpoints(args: PrometheusArgs) -> list[Endpoint]:
-    unknown = set(args.processes) - set(ENDPOINTS)
-    if unknown:
-        raise ValueError(f"processes {sorted(unknown)} are not in the metrics contract")
-    return [ENDPOINTS[p] for p in args.processes]

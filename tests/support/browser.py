@@ -11,16 +11,11 @@ import tempfile
 from pathlib import Path
 
 from tests.support.prerequisites import unavailable
+from tools.localcluster.settings import CACHE
 
 BROWSERS = ("chromium-headless-shell", "chromium", "google-chrome")
 # Screenshots and such, kept after the run (CI's output names them).
-ARTIFACTS = Path(
-    os.environ.get(
-        "ELASTICCTR_TEST_ARTIFACTS",
-        Path(os.environ.get("ELASTICCTR_CACHE", Path.home() / ".cache" / "elasticctr"))
-        / "test-artifacts",
-    )
-)
+ARTIFACTS = Path(os.environ.get("ELASTICCTR_TEST_ARTIFACTS", CACHE / "test-artifacts"))
 
 
 def browser() -> str:

@@ -6,7 +6,6 @@ from its Go module."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import time
@@ -16,6 +15,7 @@ from pathlib import Path
 import yaml
 
 from tools.localcluster.controlplane import ControlPlane, ControlPlaneError
+from tools.localcluster.settings import CACHE
 
 # The Prometheus Operator's CRDs of the objects a stack makes (PodMonitor, PrometheusRule),
 # from the repository at the tag (the Go proxy serves it whole, checksum-verified).
@@ -58,10 +58,7 @@ def module_files(
 
 def operator_crd_dir() -> Path:
     """A directory of the Prometheus Operator's CRD files, fetched once into the cache."""
-    cache = (
-        Path(os.environ.get("ELASTICCTR_CACHE", Path.home() / ".cache" / "elasticctr"))
-        / f"prometheus-operator-crds-{OPERATOR_VERSION}"
-    )
+    cache = CACHE / f"prometheus-operator-crds-{OPERATOR_VERSION}"
     if all((cache / f).is_file() for f in OPERATOR_CRDS.values()):
         return cache
     error = module_files(

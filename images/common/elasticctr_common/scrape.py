@@ -28,6 +28,16 @@ SELF_JOB: Final = "prometheus"
 OPERATOR_API: Final = "monitoring.coreos.com/v1"
 
 
+def endpoints(processes: Iterable[str] | None = None) -> list[Endpoint]:
+    """The contract's endpoints of `processes` (every one by default); ValueError naming
+    those it lacks."""
+    chosen = list(ENDPOINTS) if processes is None else list(processes)
+    unknown = sorted(set(chosen) - set(ENDPOINTS))
+    if unknown:
+        raise ValueError(f"processes the contract lacks: {unknown}")
+    return [ENDPOINTS[p] for p in chosen]
+
+
 def job_name(endpoint: Endpoint) -> str:
     return f"{JOB_PREFIX}{endpoint.process}"
 
@@ -94,11 +104,8 @@ def scrape_configs(
     unknown = set(credentials_files) - set(ENDPOINTS)
     if unknown:
         raise ValueError(f"credentials for processes the contract lacks: {sorted(unknown)}")
-    chosen = list(ENDPOINTS) if processes is None else list(processes)
-    if set(chosen) - set(ENDPOINTS):
-        raise ValueError(f"processes the contract lacks: {sorted(set(chosen) - set(ENDPOINTS))}")
     jobs = []
-    for endpoint in (ENDPOINTS[p] for p in chosen):
+    for endpoint in endpoints(processes):
         job: dict[str, Any] = {
             "job_name": job_name(endpoint),
             "scrape_interval": f"{interval_seconds}s",

@@ -589,11 +589,11 @@ class Transfer:
         # is brought to the committed version (serving reads the old one meanwhile; a
         # failure there is a rollout failure). A server a rollout has switched serves its
         # version before it is committed.
-        versions = {committed} | ({r.version} if r is not None and self.busy else set())
         if committed is None or not self.layout_ready:
             ready = self.conf.shard
         else:
-            ready = self.runner.ready_shards(versions)
+            switching = {r.version} if r is not None and self.busy else set()
+            ready = self.runner.ready_shards({committed, *switching})
         self.metrics["ready_shards"].set(ready)
         return self.metrics.render()
 
