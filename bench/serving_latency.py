@@ -3,7 +3,7 @@
     .venv/bin/python bench/serving_latency.py [--batches 1,64] [--concurrency 1,8,32]
         [--seconds 5] [--warmup 1] [--repeat 3] [--slots 26] [--fc 400,400,400]
         [--workers 1] [--max-wait-ms 2] [--variant 'LABEL[@TREE]:SERVING ARGS']...
-        [--feedback]
+        [--feedback] [--canary FRACTION]
 
 Starts 3 cube-servers + agents + transfer and serving, publishes a synthetic model version
 with the production architecture (26 slots, embedding_dim 9, FC 400-400-400, 100,000
@@ -23,7 +23,11 @@ turn, so that all see the same machine. Without `--variant`, one variant runs th
 with `--workers` and `--max-wait-ms`. Medians over the repetitions are reported.
 `--feedback` runs each variant twice, impression logging off and on (a real Kafka broker
 on loopback, tools/kafka-broker.sh; every answered instance one record): the cost of the
-feedback loop to serving, measured in one run.
+feedback loop to serving, measured in one run. `--canary F` runs each variant twice too:
+off (serving follows the cube-servers, no canary, nobody reads /metrics) and on (a
+version on trial scores the share F of requests, its lookups pinned to it, and a scraper
+reads serving's /metrics every second: faster than any stack's scrape interval), the
+transfer's canary kept on trial by a joiner stand-in without figures.
 
 References measured in each repetition, so that the figures read as ratios on a busy
 machine: the bare predictor (Paddle Inference in this process, the same model and
@@ -57,6 +61,28 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(REPO)] + [str(REPO / "images" / p) for p in ("serving", "cube", "common")]
 TICKS = os.sysconf("SC_CLK_TCK")
 STAGES = ("parse", "queue", "cube", "pool", "predict")
+
+
+class Scraper:
+    """Reads `url`/metrics every second, as Prometheus would (faster)."""
+
+    def __init__(self, url: str) -> None:
+        import threading
+
+        self.url, self.scrapes, self._stop = url, 0, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        from tests.support.serving import http
+
+        while not self._stop.wait(1.0):
+            http("GET", self.url + "/metrics")
+            self.scrapes += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -388,6 +414,12 @@ def main() -> int:
         "--feedback", action="store_true", help="each variant with impression logging off and on"
     )
     p.add_argument(
+        "--canary",
+        type=float,
+        default=0.0,
+        help="each variant with a canary at this share and a scraper on, and without",
+    )
+    p.add_argument(
         "--instructions", action="store_true",
         help="also count serving's user-space instructions per example (perf stat)",
     )  # fmt: skip
@@ -405,8 +437,8 @@ def main() -> int:
     from elasticctr_cube.server import build_server
     from elasticctr_serving.native import build_parser
 
-    from tests.support.cube import CubeCluster
-    from tests.support.serving import Processes, Serving, publish
+    from tests.support.cube import CubeCluster, wait_until
+    from tests.support.serving import JoinerStandIn, Processes, Serving, publish
 
     build_server()
     build_parser()
@@ -428,6 +460,12 @@ def main() -> int:
             for label, tree, extra, _ in variants
             for state, env in (("off", {}), ("on", on))
         ]
+    if args.canary:
+        variants = [
+            (f"{label}, canary {state}", tree, [*extra, *more], env)
+            for label, tree, extra, env in variants
+            for state, more in (("off", ["--cube-transfer-url", ""]), ("on", []))
+        ]
     load_before = os.getloadavg()
     started = time.time()
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _, _ in variants}
@@ -435,12 +473,21 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
         root = Path(tmp)
         procs = Processes(root)
+        joiner = JoinerStandIn()  # no figures: a canary stays on trial
+        scraper = None
         try:
-            cluster = CubeCluster(procs, root, 3, ["--max-attempts", "1"])
+            transfer_args = ["--max-attempts", "1"]
+            if args.canary:
+                transfer_args += ["--canary-fraction", str(args.canary), "--canary-joiner-url",
+                                  joiner.url, "--canary-max-seconds", "86400"]  # fmt: skip
+            cluster = CubeCluster(procs, root, 3, transfer_args)
             slots = list(range(1, args.slots + 1))
             fc = [int(x) for x in args.fc.split(",")]
             publish(cluster, [1], slots=slots, fc_sizes=fc, keys=args.keys)
             cluster.wait_result(1, timeout=120)
+            if args.canary:
+                publish(cluster, [2], slots=slots, fc_sizes=fc, keys=args.keys)
+                wait_until(lambda: cluster.transfer_status()["canary"], 120, "the canary")
             servers: dict[str, tuple[Serving, int]] = {}
             for i, (label, tree, extra, env) in enumerate(variants):
                 pythonpath = os.pathsep.join(
@@ -449,6 +496,9 @@ def main() -> int:
                 serving = Serving(procs, f"serving{i}", cluster, *extra,
                                   env={"PYTHONPATH": pythonpath, **env})  # fmt: skip
                 serving.wait_version(1)
+                if label.endswith("canary on"):
+                    wait_until(lambda s=serving: s.status()["canary"], 120, "serving's canary")
+                    scraper = Scraper(serving.url)
                 servers[label] = serving, procs.procs[f"serving{i}"].pid
             cube_pids = [procs.procs[f"server{s}"].pid for s in range(3)]
             concurrencies = [int(x) for x in args.concurrency.split(",")]
@@ -477,7 +527,10 @@ def main() -> int:
                             runs[label].append({"variant": label, **result})
                             print(json.dumps(runs[label][-1]), file=sys.stderr, flush=True)
         finally:
+            if scraper is not None:
+                scraper.stop()
             procs.stop_all()
+            joiner.close()
             if broker is not None:
                 broker.close()
     print(

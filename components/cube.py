@@ -27,6 +27,7 @@ from typing import Any
 
 import pulumi
 import pulumi_kubernetes as k8s
+from elasticctr_common.canary import CanaryEnv
 from elasticctr_common.contract import (
     CUBE,
     CUBE_AGENT_PORT,
@@ -45,6 +46,7 @@ from elasticctr_common.cube.conf import (
     CubeNode,
     LoadBalancer,
 )
+from elasticctr_common.feedback import JOINER_PORT
 
 from components import kube
 from components.bucket_access import BucketUser
@@ -106,10 +108,33 @@ class CubeArgs:
     transfer_store: ObjectStore | None = None  # the transfer's (writes shards); None: store
     # MLflow's model registry: the transfer points its serving alias at each committed version.
     registry: RegistryClient | None = None
+    canary: CanaryArgs | None = None  # new versions on trial first (elasticctr_common.canary)
 
     @property
     def transfer_bucket(self) -> ObjectStore:
         return self.transfer_store or self.store
+
+
+@dataclass(frozen=True)
+class CanaryArgs:
+    """The stack's canary section, field for field; the transfer reads the joiner's figures."""
+
+    fraction: float
+    margin: float
+    confidence: float
+    min_clicks: int
+    max_seconds: int
+    joiner_url: pulumi.Input[str]
+
+    def env(self) -> dict[str, pulumi.Input[str]]:
+        return {
+            CanaryEnv.FRACTION: str(self.fraction),
+            CanaryEnv.MARGIN: str(self.margin),
+            CanaryEnv.CONFIDENCE: str(self.confidence),
+            CanaryEnv.MIN_CLICKS: str(self.min_clicks),
+            CanaryEnv.MAX_SECONDS: str(self.max_seconds),
+            CanaryEnv.JOINER_URL: self.joiner_url,
+        }
 
 
 def shard_name(layout: str, shard: int) -> str:
@@ -241,6 +266,7 @@ class Cube(pulumi.ComponentResource):
                 Route("cube", (AGENT_PORT, SERVER_PORT)),
                 *args.transfer_bucket.routes,
                 *(args.registry.routes if args.registry else ()),
+                *((Route("joiner", (JOINER_PORT,)),) if args.canary else ()),
             ],
             self,
         )
@@ -441,6 +467,7 @@ class Cube(pulumi.ComponentResource):
                         CubeEnv.WORK_DIR: "/tmp/cube-transfer",
                         "HOME": "/tmp",
                         **(args.registry.env() if args.registry else {}),
+                        **(args.canary.env() if args.canary else {}),
                     }
                 ),
                 *args.transfer_bucket.env(),

@@ -22,11 +22,16 @@ from components.bucket_access import BucketUser
 from components.kafka import KafkaClient
 from components.kube import KubeTarget
 from components.mlflow import RegistryClient
-from components.network import Route, allow_egress
+from components.network import Route, allow_egress, allow_ingress
 from components.object_storage import ObjectStore
 
 SERVICE_ACCOUNT = "joiner"
 UGI_SECRET = "joiner-hdfs-ugi"
+
+
+def status_url(namespace: pulumi.Input[str]) -> pulumi.Output[str]:
+    """The joiner's /status and /metrics, from inside the cluster."""
+    return pulumi.Output.concat("http://joiner.", namespace, f".svc.cluster.local:{JOINER_PORT}")
 
 
 def bucket_user(dataset: str) -> BucketUser:
@@ -52,6 +57,8 @@ class JoinerArgs:
     priority_class: str = ""  # the pod's; "": the cluster's default
     # MLflow's registry: each version's online quality goes to the run that trained it.
     registry: RegistryClient | None = None
+    # Components that read its /status (cube-transfer judging a canary on its figures).
+    status_clients: tuple[str, ...] = ()
 
 
 class Joiner(pulumi.ComponentResource):
@@ -121,11 +128,15 @@ class Joiner(pulumi.ComponentResource):
             opts=target.opts(self),
         )
         # /status and /metrics are for people, through `kubectl port-forward` (the client's
-        # `status`, which finds the pod by this Service): no pod may connect (no ingress).
+        # `status`, which finds the pod by this Service), and for status_clients alone.
         kube.service(
             target, f"{name}-service", "joiner", "joiner", {"status": JOINER_PORT}, self,
             await_ready=False,  # ready once Kafka answers, which may be after `up`
         )  # fmt: skip
+        if args.status_clients:
+            allow_ingress(
+                target, f"{name}-ingress", "joiner", [JOINER_PORT], list(args.status_clients), self
+            )
         registry_routes = args.registry.routes if args.registry else ()
         allow_egress(
             target,
@@ -134,7 +145,5 @@ class Joiner(pulumi.ComponentResource):
             [*args.kafka.routes, *args.data_routes, *registry_routes],
             self,
         )
-        self.url = pulumi.Output.concat(
-            "http://joiner.", target.namespace, f".svc.cluster.local:{JOINER_PORT}"
-        )
+        self.url = status_url(target.namespace)
         self.register_outputs({"url": self.url})

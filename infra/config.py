@@ -16,6 +16,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 from urllib.parse import urlsplit
 
+from elasticctr_common import canary
 from elasticctr_common.contract import CUBE_BASE_EVERY, CUBE_KEEP_VERSIONS, CUBE_MAX_CHAIN_FRACTION
 from elasticctr_common.cube.conf import CubeConf, LoadBalancer
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, PARTITION_MINUTES
@@ -1179,6 +1180,41 @@ class MonitoringConfig(Section):
             )
 
 
+class CanaryConfig(Section):
+    """A new version first serves a share of requests beside the committed one and is
+    promoted or rolled back on its online AUC from the joined feedback (docs/monitoring.md,
+    "Canary"). Offline-only stacks keep the publish gate alone."""
+
+    enabled: bool = Field(
+        False, description="judge each new version on live traffic first (needs feedback)"
+    )
+    fraction: float = Field(
+        canary.FRACTION, gt=0, lt=1, description="share of requests (by request id) it serves"
+    )
+    margin: float = Field(
+        canary.MARGIN,
+        ge=0,
+        lt=0.5,
+        description="online AUC it may lose against the committed version and be promoted",
+    )
+    confidence: float = Field(
+        canary.CONFIDENCE, ge=0.5, lt=1, description="of the test that promotes or rolls back"
+    )
+    min_clicks: int = Field(
+        canary.MIN_CLICKS,
+        ge=10,
+        le=10_000_000,
+        description="clicked (and as many unclicked) joined impressions each version needs "
+        "before a decision",
+    )
+    max_minutes: int = Field(
+        canary.MAX_SECONDS // 60,
+        ge=1,
+        le=10080,
+        description="a canary not decided by then is rolled back",
+    )
+
+
 class TrainingConfig(Section):
     """trainer.json's settings (their defaults are the contract's, elasticctr_common
     .trainer_json): each goes into trainer.json under its own name (infra/program.py,
@@ -1364,6 +1400,9 @@ class StackConfig(Section):
     monitoring: MonitoringConfig = Field(
         default_factory=MonitoringConfig, description="Prometheus: scrapes and alert rules"
     )
+    canary: CanaryConfig = Field(
+        default_factory=CanaryConfig, description="new versions on trial on live traffic"
+    )
 
     @field_validator("namespace")
     @classmethod
@@ -1394,6 +1433,13 @@ class StackConfig(Section):
 
     @checks
     def _cross_checks(self) -> Iterator[Problem]:
+        if self.canary.enabled and not self.feedback.enabled:
+            yield Problem(
+                "canary.enabled",
+                "needs feedback.enabled: a canary is judged on joined impressions and clicks, "
+                "got canary.enabled true with feedback.enabled false",
+                reads=("feedback.enabled",),
+            )
         # data.end bounds an offline job only: a stack switched to online keeps its old end.
         if self.training.mode == "offline" and self.data.end < self.data.start:
             yield Problem(

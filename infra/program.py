@@ -19,10 +19,11 @@ from elasticctr_common.trainer_json import HyperParameters, Runner, section_of
 
 from components.bucket_access import BucketUser
 from components.cluster import ClusterResult
-from components.cube import SHARD_ACCOUNT, TRANSFER_ACCOUNT, Cube, CubeArgs
+from components.cube import SHARD_ACCOUNT, TRANSFER_ACCOUNT, CanaryArgs, Cube, CubeArgs
 from components.hdfs import Hdfs, HdfsArgs, client_routes
 from components.joiner import SERVICE_ACCOUNT as JOINER_ACCOUNT
 from components.joiner import Joiner, JoinerArgs
+from components.joiner import status_url as joiner_status_url
 from components.kafka import Kafka, KafkaArgs
 from components.kube import KubeTarget
 from components.mlflow import SERVICE_ACCOUNT as MLFLOW_ACCOUNT
@@ -231,6 +232,16 @@ def main() -> None:
             node_pool=config.cube.node_pool,
             priority_class=config.cube.priority_class,
             registry=registry,
+            canary=CanaryArgs(
+                fraction=config.canary.fraction,
+                margin=config.canary.margin,
+                confidence=config.canary.confidence,
+                min_clicks=config.canary.min_clicks,
+                max_seconds=config.canary.max_minutes * 60,
+                joiner_url=joiner_status_url(target.namespace),
+            )
+            if config.canary.enabled
+            else None,
         ),
     )
 
@@ -325,6 +336,7 @@ def main() -> None:
                 hdfs_ugi=None if into_bucket else as_secret(config.data.ugi),
                 priority_class=feedback.priority_class,
                 registry=registry,
+                status_clients=("cube-transfer",) if config.canary.enabled else (),
             ),
         ).url
 

@@ -244,7 +244,7 @@ def test_structured_values_set_with_path() -> None:
         ),
         (
             {"trainerz": "3"},
-            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback, monitoring",
+            "elasticctr:trainerz is not a config key of this project (did you mean trainers?); allowed: cloud, cluster, namespace, create_namespace, trainers, pservers, cube_shards, slot_conf, hdfs, data, images, storage, mlflow, serving, cube, training, volcano, feedback, monitoring, canary",
         ),
     ],
 )
@@ -853,3 +853,23 @@ def test_a_priority_class_is_a_dns_subdomain() -> None:
     graph = harness.run(main, {"elasticctr:serving": {"priority_class": "online.high-1"}})
     serving = graph.one("kubernetes:apps/v1:Deployment", "serving-deployment")
     assert serving.inputs["spec"]["template"]["spec"]["priorityClassName"] == "online.high-1"
+
+
+def test_a_canary_needs_the_feedback_loop_and_sane_bounds() -> None:
+    problems = problems_of(
+        {"elasticctr:canary": {"enabled": True, "fraction": 1.5, "min_clicks": 5}}
+    )
+    assert problems == [
+        "elasticctr:canary.fraction must be a number < 1, got 1.5",
+        "elasticctr:canary.min_clicks must be an integer >= 10, got 5",
+        "elasticctr:canary.enabled needs feedback.enabled: a canary is judged on joined "
+        "impressions and clicks, got canary.enabled true with feedback.enabled false",
+    ]
+    problems = problems_of({"elasticctr:canary": {"enabled": True}})
+    assert problems == [
+        "elasticctr:canary.enabled needs feedback.enabled: a canary is judged on joined "
+        "impressions and clicks, got canary.enabled true with feedback.enabled false"
+    ]
+    harness.run(
+        main, {"elasticctr:canary": {"enabled": True}, "elasticctr:feedback": {"enabled": True}}
+    )

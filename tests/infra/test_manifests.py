@@ -362,6 +362,16 @@ def test_the_feedback_loop_opens_exactly_its_connections() -> None:
                 assert template["spec"]["securityContext"]["runAsNonRoot"] is True
 
 
+def test_a_canary_lets_the_transfer_read_the_joiners_figures() -> None:
+    """The transfer judges a canary on the joiner's /status: that connection, no other."""
+    from tests.infra.test_pod_contract import canary_graph, feedback_graph
+
+    def works(graph: harness.Graph) -> set[str]:
+        return {str(p) for p in network_paths.connections(graph.manifests()) if p.port != 53}
+
+    assert works(canary_graph()) == works(feedback_graph("dev")) | {"cube-transfer -> joiner:8012"}
+
+
 def test_the_feedback_loop_external_stream_and_its_secrets() -> None:
     """aws-prod with MSK: no broker pod; serving and the joiner reach the bootstrap port;
     the SASL credentials are a Secret's, never in a pod spec or a ConfigMap."""

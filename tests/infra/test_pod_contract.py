@@ -297,6 +297,46 @@ def feedback_graph(stack: str) -> harness.Graph:
     return harness.run(main, config, (*secrets, "elasticctr:feedback"), stack=stack)
 
 
+CANARY = {"enabled": True, "fraction": 0.2, "margin": 0.02, "min_clicks": 300}
+
+
+@functools.cache
+def canary_graph() -> harness.Graph:
+    """dev with the feedback loop and a canary."""
+    from infra.program import main
+    from tests.support.stacks import config_with_secrets
+
+    config, secrets = config_with_secrets(
+        "dev", {"elasticctr:feedback": FEEDBACK_STACKS["dev"], "elasticctr:canary": CANARY}
+    )
+    return harness.run(main, config, (*secrets, "elasticctr:feedback"), stack="dev")
+
+
+def test_the_transfer_judges_a_canary_on_the_joiners_figures(tmp_path: Path) -> None:
+    from elasticctr_cube.canary import policy_from_args
+    from elasticctr_cube.transfer import parse_args
+    from elasticctr_joiner.__main__ import parse_args as joiner_args
+
+    def parsed(graph: harness.Graph, name: str, parse: Callable[..., Any]) -> Any:
+        (found,) = [
+            Pod(c, config_files(graph, pod, tmp_path / where.replace("/", "_"))).parse(parse)
+            for where, pod, c in containers(graph)
+            if c["name"] == name
+        ]
+        return found
+
+    graph = canary_graph()
+    policy = policy_from_args(parsed(graph, "transfer", parse_args))
+    assert policy is not None
+    assert (policy.fraction, policy.margin, policy.min_clicks) == (0.2, 0.02, 300)
+    assert (policy.confidence, policy.max_seconds) == (0.99, 3600)  # the contract's defaults
+    name = graph.one("kubernetes:core/v1:Namespace").inputs["metadata"]["name"]
+    port = parsed(graph, "joiner", joiner_args).port
+    assert policy.joiner_url == f"http://joiner.{name}.svc.cluster.local:{port}"
+    # Without the canary the transfer switches each version at once.
+    assert policy_from_args(parsed(feedback_graph("dev"), "transfer", parse_args)) is None
+
+
 def check_joiner(pod: Pod) -> dict[str, Any]:
     from elasticctr_common.feedback import kafka_client_config
     from elasticctr_joiner.__main__ import parse_args

@@ -13,12 +13,14 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import numpy as np
 import pytest
 from elasticctr_common import secrets
 from elasticctr_common.contract import ServingEnv
+from elasticctr_common.online_eval import Quality
 from elasticctr_common.ports import free_port
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
@@ -332,3 +334,32 @@ def poisoned_stack(tmp_path_factory) -> Iterator[Stack]:
         yield start_poisoned_stack(procs, root)
     finally:
         procs.stop_all()
+
+
+class JoinerStandIn:
+    """Answers GET /status with each version's online figures as the joiner writes them
+    (Quality.as_json), set by the test: the canary's judge without Kafka."""
+
+    def __init__(self) -> None:
+        self.online: dict[int, Quality] = {}
+        figures = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                online = {str(v): q.as_json() for v, q in figures.online.items()}
+                body = json.dumps({"state": "running", "online": online}).encode()
+                self.send_response(200 if self.path == "/status" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()

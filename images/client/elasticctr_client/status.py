@@ -94,14 +94,40 @@ def transfer(
 ) -> dict[str, Any]:
     base = transfer_url.rstrip("/")
     status = call("GET", base + "/status", None, timeout, None, "cube-transfer", retry)
-    keep = ("committed", "previous", "phase", "kept_versions", "last_error", "shards", "registry")
+    keep = (
+        "committed", "previous", "phase", "kept_versions", "last_error", "shards", "registry",
+        "canary",
+    )  # fmt: skip
     report = {k: status.get(k) for k in keep}
+    if isinstance(report["canary"], dict):  # its history entry is the transfer's business
+        report["canary"] = {k: v for k, v in report["canary"].items() if k != "entry"}
     try:
         servers = call("GET", base + "/servers", None, timeout, None, "cube-transfer", retry)
         report["servers"] = servers["servers"]
     except (CliError, KeyError, TypeError) as err:
         report["servers"] = {"error": str(err)}
+    try:
+        history = call("GET", base + "/history", None, timeout, None, "cube-transfer", retry)
+        decided = [h for h in history["history"] if h.get("kind") == "canary"]
+        report["last_canary"] = _canary_outcome(decided[-1]) if decided else None
+    except (CliError, KeyError, TypeError) as err:
+        report["last_canary"] = {"error": str(err)}
     return report
+
+
+def _canary_outcome(entry: dict[str, Any]) -> dict[str, Any]:
+    """A canary's end as the transfer's history has it: the verdict and its numbers."""
+    canary = entry.get("canary") or {}
+    decision = canary.get("decision") or {}
+    return {
+        "version": entry.get("version"),
+        "baseline": canary.get("baseline"),
+        "result": entry.get("result"),
+        "finished": entry.get("finished"),
+        "seconds": canary.get("seconds"),
+        "reason": decision.get("reason") or entry.get("error"),
+        "decision": decision,
+    }
 
 
 def feedback(
@@ -207,6 +233,25 @@ def waiting_for(report: dict[str, Any]) -> str:
     return unhealthy_lines[0] if unhealthy_lines else ""
 
 
+def _canary_lines(cube: dict[str, Any]) -> list[str]:
+    lines = []
+    canary = cube.get("canary")
+    if isinstance(canary, dict):
+        last = (canary.get("last") or {}).get("reason") or "not looked at yet"
+        lines.append(
+            f"  canary: version {canary['version']} on {100 * canary['fraction']:.0f}% of "
+            f"requests beside {canary['baseline']} ({canary['phase']}); {last}"
+        )
+    outcome = cube.get("last_canary")
+    if isinstance(outcome, dict) and "error" not in outcome:
+        verdict = {"committed": "promoted", "rolled_back": "rolled back"}.get(outcome["result"])
+        lines.append(
+            f"  last canary: version {outcome['version']} {verdict} after "
+            f"{_figure(outcome['seconds'], '.0f')} s: {outcome['reason']}"
+        )
+    return lines
+
+
 def _server_problem(name: str, state: dict[str, Any], committed: Any) -> str | None:
     if "error" in state:
         return f"{name} does not answer ({state['error']})"
@@ -262,6 +307,7 @@ def render(report: dict[str, Any]) -> str:
                 f"{cube['phase']}, kept {cube['kept_versions']}, {cube['shards']} shards"
                 + (f", last error: {cube['last_error']}" if cube["last_error"] else "")
             )
+            lines += _canary_lines(cube)
             registry = cube.get("registry")  # None: no MLflow, or a transfer before it
             if registry:
                 lines.append(

@@ -18,8 +18,9 @@ from .scrape import JOB_PREFIX, OPERATOR_API, PART_OF, PART_OF_VALUE
 GROUP: Final = "elasticctr"
 # The label every rule's alerts carry, telling them from other alerts of a shared Prometheus.
 PART_OF_LABEL: Final = "part_of"
-# The transfer's phases a rollout rests in; any other for long is a stuck rollout.
-RESTING_PHASES: Final = ("idle", "committed", "aborted")
+# The transfer's phases a rollout rests in; any other for long is a stuck rollout. A canary
+# has a deadline of its own (canary.max_minutes), past which it is rolled back.
+RESTING_PHASES: Final = ("idle", "committed", "aborted", "canary")
 WINDOW: Final = "5m"
 
 
@@ -114,12 +115,24 @@ RULES: Final = (
     ),
     Rule(
         "ElasticctrRolloutFailures",
-        "sum by (namespace) (increase(elasticctr_cube_transfer_failures_total[1h])) > 2",
+        "sum by (namespace) "
+        '(increase(elasticctr_cube_transfer_failures_total{cause!="canary"}[1h])) > 2',
         "0m",
         "warning",
         "cube rollouts keep failing",
         "{{ $value }} rollouts not committed in {{ $labels.namespace }} in an hour; serving "
         "goes on with the committed version (elasticctr_cube_transfer_failures_total: cause)",
+    ),
+    Rule(
+        "ElasticctrCanaryRolledBack",
+        "sum by (namespace) (increase(elasticctr_cube_transfer_rollouts_total"
+        '{kind="canary",result="rolled_back"}[1h])) > 0',
+        "0m",
+        "warning",
+        "a new model version did worse online than the one serving and was rolled back",
+        "{{ $labels.namespace }}: a canary was rolled back in the last hour; the committed "
+        "version serves everything. `elasticctr status` and the version's MLflow run have "
+        "the online AUCs: look at the data it was trained on",
     ),
     Rule(
         "ElasticctrDataLag",

@@ -190,6 +190,8 @@ SERVING: Final = Endpoint(
         _f(_S + "model_version", GAUGE, "version being served (-1: none)"),
         _f(_S + "cube_committed_version", GAUGE, "cube's committed version as last seen"),
         _f(_S + "model_switches_total", COUNTER, "model versions switched to"),
+        _f(_S + "canary_version", GAUGE, "version on trial scoring the canary's share (-1: none)"),
+        _f(_S + "canary_examples_total", COUNTER, "instances the canary version predicted"),
         _f(_S + "failures_total", COUNTER, "requests answered 5xx, by cause", ("cause",)),
         _f(
             _S + "isolated_requests_total", COUNTER, "requests rerun alone after their batch failed"
@@ -274,18 +276,19 @@ CUBE_AGENT: Final = Endpoint(
 
 # -- cube-transfer (elasticctr_cube/transfer.py), on its reader port -----------------------
 _CT = "elasticctr_cube_transfer_"
-# The rollout phase (rollout.py's, plus idle and building); exactly one is 1. A rollout
-# shows committed or aborted for the moment between its end and its record.
+# The rollout phase (rollout.py's, plus idle, building and canary: a version on trial
+# between rollouts); exactly one is 1. A rollout shows committed or aborted for the moment
+# between its end and its record.
 ROLLOUT_PHASES: Final = (
     "idle", "building", "preparing", "holding", "draining", "switching", "reverting",
-    "aborting", "committed", "aborted",
+    "aborting", "committed", "aborted", "canary",
 )  # fmt: skip
-ROLLOUT_KINDS: Final = ("donefile", "retry", "rollback", "layout")
-ROLLOUT_RESULTS: Final = ("committed", "aborted", "rejected")
+ROLLOUT_KINDS: Final = ("donefile", "retry", "rollback", "layout", "canary")
+ROLLOUT_RESULTS: Final = ("committed", "aborted", "rejected", "rolled_back")
 # Why a rollout did not commit: its build was refused (never retried), storage failed
 # while building or publishing, an agent or server failed the rollout, or the committed
-# version could not be built for a new layout.
-TRANSFER_FAILURE_CAUSES: Final = ("build", "storage", "rollout", "layout")
+# version could not be built for a new layout, or the canary was rolled back.
+TRANSFER_FAILURE_CAUSES: Final = ("build", "storage", "rollout", "layout", "canary")
 CUBE_TRANSFER: Final = Endpoint(
     "cube-transfer",
     CUBE_TRANSFER_PORT,
@@ -304,6 +307,7 @@ CUBE_TRANSFER: Final = Endpoint(
         _f(_CT + "last_success_timestamp_seconds", GAUGE, "when a rollout last committed"),
         _f(_CT + "versions_built_total", COUNTER, "cube versions built and published", ("kind",)),
         _f(_CT + "committed_version", GAUGE, "the committed version (-1: none)"),
+        _f(_CT + "canary_version", GAUGE, "the version on trial as a canary (-1: none)"),
         _f(_CT + "kept_versions", GAUGE, "published versions kept for rollback"),
         _f(_CT + "shards", GAUGE, "shards of the layout"),
         _f(

@@ -17,7 +17,7 @@ import math
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Final
+from typing import Any, Final
 
 EPS: Final = 1e-15
 WINDOW_EXAMPLES: Final = 100_000
@@ -34,6 +34,18 @@ class Quality:
     auc: float
     calibration: float
     log_loss: float
+
+    @classmethod
+    def from_json(cls, q: dict[str, Any]) -> Quality:
+        """As as_json wrote it (null: NaN); ValueError naming what is wrong."""
+        try:
+            figures = {
+                k: math.nan if q.get(k) is None else float(q[k])
+                for k in ("auc", "calibration", "log_loss")
+            }
+            return cls(examples=int(q["examples"]), clicks=int(q["clicks"]), **figures)
+        except (KeyError, TypeError, ValueError) as err:
+            raise ValueError(f"online figures {q!r}: {err!r}") from None
 
     def as_json(self) -> dict[str, float | int | None]:
         """As the joiner's /status gives it (and `elasticctr status` reads): NaN is null."""

@@ -154,6 +154,15 @@ class ModelRegistry:
         )
         return number
 
+    def tag_version(self, version: int, key: str, value: str) -> str:
+        """Set tag `key` of elasticctr version `version`'s model version; its MLflow number."""
+        number = self.find(version)
+        if number is None:
+            raise RegistryError(f"MLflow: version {version} of {self.model_name} is not registered")
+        body = {"name": self.model_name, "version": number, "key": key, "value": value}
+        self._call("POST", "model-versions/set-tag", body)
+        return number
+
     def alias(self, alias: str = SERVING_ALIAS) -> int | None:
         """The elasticctr version `alias` points at, or None when it points nowhere."""
         try:

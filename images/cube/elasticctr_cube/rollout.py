@@ -154,13 +154,25 @@ class RolloutRunner:
 
     def run(self, r: Rollout) -> bool:
         """Drain, prepare, hold, switch; True when every server serves r.version."""
-        self._drain(r)
-        if not self._prepare(r):
-            self._abort(r)
+        if not self.stage(r):
             return False
         if self.hold_before_switch > 0:
             r.phase = "holding"
             time.sleep(min(self.hold_before_switch, max(0.0, self._left(r))))
+        return self.switch(r)
+
+    def stage(self, r: Rollout) -> bool:
+        """Drain and prepare: True when every server holds r.version beside the one it
+        serves (a canary's state); else r.version is dropped everywhere."""
+        self._drain(r)
+        if not self._prepare(r):
+            self._abort(r)
+            return False
+        return True
+
+    def switch(self, r: Rollout) -> bool:
+        """Switch every server to the staged r.version; on any failure those that switched
+        go back and r.version is dropped."""
         if self._left(r) <= 0:
             r.errors[ROLLOUT] = f"rollout not done within --rollout-timeout {self.rollout_timeout}s"
             self._abort(r)
@@ -179,6 +191,16 @@ class RolloutRunner:
             return False
         r.phase = "committed"
         return True
+
+    def withdraw(self, r: Rollout) -> None:
+        """Drop the staged r.version everywhere once no reader has read it for
+        reader_quiet seconds (at most drain_timeout): a canary rolled back."""
+        r.phase = "draining"
+        deadline = time.monotonic() + self.drain_timeout
+        while r.version in self._busy(None) and time.monotonic() < deadline:
+            time.sleep(min(0.2, self.reader_quiet / 4))
+        r.drained = round(time.monotonic() - r.started, 3)
+        self._abort(r)
 
     def _prepare(self, r: Rollout) -> bool:
         r.phase = "preparing"

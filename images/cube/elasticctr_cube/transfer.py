@@ -38,6 +38,8 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+from elasticctr_common import canary as canary_contract
+from elasticctr_common.canary import Decision
 from elasticctr_common.contract import (
     CUBE_BASE_EVERY,
     CUBE_CONF,
@@ -77,6 +79,7 @@ from .builder import (
     merge,
     publish,
 )
+from .canary import CanaryPolicy, add_options, policy_from_args, record_in_mlflow
 from .cliargs import env_option
 from .httpjson import ApiError, Handler, Text, drain_all, serve
 from .manifest import (
@@ -114,6 +117,7 @@ class Transfer:
         max_chain_fraction: float = CUBE_MAX_CHAIN_FRACTION,
         runner: RolloutRunner,
         registry: ModelRegistry | None = None,
+        canary: CanaryPolicy | None = None,
     ) -> None:
         self.model_store, self.root = open_store(model_uri), open_store(cube_uri)
         # Versions of this shard count; the state (committed version, history) is shared.
@@ -124,6 +128,8 @@ class Transfer:
         self.unload_previous_after = unload_previous_after
         # MLflow's registry: its serving alias follows the committed version (sync_alias).
         self.registry = registry
+        # A new version first serves a share of requests and is judged online (canary.py).
+        self.canary_policy = canary
         self.alias: dict[str, Any] = {
             "version": None,
             "target": None,
@@ -147,6 +153,7 @@ class Transfer:
             "attempts": {},
             "history": [],
             "layouts": [],  # layout directories in the order they were first used
+            "canary": None,  # the version on trial beside the committed one (canary.py)
         }
         if self.root.exists(STATE):
             self.state.update(json.loads(self.root.read_text(STATE)))
@@ -166,6 +173,7 @@ class Transfer:
         for kind in ("base", "delta"):
             m["versions_built_total"].labels(kind)
         m.gauge_function("committed_version", lambda: _or_minus_1(self.state["committed"]))
+        m.gauge_function("canary_version", lambda: _or_minus_1(self._canary_version()))
         m["kept_versions"].set(len(self.kept_versions()))
 
     # -- the donefile ---------------------------------------------------------------------
@@ -175,6 +183,8 @@ class Transfer:
         with self._lock:
             if not self.layout_ready:
                 return self.ensure_layout()
+            if self.state["canary"] is not None:
+                return self.judge_canary()
             return self._poll()
 
     def sync_alias(self) -> None:
@@ -278,7 +288,7 @@ class Transfer:
         result = self.deploy(newest, kind="retry" if tried else "donefile")
         count = (tried or {}).get("count", 0) + 1
         self.state["attempts"][str(newest.id)] = {"count": count, "at": time.time()}
-        if result in ("committed", "rejected") or count >= self.max_attempts:
+        if result in ("committed", "rejected", "canary") or count >= self.max_attempts:
             self.state["last_seen"] = newest.id
             self.state["attempts"] = {}
         self._save()
@@ -296,10 +306,14 @@ class Transfer:
             except Exception as err:  # storage trouble (any client's type): retryable
                 error = f"build or publish failed: {type(err).__name__}: {err}"
                 return self._record(entry, "aborted", error, "storage")
+            if self.canary_policy is not None and self.state["committed"] is not None:
+                return self._stage_canary(version.id, entry)
             return self._roll(version.id, entry)
 
     def rollback(self, version: int) -> str:
         with self._rolling():
+            if self.state["canary"] is not None:  # the operator's word ends the trial
+                self._end_canary(None, "an operator's rollback ended the canary")
             entry = {"version": version, "kind": "rollback", "started": time.time()}
             return self._roll(version, entry)
 
@@ -495,6 +509,132 @@ class Transfer:
             self._schedule_unload(self.unload_previous_after, version, previous)
         return "committed"
 
+    # -- the canary (canary.py) -----------------------------------------------------------
+    def _canary_version(self) -> int | None:
+        canary = self.state["canary"]
+        return None if canary is None else int(canary["version"])
+
+    def _stage_canary(self, version: int, entry: dict[str, Any]) -> str:
+        """Have every server hold `version` beside the committed one; serving then scores
+        the policy's share of requests with it until judge_canary decides."""
+        policy, baseline = self.canary_policy, self.state["committed"]
+        assert policy is not None
+        if version == baseline:
+            return self._record(entry, "committed", None)
+        read_manifest(self.cube_store, version)  # ManifestError: not published
+        self.rollout = rollout = Rollout(version, baseline)
+        if not self.runner.stage(rollout):
+            entry["shards"] = dict(rollout.shards)
+            return self._record(entry, "aborted", rollout.error_text(), "rollout")
+        entry["kind"] = "canary"
+        self.state["canary"] = {
+            "version": version,
+            "baseline": baseline,
+            "fraction": policy.fraction,
+            "started": time.time(),
+            "phase": canary_contract.SERVING,
+            "last": None,
+            "entry": entry,
+        }
+        self._save()
+        log.info(
+            "version %s: canary on %.0f%% of requests beside %s",
+            version, 100 * policy.fraction, baseline,
+        )  # fmt: skip
+        return "canary"
+
+    def judge_canary(self) -> str | None:
+        """Ask the joiner's figures and promote or roll back the canary when they say so;
+        a staged version a server lost (a restart) is staged again meanwhile."""
+        canary, policy = self.state["canary"], self.canary_policy
+        if policy is None:  # restarted without a canary: the trial cannot be judged
+            return self._end_canary(None, "the transfer runs without a canary policy now")
+        if canary["phase"] == canary_contract.DRAINING:
+            return self._end_canary(None, canary.get("reason") or "rolled back")
+        self._restage_where_lost(canary)
+        decision = policy.judge(canary)
+        canary["last"] = decision.as_json()
+        if decision.decision == canary_contract.PROMOTE:
+            return self._promote_canary(decision)
+        if decision.decision == canary_contract.ROLLBACK:
+            canary.update(phase=canary_contract.DRAINING, reason=decision.reason)
+            self._save()  # serving stops scoring it before it is unloaded
+            return self._end_canary(decision, decision.reason)
+        return None
+
+    def _restage_where_lost(self, canary: dict[str, Any]) -> None:
+        version = int(canary["version"])
+        looks = self.runner.servers()
+        lost = [
+            name
+            for name, look in looks.items()
+            if "error" not in look
+            and version not in (look.get("cur_version"), look.get("bg_version"))
+        ]
+        if lost:
+            log.warning("canary %s: %s no longer hold it; staging it again", version, lost)
+            with self._rolling():
+                self.rollout = Rollout(version, canary["baseline"])
+                self.runner.stage(self.rollout)
+
+    def _promote_canary(self, decision: Decision) -> str:
+        canary = self.state["canary"]
+        version, entry = int(canary["version"]), dict(canary["entry"])
+        entry["canary"] = self._canary_record(canary, decision)
+        with self._rolling():
+            previous = self.state["committed"]
+            self.rollout = rollout = Rollout(version, previous)
+            ok = self.runner.switch(rollout)
+            entry["shards"] = dict(rollout.shards)
+            self.state["canary"] = None
+            if not ok:
+                return self._record(entry, "aborted", rollout.error_text(), "rollout")
+            write_current(self.cube_store, version)
+            self.state.update(committed=version, previous=previous)
+            self._record(entry, "committed", None)
+            self._prune()
+        self._canary_to_mlflow(entry, version, decision, promoted=True)
+        if previous is not None and self.unload_previous_after >= 0:
+            self._schedule_unload(self.unload_previous_after, version, previous)
+        return "committed"
+
+    def _end_canary(self, decision: Decision | None, reason: str) -> str:
+        """Roll the canary back: serving has left it (phase DRAINING), so every server
+        drops it once no reader reads it; the committed version never stopped serving."""
+        canary = self.state["canary"]
+        version, entry = int(canary["version"]), dict(canary["entry"])
+        canary.update(phase=canary_contract.DRAINING, reason=reason)
+        self._save()
+        entry["canary"] = self._canary_record(canary, decision)
+        with self._rolling():
+            self.rollout = rollout = Rollout(version, self.state["committed"])
+            self.runner.withdraw(rollout)
+            entry["drained_seconds"] = rollout.drained
+            self.state["canary"] = None
+            self._record(entry, "rolled_back", f"canary rolled back: {reason}", "canary")
+        if decision is not None:
+            self._canary_to_mlflow(entry, version, decision, promoted=False)
+        return "rolled_back"
+
+    @staticmethod
+    def _canary_record(canary: dict[str, Any], decision: Decision | None) -> dict[str, Any]:
+        return {
+            "baseline": canary["baseline"],
+            "fraction": canary["fraction"],
+            "seconds": round(time.time() - canary["started"], 3),
+            "decision": decision.as_json() if decision is not None else canary.get("last"),
+        }
+
+    def _canary_to_mlflow(
+        self, entry: dict[str, Any], version: int, decision: Decision, promoted: bool
+    ) -> None:
+        if self.registry is None:
+            return
+        seconds = entry["canary"]["seconds"]
+        error = record_in_mlflow(self.registry, version, decision, promoted, seconds)
+        if error is not None:
+            self.last_error = f"canary of version {version} not recorded in MLflow: {error}"
+
     def _schedule_unload(self, after: float, committed: int, previous: int) -> None:
         timer = threading.Timer(after, self._unload_previous, (committed, previous))
         timer.daemon = True
@@ -577,6 +717,7 @@ class Transfer:
             for s, err in self.runner.switch_all(committed).items():
                 if err is not None:
                     log.warning("shard %s: not switched to committed %s: %s", s, committed, err)
+        # A canary on trial stays on trial: judge_canary stages it again where it is lost.
 
     def render_metrics(self) -> bytes:
         """The exposition, with the phase as it is now."""
@@ -599,13 +740,16 @@ class Transfer:
 
     def status_phase(self) -> str:
         r = self.rollout
-        return r.phase if r and self.busy else "idle"
+        if r and self.busy:
+            return r.phase
+        return "canary" if self.state["canary"] is not None else "idle"
 
     def status(self) -> dict[str, Any]:
         r = self.rollout
         return {
             "phase": self.status_phase(),
             "committed": self.state["committed"],
+            "canary": self.state["canary"],
             "previous": self.state["previous"],
             "rollout": r.to_json() if r else None,
             "last_error": self.last_error,
@@ -764,6 +908,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--max-attempts", type=int, default=3)
     p.add_argument("--retry-seconds", type=float, default=30.0)
+    add_options(p)
     return p.parse_args(argv)
 
 
@@ -771,6 +916,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s cube-transfer %(message)s")
     conf = CubeConf.load(args.cube_conf)
+    try:
+        canary = policy_from_args(args)
+    except ValueError as err:
+        log.error("%s", err)
+        return 2
     runner = RolloutRunner(
         conf,
         prepare_timeout=args.prepare_timeout,
@@ -793,6 +943,7 @@ def main(argv: list[str] | None = None) -> int:
             max_chain_fraction=args.max_chain_fraction,
             runner=runner,
             registry=ModelRegistry.from_env(os.environ),
+            canary=canary,
         ),
         args.cube_uri,
     )

@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
         workers=args.workers,
         max_batch=args.max_batch,
         max_wait=args.max_wait_ms / 1000,
+        candidate=manager.candidate,
     )
     app = ServingApp(
         manager,

@@ -325,7 +325,9 @@ class ServingApp:
                 body = await request.read()
             except web.HTTPRequestEntityTooLarge:
                 raise BadRequest(self._too_large(None), 413) from None
-            model = self.manager.active()
+            # The id is the request's before it is scored: it picks the canary's share.
+            request_id = self.ids.next()
+            model = self.manager.model_for(request_id)
             if model is None:
                 raise Unavailable("no model version is loaded yet", NO_MODEL)
             parse_started = time.perf_counter()
@@ -341,7 +343,6 @@ class ServingApp:
             future = self.batcher.submit(parsed, model)
             queued = True
             prediction = await future
-            request_id = self.ids.next()
             if self.feedback is not None:
                 scores: list[float | None] = prediction.probabilities[:, 1].tolist()
                 for i in prediction.failures:

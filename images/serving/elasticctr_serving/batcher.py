@@ -127,8 +127,10 @@ class Batcher:
         workers: int = 1,
         max_batch: int = 512,
         max_wait: float = 0.002,
+        candidate: Callable[[], DenseModel | None] = lambda: None,
     ) -> None:
         self.cube, self.active, self.on_version_error = cube, active, on_version_error
+        self.candidate = candidate  # the canary's version, while one is on trial
         self.metrics = metrics
         self.max_batch, self.max_wait = max_batch, max_wait
         self.max_keys = cube.conf.max_keys  # per request (app.py) and per batch
@@ -213,13 +215,15 @@ class Batcher:
         outcomes: list[tuple[_Pending, Prediction | BaseException]] = []
         try:
             # A request parsed for another model's slots (a switch in between) runs alone,
-            # on the model it was parsed for, if that one can still be served.
+            # on the model it was parsed for, if that one can still be served. A request
+            # the canary's version was chosen for runs on it while it is on trial.
             model = self.active()
             if model is None:
                 raise Unavailable("no model version is loaded yet", NO_MODEL)
+            candidate = self.candidate()
             groups: dict[int, list[_Pending]] = {}
             for p in batch:
-                same = p.model.space == model.space
+                same = p.model.space == model.space and p.model is not candidate
                 groups.setdefault(model.version if same else p.model.version, []).append(p)
             for version, pending in groups.items():
                 chosen = model if version == model.version else pending[0].model
@@ -279,6 +283,8 @@ class Batcher:
         m = self.metrics
         m.batches.inc()
         m.examples.inc(count)
+        if model is self.candidate():
+            m.canary_examples.inc(count)
         m.batch_size.observe(count)
         for failure in failures.values():
             m.failed_instances.inc(1, failure.cause)

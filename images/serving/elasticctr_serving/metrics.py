@@ -115,6 +115,12 @@ class ServingMetrics:
             r, p + "cube_committed_version", "cube's committed version as last seen (-1: none)", ()
         )
         self.switches = Counter(r, p + "model_switches_total", "model versions switched to", ())
+        self.canary_version = Gauge(
+            r, p + "canary_version", "version on trial scoring the canary's share (-1: none)", ()
+        )
+        self.canary_examples = Counter(
+            r, p + "canary_examples_total", "instances the canary version predicted", ()
+        )
         self.failures = Counter(
             r,
             p + "failures_total",
@@ -151,6 +157,7 @@ class ServingMetrics:
             self.failed_instances.inc(0, cause)
         self.model_version.set(-1)
         self.cube_version.set(-1)
+        self.canary_version.set(-1)
 
     def render(self) -> str:
         return generate_latest(self.registry).decode()

@@ -11,6 +11,13 @@ meanwhile): one reference swap. Batches that took the old model finish on it: th
 cube lookups are pinned to the old version, which cube keeps loaded for a while after a
 switch (`--unload-previous-after`, 60 s by default).
 
+A canary (elasticctr_common.canary): while the transfer's status names a version on trial
+(`canary`, phase serving), that version's dense model is loaded beside the active one, its
+cube lookups pinned to it (every cube-server holds it as its background version), and
+`model_for` gives it the canary's share of requests by request id. When the transfer rolls
+it back, the candidate is dropped at the next poll (requests it was chosen for and not yet
+run go to the active model); when it is promoted, it becomes the active model as loaded.
+
 A version whose model fails to load or to validate is rejected: the error is in `/status`
 and the metrics, the old version keeps serving (while cube still holds it), and the load
 is tried again after `retry_seconds` (a storage hiccup heals; a broken model stays out).
@@ -27,6 +34,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+from elasticctr_common import canary as canary_contract
 from elasticctr_common.cube.client import CubeClient, CubeError
 from elasticctr_common.cube.conf import CubeConf
 from elasticctr_common.storage import Store
@@ -74,6 +82,10 @@ class ModelManager:
         self.slots, self.sparse_dim = slots, sparse_dim
         self.poll_seconds, self.retry_seconds = poll_seconds, retry_seconds
         self._active: DenseModel | None = None
+        self._candidate: DenseModel | None = None
+        self.canary_fraction = 0.0
+        # The transfer's canary as last read: (version, share of requests), or None.
+        self.canary_target: tuple[int, float] | None = None
         self.rejected: dict[int, Rejection] = {}
         self.cube_version: int | None = None
         # The transfer said no version is committed yet (a new stack): nothing to serve, and
@@ -96,6 +108,18 @@ class ModelManager:
     def active(self) -> DenseModel | None:
         return self._active
 
+    def candidate(self) -> DenseModel | None:
+        return self._candidate
+
+    def model_for(self, request_id: str) -> DenseModel | None:
+        """The model that scores this request: the canary's for its share of ids."""
+        candidate, active = self._candidate, self._active
+        if candidate is not None and canary_contract.routes_to_candidate(
+            request_id, self.canary_fraction
+        ):
+            return candidate
+        return active
+
     def poke(self, version: int | None = None) -> None:
         """Check now (a batch found cube without the version it was pinned to)."""
         self._wake.set()
@@ -107,12 +131,14 @@ class ModelManager:
             try:
                 status = get_json(f"{self.transfer_url}/status", STATUS_TIMEOUT)
                 self.cube_source = "transfer"
+                self.canary_target = _canary_of(status)
                 committed = status.get("committed")
                 self.nothing_committed = committed is None
                 return None if committed is None else int(committed)
             except (OSError, ValueError, urllib.error.URLError) as err:
                 self.last_error = f"transfer {self.transfer_url} did not answer: {err}"
         self.nothing_committed = False
+        self.canary_target = None  # only the transfer says there is one
         versions, answered = set(), set()
         for shard, _replica, node in self.cube_conf.servers():
             try:
@@ -144,25 +170,64 @@ class ModelManager:
         target = self.committed_version()
         self.cube_version = target
         self.metrics.cube_version.set(-1 if target is None else target)
-        active = self._active
-        if target is None or (active is not None and active.version == target):
+        self._follow_active(target)
+        self._follow_canary()
+
+    def _follow_canary(self) -> None:
+        want, candidate = self.canary_target, self._candidate
+        if want is None or self._active is None or want[0] == self._active.version:
+            if candidate is not None:
+                self._candidate = None
+                self.metrics.canary_version.set(-1)
+                log.info(
+                    "canary %d withdrawn: all requests on the active version", candidate.version
+                )
             return
-        rejection = self.rejected.get(target)
+        version, fraction = want
+        if candidate is not None and candidate.version == version:
+            self.canary_fraction = fraction
+            return
+        model = self._try_load(version)
+        if model is None:
+            return
+        self.canary_fraction = fraction
+        self._candidate = model
+        self.metrics.canary_version.set(version)
+        log.info("canary %d on %.0f%% of requests, loaded in %.2fs", version, 100 * fraction,
+                 model.load_seconds)  # fmt: skip
+
+    def _try_load(self, version: int) -> DenseModel | None:
+        """Dense model `version`, loaded and checked; None while cube does not hold it yet,
+        or when it is rejected (and for retry_seconds after)."""
+        rejection = self.rejected.get(version)
         if rejection and time.time() - rejection.at < self.retry_seconds:
-            return
+            return None
         try:
             # cube first: a load takes seconds (a child process imports Paddle), and a shard
             # still switching must cost a cheap lookup per poll, not a load.
-            cube_width = self._cube_width(target)
-            model = load_model(self.models, target, self.workers, self.slots, self.sparse_dim)
+            cube_width = self._cube_width(version)
+            model = load_model(self.models, version, self.workers, self.slots, self.sparse_dim)
             _check_width(model, cube_width)
         except _CubeNotReady as err:
             self.last_error = str(err)
-            return
+            return None
         except ModelError as err:
-            self._reject(target, str(err))
+            self._reject(version, str(err))
+            return None
+        return model
+
+    def _follow_active(self, target: int | None) -> None:
+        active = self._active
+        if target is None or (active is not None and active.version == target):
             return
-        if not self._still_cubes(target):
+        candidate = self._candidate
+        if candidate is not None and candidate.version == target:
+            model: DenseModel | None = candidate  # the canary promoted: loaded already
+            self._candidate = None
+            self.metrics.canary_version.set(-1)
+        else:
+            model = self._try_load(target)
+        if model is None or not self._still_cubes(target):
             return
         self._active = model
         self.rejected.pop(target, None)
@@ -243,6 +308,9 @@ class ModelManager:
             "embedding_dim": active.embedding_dim if active else None,
             "loaded_at": active.loaded_at if active else None,
             "cube_committed": self.cube_version,
+            "canary": None
+            if self._candidate is None
+            else {"version": self._candidate.version, "fraction": self.canary_fraction},
             "cube_source": self.cube_source,
             "rejected": {
                 str(v): {"error": r.error, "at": r.at, "attempts": r.attempts}
@@ -251,6 +319,18 @@ class ModelManager:
             "last_error": self.last_error,
             "history": self.history,
         }
+
+
+def _canary_of(status: dict[str, Any]) -> tuple[int, float] | None:
+    """The transfer's canary that serving scores: (version, share), or None."""
+    canary = status.get("canary")
+    if not isinstance(canary, dict) or canary.get("phase") != canary_contract.SERVING:
+        return None
+    try:
+        return int(canary["version"]), float(canary["fraction"])
+    except (KeyError, TypeError, ValueError):
+        log.warning("the transfer's canary is not understood: %r", canary)
+        return None
 
 
 def _check_width(model: DenseModel, cube_width: int) -> None:

@@ -90,6 +90,11 @@ FAULTS: dict[str, tuple[list[tuple[str, str]], str, dict[str, str]]] = {
         "30m",
         {},
     ),
+    "ElasticctrCanaryRolledBack": (
+        [(f'elasticctr_cube_transfer_rollouts_total{{{NS},pod="t",kind="canary",result="rolled_back"}}', "0x10 1x30")],
+        "15m",
+        {},
+    ),
     "ElasticctrDataLag": (
         [(f'elasticctr_trainer_data_lag_seconds{{{NS},pod="trainer-0"}}', "10000x40")],
         "20m",
@@ -139,6 +144,11 @@ HEALTHY: list[tuple[str, str]] = [
     (f'elasticctr_cube_transfer_rollout_phase{{{NS},pod="t",phase="idle"}}', "1x100"),
     (f'elasticctr_cube_transfer_rollout_phase{{{NS},pod="t",phase="preparing"}}', "0x100"),
     (f'elasticctr_cube_transfer_failures_total{{{NS},pod="t",cause="rollout"}}', "0x100"),
+    # Canaries promoted and rolled back now and then, one on trial for over an hour: the
+    # system doing its work, no rollout failing or stuck.
+    (f'elasticctr_cube_transfer_failures_total{{{NS},pod="t",cause="canary"}}', "0+1x100"),
+    (f'elasticctr_cube_transfer_rollout_phase{{{NS},pod="t",phase="canary"}}', "1x100"),
+    (f'elasticctr_cube_transfer_rollouts_total{{{NS},pod="t",kind="canary",result="committed"}}', "0+1x100"),
     (f'elasticctr_trainer_data_lag_seconds{{{NS},pod="trainer-0"}}', "600x100"),
     (f'elasticctr_joiner_consumer_lag_records{{{NS},pod="j",topic="impressions",partition="0"}}', "50x100"),
     (f'elasticctr_joiner_online_auc{{{NS},pod="j",version="5"}}', "0.77x100"),
