@@ -13,6 +13,7 @@ import functools
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -981,3 +982,190 @@ def test_7b_prometheus_scrapes_every_part(life: Lifecycle) -> None:
         job: len(targets) for job, targets in sorted(jobs.items())
     }
     life.done("7b Prometheus scrapes every part", started)
+
+
+# The canary phase: a share and test bounds for this machine's traffic (16 impressions a
+# second, a third of them clicked): a decision in minutes. A stack's defaults are stricter.
+CANARY = {
+    "canary.enabled": "true",
+    "canary.fraction": "0.3",
+    "canary.margin": "0.1",
+    "canary.confidence": "0.95",
+    "canary.min_clicks": "100",
+    "canary.max_minutes": "15",
+}
+CANARY_SIMULATOR_SECONDS = 1800  # stopped once both decisions are in
+
+
+def test_7c_canary_in_pods(life: Lifecycle) -> None:
+    """With the feedback loop's simulator running: a version trained on label-shuffled data
+    (published through a loosened gate) serves the canary's share of requests, is caught
+    by its online AUC and rolled back everywhere; a version trained on the real data is
+    promoted; no request fails; both decisions are in `status --json` and in MLflow with
+    their numbers (docs/monitoring.md, "Canary")."""
+    started = time.monotonic()
+    old = volcano_job(life.stack, JOB)
+    assert old is not None
+    # The training job stands still meanwhile: the versions below come from jobs on this
+    # machine, and a donefile has one writer at a time. An offline job past its passes
+    # (the checkpoint is far beyond pass 1) trains nothing and completes.
+    paused = {"training.mode": "offline", "data.start": START, "data.end": START}
+    _up(life, **CANARY, **paused)
+    _replaced(life, old["metadata"]["uid"])
+    wait_for(life.job_done, 600, "the offline job with nothing left to train", interval=5)
+    baseline = get_json(f"{life.urls()['transfer']}/status")["committed"]
+    record = life.work / "canary" / "impressions.jsonl"
+    record.parent.mkdir(parents=True, exist_ok=True)
+    sim = subprocess.Popen(
+        [sys.executable, "-m", "elasticctr_trainer", "simulate",
+         "--serving-url", life.urls()["serving"], "--token", life.token or "",
+         "--truth", str(life.work / "data" / "truth.json"),
+         "--seconds", str(CANARY_SIMULATOR_SECONDS), "--qps", "4", "--batch", "4",
+         "--click-delay", "3", "--late-share", "0", "--record", str(record)],
+        env=workload_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        with port_forward(life.stack, "svc/mlflow", 5000) as mlflow:
+            bad = _train_here(life, "shuffled", mlflow, shuffle=True)
+            rolled_back = _canary_decided(life, bad, "rolled_back")
+            shown_bad = _canary_status(life)
+            good = _train_here(life, "real", mlflow, shuffle=False)
+            promoted = _canary_decided(life, good, "committed")
+            wait_for(lambda: life.serving_version() == good, 300, f"serving on version {good}")
+            shown_good = _canary_status(life)
+            tags = {v: _canary_tag(mlflow, v) for v in (bad, good)}
+    finally:
+        if sim.poll() is None:
+            sim.send_signal(signal.SIGTERM)
+        out, err = sim.communicate(timeout=300)
+    assert sim.returncode == 0, err[-3000:]
+    summary = json.loads(out.strip().splitlines()[-1])
+    sent = [json.loads(line) for line in record.read_text().splitlines()]
+    by_version = {row["version"]: row for row in summary["versions"]}
+    trial = [r for r in sent if rolled_back["started"] <= r["t"] <= rolled_back["finished"]]
+    on_bad = {r["rid"] for r in trial if r["v"] == bad}
+    share = len(on_bad) / max(1, len({r["rid"] for r in trial}))
+    life.timings.figures["canary in pods"] = {
+        "baseline": baseline,
+        "shuffled": {"version": bad, "share_of_requests": round(share, 3),
+                     "decision": rolled_back["canary"]["decision"],
+                     "seconds": rolled_back["canary"]["seconds"]},
+        "real": {"version": good, "decision": promoted["canary"]["decision"],
+                 "seconds": promoted["canary"]["seconds"]},
+        "simulator": {"requests": summary["requests"], "errors": summary["errors"],
+                      "versions": summary["versions"]},
+    }  # fmt: skip
+    # No request failed, and the shuffled version scored at most its share of them.
+    assert summary["errors"] == {}, summary["errors"]
+    assert on_bad and share <= 0.3 + 0.08, share
+    assert by_version[bad]["auc"] < 0.6, by_version[bad]
+    decision = rolled_back["canary"]["decision"]
+    assert decision["decision"] == "rollback" and decision["z"] < -decision["critical_z"]
+    assert decision["candidate"]["auc"] < decision["baseline"]["auc"] - 0.1, decision
+    assert promoted["canary"]["decision"]["decision"] == "promote"
+    # What `status --json` showed after each decision.
+    assert shown_bad["last_canary"]["version"] == bad
+    assert (
+        shown_bad["last_canary"]["result"] == "rolled_back" and shown_bad["committed"] == baseline
+    )
+    assert shown_good["last_canary"]["version"] == good and shown_good["committed"] == good
+    assert tags[bad].startswith("rolled back: online AUC"), tags
+    assert tags[good].startswith("promoted: online AUC"), tags
+    life.done("7c canary: a shuffled-label version rolled back, a good one promoted", started)
+
+
+def _train_here(life: Lifecycle, name: str, mlflow: str, shuffle: bool) -> int:
+    """A training job on this machine (the trainer's processes, the stack's trainer.json)
+    from scratch on the generated hours, labels shuffled across examples or not, publishing
+    into the stack's model store and registry through a loosened gate (any held-out AUC
+    passes); the version it published."""
+    import base64
+    import random
+
+    from kubernetes import client
+
+    from tests.support.trainer import run_job
+
+    core = client.CoreV1Api(life.stack.api())
+    work = life.work / "canary" / name
+    data = work / "data"
+    source = life.work / "data" / "train"
+    rng = random.Random(7)
+    for hour_dir in sorted(p for p in source.glob("*/*") if p.is_dir()):
+        target = data / hour_dir.relative_to(source)
+        target.mkdir(parents=True)
+        for part in sorted(hour_dir.iterdir()):
+            lines = part.read_text().splitlines() if part.name.startswith("part-") else None
+            if lines is not None and shuffle:
+                fields = [line.split(" ", 2) for line in lines]
+                clicks = [f[1] for f in fields]
+                rng.shuffle(clicks)
+                lines = [f"{f[0]} {c} {f[2]}" for f, c in zip(fields, clicks, strict=True)]
+            (target / part.name).write_text("\n".join(lines) + "\n" if lines else part.read_text())
+    hours = sorted(str(p.relative_to(data)) for p in data.glob("*/*"))
+    config = json.loads(core.read_namespaced_config_map("training-config", NS).data["trainer.json"])
+    config["runner"].update(
+        train_data_uri=f"file://{data}", mode="offline", start_date_hr=hours[0],
+        end_date_hr=hours[-1], passes=1, slot_conf=str(life.work / "data" / "slot.conf"),
+        checkpoint_uri=f"file://{work}/checkpoints", work_dir=str(work / "scratch"),
+        eval_data_uri=f"file://{life.heldout().parent}", publish_margin=1.0,
+        data_wait_seconds=0,
+    )  # fmt: skip
+    (work / "trainer.json").write_text(json.dumps(config))
+    secret = core.read_namespaced_secret("storage-training", NS).data["credentials"]
+    credentials = work / "credentials"
+    credentials.write_bytes(base64.b64decode(secret))
+    minio = pod_ip(life.stack, "app.kubernetes.io/component=minio")
+    env = {
+        "AWS_ENDPOINT_URL": f"http://{minio}:9000",
+        "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "MLFLOW_S3_ENDPOINT_URL": f"http://{minio}:9000",
+        "MLFLOW_TRACKING_URI": mlflow,
+    }
+    job = run_job(work / "trainer.json", work / "logs", 1, 1, env=env)
+    (version,) = [e["version"] for e in job.events("trainer-0", "version") if e["published"]]
+    return int(version)
+
+
+def _canary_decided(life: Lifecycle, version: int, result: str) -> dict[str, Any]:
+    """The transfer's history entry of `version`'s canary, once decided: `result`."""
+    transfer = life.urls()["transfer"]
+    wait_for(
+        lambda: (
+            (get_json(f"{transfer}/status").get("canary") or {}).get("version") == version
+            or _canary_entry(transfer, version)
+        ),
+        300,
+        f"version {version} on trial",
+    )
+    entry = wait_for(
+        lambda: _canary_entry(transfer, version), 900, f"the decision on version {version}",
+        interval=5,
+    )  # fmt: skip
+    assert entry["result"] == result, entry
+    return dict(entry)
+
+
+def _canary_entry(transfer: str, version: int) -> dict[str, Any] | None:
+    history = get_json(f"{transfer}/history")["history"]
+    found = [h for h in history if h["kind"] == "canary" and h["version"] == version]
+    return found[-1] if found else None
+
+
+def _canary_status(life: Lifecycle) -> dict[str, Any]:
+    shown = run_module(
+        "elasticctr_client", "status", "--json", "--transfer-url", life.urls()["transfer"]
+    )
+    return dict(json.loads(shown.stdout)["cube"])
+
+
+def _canary_tag(mlflow: str, version: int) -> str:
+    """The canary's verdict on the registered model version of `version` (MLflow's client)."""
+    from elasticctr_common.registry import ModelRegistry
+    from mlflow.tracking import MlflowClient
+
+    number = ModelRegistry(mlflow, JOB).find(version)
+    assert number is not None, f"version {version} is not registered"
+    tags = MlflowClient(mlflow).get_model_version(JOB, number).tags
+    return str(tags.get("elasticctr.canary", ""))

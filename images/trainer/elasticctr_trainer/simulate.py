@@ -21,6 +21,7 @@ from __future__ import annotations
 import heapq
 import json
 import logging
+import signal
 import threading
 import time
 import urllib.error
@@ -248,6 +249,11 @@ def run_simulate(args: Any) -> dict[str, Any]:
         late_share=args.late_share, late_after=args.late_after, drift_at=args.drift_at,
         seed=args.seed, record=args.record,
     )  # fmt: skip
-    summary = Simulator(truth, options).run()
+    simulator = Simulator(truth, options)
+    # SIGTERM or Ctrl-C ends the requests early; the clicks already due are still sent and
+    # the record and summary written, as at the end of --seconds.
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: simulator.stop.set())
+    summary = simulator.run()
     print(json.dumps(summary), flush=True)
     return summary
