@@ -698,6 +698,20 @@ FEEDBACK_SECONDS = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_SECONDS", "
 KILL_JOINER_AT, KILL_KAFKA_AT = 40, 90
 
 
+def _simulator(life: Lifecycle, seconds: int, record: Path, *more: str) -> subprocess.Popen[str]:
+    """The simulator's users on the session's truth through serving's Service: 4 requests
+    a second of 4 instances, clicks 3 s after on average; every impression in `record`."""
+    record.parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "elasticctr_trainer", "simulate",
+         "--serving-url", life.urls()["serving"], "--token", life.token or "",
+         "--truth", str(life.work / "data" / "truth.json"),
+         "--seconds", str(seconds), "--qps", "4", "--batch", "4", "--click-delay", "3",
+         "--record", str(record), *more],
+        env=workload_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+
+
 def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     """`feedback.enabled` on the online stack: the simulator's predictions and clicks
     through serving become minute partitions in HDFS, every impression exactly once
@@ -759,16 +773,7 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
         explain=everything_placed,
     )
     record = life.work / "feedback" / "impressions.jsonl"
-    record.parent.mkdir(parents=True, exist_ok=True)
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "elasticctr_trainer", "simulate",
-         "--serving-url", life.urls()["serving"], "--token", life.token or "",
-         "--truth", str(life.work / "data" / "truth.json"),
-         "--seconds", str(FEEDBACK_SECONDS), "--qps", "4", "--batch", "4",
-         "--click-delay", "3", "--late-share", "0.1", "--late-after", "90",
-         "--record", str(record)],
-        env=workload_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    sim = _simulator(life, FEEDBACK_SECONDS, record, "--late-share", "0.1", "--late-after", "90")
     began = time.monotonic()
     try:
         for at, selector in (
@@ -1015,15 +1020,7 @@ def test_7c_canary_in_pods(life: Lifecycle) -> None:
     wait_for(life.job_done, 600, "the offline job with nothing left to train", interval=5)
     baseline = get_json(f"{life.urls()['transfer']}/status")["committed"]
     record = life.work / "canary" / "impressions.jsonl"
-    record.parent.mkdir(parents=True, exist_ok=True)
-    sim = subprocess.Popen(
-        [sys.executable, "-m", "elasticctr_trainer", "simulate",
-         "--serving-url", life.urls()["serving"], "--token", life.token or "",
-         "--truth", str(life.work / "data" / "truth.json"),
-         "--seconds", str(CANARY_SIMULATOR_SECONDS), "--qps", "4", "--batch", "4",
-         "--click-delay", "3", "--late-share", "0", "--record", str(record)],
-        env=workload_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
+    sim = _simulator(life, CANARY_SIMULATOR_SECONDS, record, "--late-share", "0")
     try:
         with port_forward(life.stack, "svc/mlflow", 5000) as mlflow:
             bad = _train_here(life, "shuffled", mlflow, shuffle=True)
