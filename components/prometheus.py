@@ -18,7 +18,8 @@ serving's /metrics takes the serving token when serving wants one.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Literal
 
 import pulumi
@@ -63,6 +64,7 @@ class PrometheusArgs:
     image: str = ""  # in-cluster
     # serving's auth Secret and its key, when its /metrics wants the token
     serving_token: tuple[str, str] | None = None
+    alert_for: Mapping[str, str] = field(default_factory=dict)  # `for` by alert name
 
 
 class Prometheus(pulumi.ComponentResource):
@@ -74,6 +76,7 @@ class Prometheus(pulumi.ComponentResource):
         if args.prometheus == "in-cluster" and not args.image:
             raise ValueError(f"{name}: image is required with prometheus in-cluster")
         super().__init__("elasticctr:prometheus:Prometheus", name, None, opts)
+        self.rules = alerts.with_durations(args.alert_for)
         target = args.target
         scraper: Peer
         if args.prometheus == "in-cluster":
@@ -121,7 +124,7 @@ class Prometheus(pulumi.ComponentResource):
                 sort_keys=False,
             )
         )
-        rules = yaml.safe_dump(alerts.rule_file(), sort_keys=False)
+        rules = yaml.safe_dump(alerts.rule_file(self.rules), sort_keys=False)
         config_map = k8s.core.v1.ConfigMap(
             f"{name}-conf",
             metadata=target.metadata(CONFIG_MAP, COMPONENT),
@@ -233,7 +236,9 @@ class Prometheus(pulumi.ComponentResource):
                 spec=monitor.apply(lambda doc: doc["spec"]),
                 opts=target.opts(self),
             )
-        rule = pulumi.Output.from_input(target.namespace).apply(alerts.prometheus_rule)
+        rule = pulumi.Output.from_input(target.namespace).apply(
+            lambda namespace: alerts.prometheus_rule(namespace, self.rules)
+        )
         k8s.apiextensions.CustomResource(
             f"{name}-rules",
             api_version=scrape.OPERATOR_API,

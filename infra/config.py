@@ -6,6 +6,7 @@ this module (tools/gen_config.py); a test fails when they drift.
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import json
 import re
@@ -16,7 +17,7 @@ from enum import StrEnum
 from typing import Annotated, Any, Literal, TypeVar, get_args, get_origin
 from urllib.parse import urlsplit
 
-from elasticctr_common import canary
+from elasticctr_common import alerts, canary
 from elasticctr_common.contract import CUBE_BASE_EVERY, CUBE_KEEP_VERSIONS, CUBE_MAX_CHAIN_FRACTION
 from elasticctr_common.cube.conf import CubeConf, LoadBalancer
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, PARTITION_MINUTES
@@ -1169,6 +1170,30 @@ class MonitoringConfig(Section):
         description="in-cluster: ports Prometheus may reach the API server on; empty: the "
         "cloud's, or on an existing cluster those its `kubernetes` Service's endpoints use",
     )
+    alert_for: dict[str, str] = Field(
+        default_factory=dict,
+        description="how long an alert's condition must hold before it fires, by alert "
+        "(ElasticctrCubeShardDown: 2m); the others keep their own (docs/monitoring.md)",
+    )
+
+    @field_validator("alert_for")
+    @classmethod
+    def _known_alerts(cls, value: dict[str, str]) -> dict[str, str]:
+        names = [rule.alert for rule in alerts.RULES]
+        for name, duration in value.items():
+            if name not in names:
+                close = difflib.get_close_matches(name, names, n=1)
+                hint = f" (did you mean {close[0]}?)" if close else ""
+                raise Problem(
+                    name, f"is not an alert of the stack{hint}; allowed: {', '.join(names)}"
+                )
+            if not alerts.is_duration(duration):
+                raise Problem(
+                    name,
+                    "must be a Prometheus duration such as 30s, 5m or 1h30m, got "
+                    + shown(duration),
+                )
+        return value
 
     @checks
     def _check(self) -> Iterator[Problem]:

@@ -398,6 +398,7 @@ def main() -> None:
                 processes=tuple(p for p in ENDPOINTS if p != "joiner" or feedback.enabled),
                 image=config.images.prometheus,
                 serving_token=(AUTH_SECRET, TOKEN_KEY) if serving.token is not None else None,
+                alert_for=monitoring.alert_for,
             ),
             pulumi.ResourceOptions(depends_on=[serving]),
         ).url

@@ -17,7 +17,7 @@ from tests.support.pulumi_harness import Graph
 SECTION = MonitoringConfig().model_dump(exclude={"prometheus", "operator", "api_server_ports"})
 
 
-def _render(prometheus: str, operator: bool = False, token: bool = True) -> Graph:
+def _render(prometheus: str, operator: bool = False, token: bool = True, **more: Any) -> Graph:
     return run_component(
         lambda t: Prometheus(
             "prometheus",
@@ -28,7 +28,7 @@ def _render(prometheus: str, operator: bool = False, token: bool = True) -> Grap
                 api_server_ports=(443, 6443),
                 image="r.test/prometheus:v3",
                 serving_token=("serving-auth", "SERVING_AUTH_TOKEN") if token else None,
-                **SECTION,
+                **{**SECTION, **more},
             ),
         )
     )
@@ -139,3 +139,23 @@ def test_external_without_the_operator_only_opens_the_ports() -> None:
     assert not graph.of_type("kubernetes:core/v1:ConfigMap")
     assert len(_policies(graph)) == len(ENDPOINTS)
     assert graph.component_outputs("elasticctr:prometheus:Prometheus")["url"] == ""
+
+
+def test_an_alerts_for_is_the_stacks_in_the_rule_file_and_the_prometheus_rule() -> None:
+    shorter = {"ElasticctrCubeShardDown": "20s", "ElasticctrJoinerDown": "1m30s"}
+    defaults = {rule.alert: rule.duration for rule in RULES}
+    for graph, kind in (
+        (_render("in-cluster", alert_for=shorter), "kubernetes:core/v1:ConfigMap"),
+        (
+            _render("external", True, alert_for=shorter),
+            "kubernetes:monitoring.coreos.com/v1:PrometheusRule",
+        ),
+    ):
+        resource = graph.one(kind).inputs
+        spec = (
+            yaml.safe_load(resource["data"]["elasticctr-rules.yml"])
+            if "data" in resource
+            else resource["spec"]
+        )
+        durations = {r["alert"]: r["for"] for r in spec["groups"][0]["rules"]}
+        assert durations == {**defaults, **shorter}

@@ -873,3 +873,21 @@ def test_a_canary_needs_the_feedback_loop_and_sane_bounds() -> None:
     harness.run(
         main, {"elasticctr:canary": {"enabled": True}, "elasticctr:feedback": {"enabled": True}}
     )
+
+
+def test_an_alerts_hold_is_named_by_a_known_alert_and_a_prometheus_duration() -> None:
+    problems = problems_of(
+        {
+            "elasticctr:monitoring": {
+                "alert_for": {"ElasticctrCubeShardDwn": "1m", "ElasticctrJoinerDown": "10 min"}
+            }
+        }
+    )
+    assert problems[0].startswith(
+        "elasticctr:monitoring.alert_for.ElasticctrCubeShardDwn is not an alert of the stack "
+        "(did you mean ElasticctrCubeShardDown?); allowed: ElasticctrServingErrors, "
+    )
+    assert problems[1:] == [
+        "elasticctr:monitoring.alert_for.ElasticctrJoinerDown must be a Prometheus duration "
+        'such as 30s, 5m or 1h30m, got "10 min"'
+    ]

@@ -18,6 +18,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -900,6 +901,43 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
     life.done("7 feedback loop: simulator -> serving -> Kafka -> joiner -> trainer", started)
 
 
+def _scale(life: Lifecycle, kind: str, name: str, replicas: int) -> None:
+    """A Deployment's or StatefulSet's replicas, behind the program's back (a fault)."""
+    from kubernetes import client
+
+    patch = getattr(client.AppsV1Api(life.stack.api()), f"patch_namespaced_{kind}_scale")
+    patch(name, NS, {"spec": {"replicas": replicas}})
+
+
+def _induced_alert(
+    prometheus: str, alert: str, fault: Callable[[], None], repair: Callable[[], None]
+) -> dict[str, float]:
+    """`alert` fires after `fault()` and clears after `repair()` (Prometheus's
+    /api/v1/alerts); the seconds each took."""
+    from tests.support.prometheus import api_get
+
+    def state() -> str | None:
+        alerts = api_get(prometheus, "/api/v1/alerts")["alerts"]
+        states = [a["state"] for a in alerts if a["labels"]["alertname"] == alert]
+        return states[0] if states else None
+
+    # An earlier phase's fault of the same kind (a pod deleted, restored) is over first.
+    wait_for(lambda: state() is None, 180, f"no {alert} before the fault")
+    began = time.monotonic()
+    fault()
+    try:
+        wait_for(lambda: state() == "firing", 300, f"{alert} to fire", interval=2)
+        fired = time.monotonic() - began
+    finally:
+        repair()
+    repaired = time.monotonic()
+    wait_for(lambda: state() is None, 600, f"{alert} to clear", interval=2)
+    return {
+        "fired_after_s": round(fired, 1),
+        "cleared_after_s": round(time.monotonic() - repaired, 1),
+    }
+
+
 def test_7b_prometheus_scrapes_every_part(life: Lifecycle) -> None:
     """The stack's Prometheus (monitoring.prometheus in-cluster) while every part runs (the
     online Job, the joiner, serving, cube): each part's job has its pods up, every metric
@@ -909,11 +947,8 @@ def test_7b_prometheus_scrapes_every_part(life: Lifecycle) -> None:
     from elasticctr_common.alerts import RULES
     from elasticctr_common.metrics import ENDPOINTS
     from elasticctr_common.scrape import PROMETHEUS_PORT, job_name
-    from kubernetes import client
 
     from tests.support.prometheus import api_get
-
-    SHARD_DOWN = "ElasticctrCubeShardDown"
 
     started = time.monotonic()
     with port_forward(life.stack, "svc/prometheus", PROMETHEUS_PORT) as prometheus:
@@ -965,23 +1000,14 @@ def test_7b_prometheus_scrapes_every_part(life: Lifecycle) -> None:
         assert "error" not in alerting and {"firing", "pending"} <= set(alerting), alerting
 
         # A fault induced: shard 1's pods deleted and kept away (its StatefulSet at 0). The
-        # shard-down rule's condition holds on the next scrapes (pending: it fires after
-        # its `for`, which promtool's tests cover), and clears once the shard is back.
-        def shard_down_alert() -> str | None:
-            alerts = api_get(prometheus, "/api/v1/alerts")["alerts"]
-            states = [a["state"] for a in alerts if a["labels"]["alertname"] == SHARD_DOWN]
-            return states[0] if states else None
-
+        # shard-down rule fires after its `for` (the local stack's monitoring.alert_for),
+        # and clears once the shard is back.
         shard = f"cube-{_outputs(life)['cube_layout']}-1"
-        apps = client.AppsV1Api(life.stack.api())
-        # Phase 7 ended with a shard pod deleted and restored: any alert of that is over.
-        wait_for(lambda: shard_down_alert() is None, 120, f"no {SHARD_DOWN} before the fault")
-        apps.patch_namespaced_stateful_set_scale(shard, NS, {"spec": {"replicas": 0}})
-        try:
-            seen = wait_for(shard_down_alert, 180, f"{SHARD_DOWN} with {shard} at 0 pods")
-        finally:
-            apps.patch_namespaced_stateful_set_scale(shard, NS, {"spec": {"replicas": 1}})
-        wait_for(lambda: shard_down_alert() is None, 600, f"{SHARD_DOWN} to clear")
+        seen = _induced_alert(
+            prometheus, "ElasticctrCubeShardDown",
+            lambda: _scale(life, "stateful_set", shard, 0),
+            lambda: _scale(life, "stateful_set", shard, 1),
+        )  # fmt: skip
     life.timings.figures["prometheus alerts"] = alerting | {"induced shard down": seen}
     life.timings.figures["prometheus targets"] = {
         job: len(targets) for job, targets in sorted(jobs.items())
@@ -1008,6 +1034,8 @@ def test_7c_canary_in_pods(life: Lifecycle) -> None:
     by its online AUC and rolled back everywhere; a version trained on the real data is
     promoted; no request fails; both decisions are in `status --json` and in MLflow with
     their numbers (docs/monitoring.md, "Canary")."""
+    from elasticctr_common.scrape import PROMETHEUS_PORT
+
     started = time.monotonic()
     old = volcano_job(life.stack, JOB)
     assert old is not None
@@ -1031,6 +1059,14 @@ def test_7c_canary_in_pods(life: Lifecycle) -> None:
             wait_for(lambda: life.serving_version() == good, 300, f"serving on version {good}")
             shown_good = _canary_status(life)
             tags = {v: _canary_tag(mlflow, v) for v in (bad, good)}
+        # The joiner stopped while serving logs impressions: the joiner-down alert fires
+        # after its `for` (the local stack's monitoring.alert_for), clears once it is back.
+        with port_forward(life.stack, "svc/prometheus", PROMETHEUS_PORT) as prometheus:
+            joiner_down = _induced_alert(
+                prometheus, "ElasticctrJoinerDown",
+                lambda: _scale(life, "deployment", "joiner", 0),
+                lambda: _scale(life, "deployment", "joiner", 1),
+            )  # fmt: skip
     finally:
         if sim.poll() is None:
             sim.send_signal(signal.SIGTERM)
@@ -1051,6 +1087,7 @@ def test_7c_canary_in_pods(life: Lifecycle) -> None:
                  "seconds": promoted["canary"]["seconds"]},
         "simulator": {"requests": summary["requests"], "errors": summary["errors"],
                       "versions": summary["versions"]},
+        "induced joiner down": joiner_down,
     }  # fmt: skip
     # No request failed, and the shuffled version scored at most its share of them.
     assert summary["errors"] == {}, summary["errors"]

@@ -186,6 +186,15 @@ def build_parser(
         metavar="NAMESPACE",
         help="as a PrometheusRule object (Prometheus Operator) in this namespace",
     )
+    al.add_argument(
+        "--for",
+        dest="alert_for",
+        action="append",
+        default=[],
+        metavar="ALERT=DURATION",
+        help="how long ALERT's condition must hold before it fires (the stack's "
+        "monitoring.alert_for); repeatable",
+    )
 
     sc = commands.add_parser(
         "scrape-config",
@@ -529,12 +538,22 @@ def run_dashboard(args: argparse.Namespace, outputs: StackOutputs, forwarder: Fo
 
 def run_alerts(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwarder) -> int:
     import yaml
-    from elasticctr_common.alerts import prometheus_rule, rule_file
+    from elasticctr_common.alerts import prometheus_rule, rule_file, with_durations
 
+    pairs = [item.partition("=") for item in args.alert_for]
+    if any(not sep for _, sep, _ in pairs):
+        raise UsageError(
+            f"--for takes ALERT=DURATION (ElasticctrCubeShardDown=2m), got {args.alert_for}"
+        )
+    try:
+        rules = with_durations({name: duration for name, _, duration in pairs})
+    except ValueError as err:
+        raise UsageError(f"--for: {err}") from None
     if args.operator:
-        document, hint = prometheus_rule(args.operator), "kubectl apply -f it"
+        document, hint = prometheus_rule(args.operator, rules), "kubectl apply -f it"
     else:
-        document, hint = rule_file(), "list it under rule_files in Prometheus's configuration"
+        document = rule_file(rules)
+        hint = "list it under rule_files in Prometheus's configuration"
     text = yaml.safe_dump(document, sort_keys=False, width=120, allow_unicode=True)
     return _print_or_write(text, args.out, hint)
 

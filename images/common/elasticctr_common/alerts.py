@@ -9,7 +9,9 @@ both may use it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Final
 
 from .metrics import FEEDBACK_OUTCOMES, ROLLOUT_PHASES, series_in
@@ -195,6 +197,32 @@ RULES: Final = (
 def rule_file(rules: tuple[Rule, ...] = RULES) -> dict[str, Any]:
     """Prometheus's rule file (`rule_files:` in its configuration)."""
     return {"groups": [{"name": GROUP, "rules": [rule.as_dict() for rule in rules]}]}
+
+
+# A Prometheus duration: units from milliseconds to years, largest first (1h30m).
+DURATION: Final = re.compile(
+    r"([0-9]+y)?([0-9]+w)?([0-9]+d)?([0-9]+h)?([0-9]+m)?([0-9]+s)?([0-9]+ms)?"
+)
+
+
+def is_duration(text: str) -> bool:
+    return bool(text) and DURATION.fullmatch(text) is not None
+
+
+def with_durations(
+    durations: Mapping[str, str], rules: tuple[Rule, ...] = RULES
+) -> tuple[Rule, ...]:
+    """`rules` with the `for` of the alerts named in `durations` replaced (a stack's
+    monitoring.alert_for): how long a condition must hold before it fires."""
+    names = {rule.alert for rule in rules}
+    unknown = sorted(set(durations) - names)
+    bad = {k: v for k, v in durations.items() if not is_duration(v)}
+    if unknown or bad:
+        raise ValueError(
+            f"alert durations: unknown alerts {unknown} (known: {', '.join(sorted(names))}); "
+            f"not Prometheus durations (such as 30s, 5m, 1h30m): {bad}"
+        )
+    return tuple(replace(r, duration=durations.get(r.alert, r.duration)) for r in rules)
 
 
 def prometheus_rule(namespace: str, rules: tuple[Rule, ...] = RULES) -> dict[str, Any]:

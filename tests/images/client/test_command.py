@@ -96,6 +96,16 @@ def test_alerts_prints_a_rule_file_or_a_prometheus_rule(tmp_path: Path) -> None:
     assert yaml.safe_load(printed.stdout) == rule_file()
     operator = run(tmp_path, "alerts", "--operator", "elasticctr-prod")
     assert yaml.safe_load(operator.stdout) == prometheus_rule("elasticctr-prod")
+    shorter = run(tmp_path, "alerts", "--for", "ElasticctrCubeShardDown=20s")
+    rules = yaml.safe_load(shorter.stdout)["groups"][0]["rules"]
+    assert {r["alert"]: r["for"] for r in rules}["ElasticctrCubeShardDown"] == "20s"
+    for bad, said in (
+        ("ElasticctrCubeShardDown", "--for takes ALERT=DURATION"),
+        ("ElasticctrShardDown=20s", "unknown alerts ['ElasticctrShardDown']"),
+        ("ElasticctrCubeShardDown=soon", "not Prometheus durations"),
+    ):
+        refused = run(tmp_path, "alerts", "--for", bad)
+        assert refused.returncode == 2 and said in refused.stderr, refused.stderr
 
 
 def test_scrape_config_prints_the_stacks_jobs_or_its_pod_monitors(tmp_path: Path) -> None:

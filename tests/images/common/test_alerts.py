@@ -7,8 +7,16 @@ import re
 from pathlib import Path
 
 import promql_parser
+import pytest
 import yaml
-from elasticctr_common.alerts import RULES, metric_names, prometheus_rule, rule_file
+from elasticctr_common.alerts import (
+    RULES,
+    is_duration,
+    metric_names,
+    prometheus_rule,
+    rule_file,
+    with_durations,
+)
 from elasticctr_common.metrics import ENDPOINTS, queryable_series
 
 from tests.support.prometheus import run_promtool
@@ -172,6 +180,26 @@ def _firing_logic_file(tmp_path: Path) -> Path:
 
 def _series(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
     return [{"series": series, "values": values} for series, values in pairs]
+
+
+def test_a_stack_sets_how_long_an_alert_holds_before_it_fires(tmp_path: Path) -> None:
+    shorter = with_durations({"ElasticctrCubeShardDown": "20s", "ElasticctrJoinerDown": "1h30m"})
+    durations = {rule.alert: rule.duration for rule in shorter}
+    assert durations == {
+        **{rule.alert: rule.duration for rule in RULES},
+        "ElasticctrCubeShardDown": "20s",
+        "ElasticctrJoinerDown": "1h30m",
+    }
+    path = tmp_path / "rules.yml"
+    path.write_text(yaml.safe_dump(rule_file(shorter)))
+    checked = run_promtool("check", "rules", path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    for bad in ({"ElasticctrShardDown": "1m"}, {"ElasticctrCubeShardDown": "5 minutes"}):
+        with pytest.raises(ValueError, match="alert durations"):
+            with_durations(bad)
+    assert [is_duration(t) for t in ("30s", "1h30m", "250ms", "", "5", "m5", "1.5h")] == [
+        True, True, True, False, False, False, False,
+    ]  # fmt: skip
 
 
 def test_every_rule_has_a_fault_scenario() -> None:
