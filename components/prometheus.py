@@ -209,7 +209,9 @@ class Prometheus(pulumi.ComponentResource):
             COMPONENT,
             [
                 Route(ANYWHERE, args.api_server_ports),
-                *dict.fromkeys(Route(e.component, (e.port,)) for e in ENDPOINTS.values()),
+                *dict.fromkeys(
+                    Route(e.component, (e.port,)) for e in scrape.endpoints(args.processes)
+                ),
             ],
             self,
         )

@@ -110,6 +110,13 @@ def test_each_part_admits_the_stacks_prometheus_on_its_metrics_port_only() -> No
     assert [r["ports"] for r in egress if "to" not in r] == [
         [{"port": 443, "protocol": "TCP"}, {"port": 6443, "protocol": "TCP"}]
     ]
+    # Without the feedback loop there is no joiner to scrape, nor to reach.
+    without = _policies(
+        _render("in-cluster", processes=tuple(p for p in ENDPOINTS if p != "joiner"))
+    )
+    assert "allow-scrape-joiner" not in without
+    ports = {r["ports"][0]["port"] for r in without["egress-prometheus"]["egress"] if "to" in r}
+    assert ENDPOINTS["joiner"].port not in ports
 
 
 def test_external_with_the_operator_makes_its_objects_and_admits_its_namespace() -> None:
