@@ -27,6 +27,7 @@ from components.generated_secret import ALPHABET
 from components.minio import ROOT_KEYS, key_variables, setup_script
 from components.object_storage import credentials_file
 from tests.support.services import ServerProcess, _http_answers
+from tools.localcluster.settings import CACHE
 
 pytestmark = pytest.mark.slow
 BUCKET = "elasticctr"
@@ -37,7 +38,6 @@ USERS = (
     serving.BUCKET_USER,
     mlflow.BUCKET_USER,
 )
-CACHE = Path(os.environ.get("ELASTICCTR_CACHE", Path.home() / ".cache" / "elasticctr"))
 
 
 def _key(length: int) -> str:

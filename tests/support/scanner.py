@@ -23,9 +23,9 @@ from typing import Any
 import yaml
 
 from tests.support.manifests import is_volcano_job
+from tools.localcluster.settings import CACHE
 
 ROOT = Path(__file__).resolve().parents[2]
-CACHE = Path(os.environ.get("ELASTICCTR_CACHE", Path.home() / ".cache" / "elasticctr"))
 CHECKOV_VENV = CACHE / "checkov"
 ARCHITECTURE = ROOT / "docs" / "architecture.md"
 EXCEPTIONS_START = "<!-- checkov-exceptions:start -->"

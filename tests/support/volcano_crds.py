@@ -15,6 +15,7 @@ import yaml
 
 from tests.support.pulumi_harness import ROOT
 from tools.localcluster.crds import module_files
+from tools.localcluster.settings import CACHE
 
 VERSION = "v1.15.0"
 FILES = (
@@ -43,10 +44,7 @@ def crd_dir() -> Path:
     )
     if all((shared / f).is_file() for f in FILES):
         return shared
-    cache = (
-        Path(os.environ.get("ELASTICCTR_CACHE", Path.home() / ".cache" / "elasticctr"))
-        / f"volcano-crds-{VERSION}"
-    )
+    cache = CACHE / f"volcano-crds-{VERSION}"
     cache.mkdir(parents=True, exist_ok=True)
     if all((cache / f).is_file() for f in FILES):
         return cache
