@@ -1046,7 +1046,6 @@ def test_7c_canary_in_pods(life: Lifecycle) -> None:
     _up(life, **CANARY, **paused)
     _replaced(life, old["metadata"]["uid"])
     wait_for(life.job_done, 600, "the offline job with nothing left to train", interval=5)
-    baseline = get_json(f"{life.urls()['transfer']}/status")["committed"]
     record = life.work / "canary" / "impressions.jsonl"
     sim = _simulator(life, CANARY_SIMULATOR_SECONDS, record, "--late-share", "0")
     try:
@@ -1078,6 +1077,9 @@ def test_7c_canary_in_pods(life: Lifecycle) -> None:
     trial = [r for r in sent if rolled_back["started"] <= r["t"] <= rolled_back["finished"]]
     on_bad = {r["rid"] for r in trial if r["v"] == bad}
     share = len(on_bad) / max(1, len({r["rid"] for r in trial}))
+    # The version on trial's baseline is what was committed when it was staged (the paused
+    # Job's last version may have had a trial of its own first).
+    baseline = rolled_back["canary"]["baseline"]
     life.timings.figures["canary in pods"] = {
         "baseline": baseline,
         "shuffled": {"version": bad, "share_of_requests": round(share, 3),
@@ -1170,7 +1172,7 @@ def _canary_decided(life: Lifecycle, version: int, result: str) -> dict[str, Any
             (get_json(f"{transfer}/status").get("canary") or {}).get("version") == version
             or _canary_entry(transfer, version)
         ),
-        300,
+        900,
         f"version {version} on trial",
     )
     entry = wait_for(
