@@ -196,10 +196,8 @@ class RolloutRunner:
         """Drop the staged r.version everywhere once no reader has read it for
         reader_quiet seconds (at most drain_timeout): a canary rolled back."""
         r.phase = "draining"
-        deadline = time.monotonic() + self.drain_timeout
-        while r.version in self._busy(None) and time.monotonic() < deadline:
-            time.sleep(min(0.2, self.reader_quiet / 4))
-        r.drained = round(time.monotonic() - r.started, 3)
+        self._wait_unread(r, lambda: {v: s for v, s in self._busy(None).items() if v == r.version},
+                          self.drain_timeout)  # fmt: skip
         self._abort(r)
 
     def _prepare(self, r: Rollout) -> bool:
@@ -278,17 +276,25 @@ class RolloutRunner:
         no reader has read it for reader_quiet seconds (serving has moved to the current
         one), at most drain_timeout. Paddle's cube drops it at once; see docs/cube.md."""
         r.phase = "draining"
-        deadline = time.monotonic() + min(self.drain_timeout, max(0.0, self._left(r)))
-        while busy := self._busy(r.version):
-            if time.monotonic() >= deadline:
-                r.drain_warning = (
-                    f"version(s) {sorted(busy)} still read after {self.drain_timeout}s: "
-                    "dropped while readers may use them"
-                )
-                log.warning("rollout of %s: %s", r.version, r.drain_warning)
-                break
+        timeout = min(self.drain_timeout, max(0.0, self._left(r)))
+        busy = self._wait_unread(r, lambda: self._busy(r.version), timeout)
+        if busy:
+            r.drain_warning = (
+                f"version(s) {sorted(busy)} still read after {self.drain_timeout}s: "
+                "dropped while readers may use them"
+            )
+            log.warning("rollout of %s: %s", r.version, r.drain_warning)
+
+    def _wait_unread(
+        self, r: Rollout, busy: Callable[[], dict[int, float]], timeout: float
+    ) -> dict[int, float]:
+        """Wait until busy() (held versions read within reader_quiet seconds) is empty, at
+        most `timeout` seconds; what is still read then. Sets r.drained."""
+        deadline = time.monotonic() + timeout
+        while (still := busy()) and time.monotonic() < deadline:
             time.sleep(min(0.2, self.reader_quiet / 4))
         r.drained = round(time.monotonic() - r.started, 3)
+        return still
 
     def unload_idle(self, version: int) -> bool:
         """Unload `version` where it is the background version, unless a reader read it
