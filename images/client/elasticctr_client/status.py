@@ -99,8 +99,6 @@ def transfer(
         "canary",
     )  # fmt: skip
     report = {k: status.get(k) for k in keep}
-    if isinstance(report["canary"], dict):  # its history entry is the transfer's business
-        report["canary"] = {k: v for k, v in report["canary"].items() if k != "entry"}
     try:
         servers = call("GET", base + "/servers", None, timeout, None, "cube-transfer", retry)
         report["servers"] = servers["servers"]

@@ -557,8 +557,6 @@ class Transfer:
         if decision.decision == canary_contract.PROMOTE:
             return self._promote_canary(decision)
         if decision.decision == canary_contract.ROLLBACK:
-            canary.update(phase=canary_contract.DRAINING, reason=decision.reason)
-            self._save()  # serving stops scoring it before it is unloaded
             return self._end_canary(decision, decision.reason)
         return None
 
@@ -604,7 +602,7 @@ class Transfer:
         canary = self.state["canary"]
         version, entry = int(canary["version"]), dict(canary["entry"])
         canary.update(phase=canary_contract.DRAINING, reason=reason)
-        self._save()
+        self._save()  # serving stops scoring it before it is unloaded
         entry["canary"] = self._canary_record(canary, decision)
         with self._rolling():
             self.rollout = rollout = Rollout(version, self.state["committed"])
@@ -749,7 +747,10 @@ class Transfer:
         return {
             "phase": self.status_phase(),
             "committed": self.state["committed"],
-            "canary": self.state["canary"],
+            # The trial without its pending history entry (the transfer's own bookkeeping).
+            "canary": None
+            if self.state["canary"] is None
+            else {k: v for k, v in self.state["canary"].items() if k != "entry"},
             "previous": self.state["previous"],
             "rollout": r.to_json() if r else None,
             "last_error": self.last_error,
