@@ -14,7 +14,9 @@ from elasticctr_common.trainer_json import HyperParameters
 from . import BAD_DATA_EXIT_CODE, DEFAULT_FIRST_SLOT, DEFAULT_SLOTS
 
 
-def main(argv: list[str] | None = None) -> int:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of every subcommand (the README's tests parse its `generate` lines
+    with it)."""
     parser = argparse.ArgumentParser(prog="python -m elasticctr_trainer")
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -86,8 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     sync.add_argument("--rank", type=int, required=True)
     sync.add_argument("--parent-pid", type=int, required=True)
     sync.add_argument("--poll-seconds", type=float, default=0.5)
+    return parser
 
-    args = parser.parse_args(argv)
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
     log_info_to_stderr("elasticctr_trainer")
     if args.command in ("run", "local"):
         from elasticctr_common.trainer_json import ConfigError, load_config
