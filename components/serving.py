@@ -20,6 +20,7 @@ import pulumi_kubernetes as k8s
 from elasticctr_common.contract import (
     CUBE_CONF,
     SERVING_AUTH_SECRET,
+    SERVING_GRPC_PORT,
     SERVING_PORT,
     SLOT_CONF,
     ServingEnv,
@@ -35,6 +36,8 @@ from components.network import ANYWHERE, Outside, Peer, Route, allow_egress, all
 from components.object_storage import ObjectStore
 
 PORT = SERVING_PORT
+GRPC_PORT = SERVING_GRPC_PORT  # the Open Inference Protocol over gRPC, beside HTTP
+PORTS = {"http": PORT, "grpc": GRPC_PORT}
 API_PATH = "/ElasticCTRPredictionService/inference"
 SERVICE_ACCOUNT = "serving"
 AUTH_SECRET = SERVING_AUTH_SECRET
@@ -79,6 +82,7 @@ class ServingArgs:
 
 class Serving(pulumi.ComponentResource):
     url: pulumi.Output[str]
+    grpc_address: pulumi.Output[str]  # host:port
     token: pulumi.Output[str] | None  # secret; None without auth
 
     def __init__(
@@ -119,7 +123,11 @@ class Serving(pulumi.ComponentResource):
             "serving",
             args.image,
             ["python", "-m", "elasticctr_serving"],
-            args=[f"--port={PORT}", f"--shutdown-delay={kube.SHUTDOWN_DELAY_SECONDS}"],
+            args=[
+                f"--port={PORT}",
+                f"--grpc-port={GRPC_PORT}",
+                f"--shutdown-delay={kube.SHUTDOWN_DELAY_SECONDS}",
+            ],
             env=[
                 *kube.env(
                     {
@@ -135,7 +143,7 @@ class Serving(pulumi.ComponentResource):
                 *secrets.env,
                 *feedback_env,
             ],
-            ports={"http": PORT},
+            ports=PORTS,
             cpu=args.cpu,
             mem=args.mem,
             readiness=kube.http_probe("/readyz", PORT, 5),
@@ -195,7 +203,7 @@ class Serving(pulumi.ComponentResource):
             f"{name}-service",
             "serving",
             "serving",
-            {"http": PORT},
+            PORTS,
             self,
             service_type=args.service_type,
             extra=exposure,
@@ -247,7 +255,7 @@ class Serving(pulumi.ComponentResource):
         )
         # The prediction API is for its clients: from source_ranges, else from anywhere.
         clients: list[Peer] = [Outside(cidr) for cidr in args.source_ranges] or [ANYWHERE]
-        allow_ingress(target, f"{name}-ingress", "serving", [PORT], clients, self)
+        allow_ingress(target, f"{name}-ingress", "serving", list(PORTS.values()), clients, self)
         allow_egress(
             target,
             f"{name}-egress",
@@ -257,17 +265,19 @@ class Serving(pulumi.ComponentResource):
         )
 
         if args.service_type == "LoadBalancer":
-            self.url = service.status.apply(_load_balancer_url)
+            host = service.status.apply(_load_balancer_host)
         else:
-            self.url = pulumi.Output.concat(
-                "http://serving.", target.namespace, f".svc.cluster.local:{PORT}"
-            )
-        self.register_outputs({"url": self.url, "token": self.token})
+            host = pulumi.Output.concat("serving.", target.namespace, ".svc.cluster.local")
+        self.url = host.apply(lambda h: f"http://{h}:{PORT}" if h else "")
+        self.grpc_address = host.apply(lambda h: f"{h}:{GRPC_PORT}" if h else "")
+        self.register_outputs(
+            {"url": self.url, "grpc_address": self.grpc_address, "token": self.token}
+        )
 
 
-def _load_balancer_url(status: k8s.core.v1.outputs.ServiceStatus | None) -> str:
+def _load_balancer_host(status: k8s.core.v1.outputs.ServiceStatus | None) -> str:
+    """The load balancer's address; "" until the cloud has given it one."""
     ingress = status.load_balancer.ingress if status and status.load_balancer else None
     if not ingress:
         return ""
-    address = ingress[0].hostname or ingress[0].ip or ""
-    return f"http://{address}:{PORT}" if address else ""
+    return ingress[0].hostname or ingress[0].ip or ""

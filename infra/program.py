@@ -405,6 +405,7 @@ def main() -> None:
 
     pulumi.export(outputs.NAMESPACE, namespace.name)
     pulumi.export(outputs.SERVING_URL, serving.url)
+    pulumi.export(outputs.SERVING_GRPC, serving.grpc_address)
     if serving.token is not None:
         pulumi.export(outputs.SERVING_TOKEN, serving.token)
     pulumi.export(outputs.MLFLOW_URL, mlflow_url or "")

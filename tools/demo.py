@@ -382,6 +382,8 @@ class Demo:
                 "127.0.0.1",
                 "--port",
                 url.rsplit(":", 1)[1],
+                "--grpc-port",
+                str(free_port()),
                 "--model-uri",
                 f"file://{self.work}/models",
                 "--cube-conf",

@@ -89,6 +89,15 @@ fi
 "$checkov_venv/bin/python" -m pip install --quiet -r tests/support/checkov-requirements.txt
 echo "set-up: $("$checkov_venv/bin/checkov" --version | sed 's/^/checkov /') in $checkov_venv"
 
+# Triton's gRPC client, which the serving tests call serving with, in a virtualenv of its own:
+# it needs protobuf 6, the project's venv has Paddle's 4.25 (tests/support/grpc_client.py).
+grpc_client_venv="${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}/grpc-client"
+if [ ! -x "$grpc_client_venv/bin/python" ]; then
+  "$python" -m venv "$grpc_client_venv"
+fi
+"$grpc_client_venv/bin/python" -m pip install --quiet -r tests/support/grpc-client-requirements.txt
+echo "set-up: tritonclient[grpc] in $grpc_client_venv"
+
 ./tools/hadoop-minicluster.sh fetch >/dev/null
 echo "set-up: Hadoop minicluster jars cached"
 ./tools/kafka-broker.sh fetch >/dev/null

@@ -53,9 +53,25 @@ def test_deployment_autoscaled_with_config_mounted() -> None:
 
 def test_url_of_a_load_balancer() -> None:
     graph = run_component(lambda t: Serving("serving", args(t, service_type="LoadBalancer")))
-    assert graph.component_outputs("elasticctr:serving:Serving")["url"] == (
-        "http://lb.example.test:8010"
-    )
+    outputs = graph.component_outputs("elasticctr:serving:Serving")
+    assert outputs["url"] == "http://lb.example.test:8010"
+    assert outputs["grpc_address"] == "lb.example.test:8011"
+
+
+def test_grpc_beside_http_on_the_pods_and_the_service() -> None:
+    graph = run_component(lambda t: Serving("serving", args(t)))
+    container = graph.one("kubernetes:apps/v1:Deployment").inputs["spec"]["template"]["spec"][
+        "containers"
+    ][0]
+    assert "--grpc-port=8011" in container["args"]
+    assert [(p["name"], p["containerPort"]) for p in container["ports"]] == [
+        ("http", 8010),
+        ("grpc", 8011),
+    ]
+    service = graph.one("kubernetes:core/v1:Service").inputs["spec"]
+    assert [(p["name"], p["port"]) for p in service["ports"]] == [("http", 8010), ("grpc", 8011)]
+    outputs = graph.component_outputs("elasticctr:serving:Serving")
+    assert outputs["grpc_address"] == "serving.test-ns.svc.cluster.local:8011"
 
 
 def test_replicas_above_maximum_fail() -> None:
@@ -87,7 +103,7 @@ def test_source_ranges_limit_the_load_balancer_and_the_pods() -> None:
     }
     assert policy(graph, "allow-serving")["ingress"] == [
         {
-            "ports": [{"port": 8010, "protocol": "TCP"}],
+            "ports": [{"port": 8010, "protocol": "TCP"}, {"port": 8011, "protocol": "TCP"}],
             "from": [{"ipBlock": {"cidr": cidr}} for cidr in ranges],
         }
     ]

@@ -273,7 +273,7 @@ def test_pods_open_exactly_the_connections_they_need(
     }
 
 
-def test_serving_is_the_only_port_open_to_outside_the_stack(
+def test_serving_is_the_only_part_open_to_outside_the_stack(
     stack_graph: tuple[str, harness.Graph],
 ) -> None:
     stack, graph = stack_graph
@@ -293,7 +293,7 @@ def test_serving_is_the_only_port_open_to_outside_the_stack(
         else set()
     )
     assert {str(p) for p in ingress if p.client not in pods} == {
-        f"{c} -> serving:8010" for c in clients
+        f"{c} -> serving:{port}" for c in clients for port in (8010, 8011)
     } | scrapes
 
 
@@ -353,7 +353,10 @@ def test_the_feedback_loop_opens_exactly_its_connections() -> None:
     assert works == COMMON_PATHS | STACK_PATHS["dev"] | feedback
     ingress, _ = network_paths.allowed(manifests, "Ingress")
     pods = network_paths.components(manifests)
-    assert {str(p) for p in ingress if p.client not in pods} == {"* -> serving:8010"}
+    assert {str(p) for p in ingress if p.client not in pods} == {
+        "* -> serving:8010",
+        "* -> serving:8011",
+    }
     for _, template in all_pods(feedback_graph("dev")):
         for container in template["spec"]["containers"]:
             if container["name"] in ("kafka", "joiner"):

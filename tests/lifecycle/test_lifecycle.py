@@ -22,8 +22,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
+from tests.support import grpc_client
 from tests.support.cluster import LocalStack, pods, unschedulable, wait_for
 from tests.support.lifecycle import (
     LoadGenerator,
@@ -228,6 +230,7 @@ def test_3_roll_out_and_predict(life: Lifecycle) -> None:
     life.timings.figures["auc"] = {"model": auc, "bayes_optimal": round(bayes, 4)}
     assert "model version 1" in predicted.stdout
     assert auc >= bayes - 0.03, f"AUC {auc:.4f}, Bayes-optimal {bayes:.4f}"
+    _grpc_scores_are_predicts(life, urls["serving"])
     with port_forward(life.stack, "svc/mlflow", 5000) as mlflow:
         status = run_module(
             "elasticctr_client", *token_args, "status", "--json", "--mlflow-url", mlflow,
@@ -240,6 +243,25 @@ def test_3_roll_out_and_predict(life: Lifecycle) -> None:
     assert any(line.startswith("[trainer-0]") for line in lines), lines[:20]
     assert any(line.startswith("[transfer]") for line in lines), lines[:20]
     life.done("3 roll out and predict", started)
+
+
+def _grpc_scores_are_predicts(life: Lifecycle, serving: str) -> None:
+    """The Open Inference Protocol over gRPC through the Service's port `grpc` (its
+    NetworkPolicy opens it as it opens HTTP's): Triton's client gets /predict's scores."""
+    from tests.support.serving import http
+
+    lines = life.heldout().read_text().splitlines()[:20]
+    plain = [{e["slot_name"]: e["feasigns"] for e in i["slots"]} for i in instances_of(lines)]
+    auth = {"Authorization": f"Bearer {life.token}"} if life.token else {}
+    code, body, _ = http("POST", serving + "/predict", {"instances": plain}, headers=auth)
+    assert code == 200, body
+    address = service_url(life.stack, "serving", "grpc").removeprefix("http://")
+    lines_input = {"name": "lines", "datatype": "BYTES", "shape": [len(lines)], "data": lines}
+    (answer,) = grpc_client.run(
+        address, life.token, [{"op": "infer", "model": "elasticctr", "inputs": [lines_input]}]
+    )
+    assert "probability" in answer, answer
+    np.testing.assert_allclose(answer["probability"], body["predictions"], rtol=0, atol=1e-6)
 
 
 def _versions_in(report: Any) -> set[int]:

@@ -21,7 +21,7 @@ import pytest
 from elasticctr_common import secrets
 from elasticctr_common.contract import ServingEnv
 from elasticctr_common.online_eval import Quality
-from elasticctr_common.ports import free_port
+from elasticctr_common.ports import free_port, free_ports
 from elasticctr_common.storage import open_store
 from elasticctr_common.versions import Version, append_version
 from elasticctr_cube.shardfile import write_shard_file
@@ -71,8 +71,9 @@ class Serving:
         self.procs, self.name = procs, name
         token = secrets.read(ServingEnv.AUTH_TOKEN, env or {})
         self.auth = {"Authorization": f"Bearer {token}"} if token else {}
-        self.port = free_port()
+        self.port, self.grpc_port = free_ports(2)
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc = f"127.0.0.1:{self.grpc_port}"  # the Open Inference Protocol over gRPC
         procs.start(
             name,
             [
@@ -83,6 +84,8 @@ class Serving:
                 "127.0.0.1",
                 "--port",
                 str(self.port),
+                "--grpc-port",
+                str(self.grpc_port),
                 "--model-uri",
                 f"file://{cluster.model_dir}",
                 "--cube-conf",
@@ -149,6 +152,34 @@ def probe_instances(spec: dict, count: int, seed: int = 3) -> list[dict]:
             slots.append({"slot_name": str(spec["slots"][0]), "feasigns": [7]})
         instances.append({"slots": slots})
     return instances
+
+
+def slot_arrays(spec: dict, instances: list[dict]) -> list[tuple[str, np.ndarray]]:
+    """(slot, UINT64 [n, k]) per slot the instances use, each row one instance's feasigns
+    of the slot padded with feasign 0: the Open Inference Protocol's tensors."""
+    arrays = []
+    for slot in spec["slots"]:
+        rows = [
+            [f for e in i["slots"] if e["slot_name"] == str(slot) for f in e["feasigns"]]
+            for i in instances
+        ]
+        width = max(map(len, rows))
+        if width:  # a slot left out is padding in every instance
+            array = np.zeros((len(rows), width), dtype=np.uint64)
+            for r, row in enumerate(rows):
+                array[r, : len(row)] = row
+            arrays.append((str(slot), array))
+    return arrays
+
+
+def predicted_by_predict(serving: Serving, instances: list[dict]) -> np.ndarray:
+    """/predict's scores of `instances` (serving's own endpoint), as a reference."""
+    plain = [{e["slot_name"]: e["feasigns"] for e in i["slots"]} for i in instances]
+    code, body, _ = http(
+        "POST", serving.url + "/predict", {"instances": plain}, headers=serving.auth
+    )
+    assert code == 200, body
+    return np.array(body["predictions"])
 
 
 def expected(spec: dict, version: int, instances: list[dict]) -> np.ndarray:

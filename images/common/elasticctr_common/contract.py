@@ -35,6 +35,7 @@ DONEFILE: Final = "donefile"
 
 # Ports (docs/architecture.md, "Ports").
 SERVING_PORT: Final = 8010
+SERVING_GRPC_PORT: Final = 8011  # the Open Inference Protocol over gRPC
 CUBE_SERVER_PORT: Final = 8027
 CUBE_SERVER_CONTROL_PORT: Final = 8028  # the pod's loopback: its agent's
 CUBE_AGENT_PORT: Final = 8001

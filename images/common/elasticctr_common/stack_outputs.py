@@ -2,6 +2,7 @@
 (`pulumi stack output --json`) and the tests; written once, here, where both reach them."""
 
 SERVING_URL = "serving_url"
+SERVING_GRPC = "serving_grpc"  # host:port of the Open Inference Protocol over gRPC
 SERVING_TOKEN = "serving_token"  # secret: only with serving.auth token; --show-secrets
 MLFLOW_URL = "mlflow_url"
 BUCKET = "bucket"

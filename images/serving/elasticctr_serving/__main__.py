@@ -1,4 +1,5 @@
-"""python -m elasticctr_serving [--port 8010]: the CTR prediction server (docs/serving.md).
+"""python -m elasticctr_serving [--port 8010] [--grpc-port 8011]: the CTR prediction server
+(docs/serving.md).
 
 Options default to the environment the Pulumi program sets (components/serving.py):
 MODEL_URI, CUBE_CONF, CUBE_TRANSFER_URL, SLOT_CONF, SPARSE_DIM. SERVING_AUTH_TOKEN (in the
@@ -16,7 +17,7 @@ import os
 import sys
 
 from elasticctr_common import secrets
-from elasticctr_common.contract import CUBE_CONF, SERVING_PORT, ServingEnv
+from elasticctr_common.contract import CUBE_CONF, SERVING_GRPC_PORT, SERVING_PORT, ServingEnv
 from elasticctr_common.logs import log_info_to_stderr
 
 from .recent import LOG_PERIOD_SECONDS
@@ -29,6 +30,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="python -m elasticctr_serving", description=__doc__)
     p.add_argument("--host", default="0.0.0.0")
     p.add_argument("--port", type=int, default=SERVING_PORT)
+    p.add_argument(
+        "--grpc-port",
+        type=int,
+        default=SERVING_GRPC_PORT,
+        help="the Open Inference Protocol over gRPC (0: none)",
+    )
     p.add_argument("--model-uri", default=env(ServingEnv.MODEL_URI), help="the trainer's model URI")
     p.add_argument("--cube-conf", default=env(ServingEnv.CUBE_CONF, CUBE_CONF))
     p.add_argument(
@@ -155,11 +162,18 @@ def main(argv: list[str] | None = None) -> int:
     )
     application = app.build()
     app.stop_on_signal(application, args.shutdown_delay)
+    if args.grpc_port:
+        from .v2_grpc import GrpcServer
+
+        grpc_server = GrpcServer(app, args.host, args.grpc_port, DRAIN_SECONDS)
+        application.on_startup.append(grpc_server.start)
+        application.on_shutdown.append(grpc_server.stop)
     manager.start()
     logging.getLogger("elasticctr_serving").info(
-        "serving on %s:%d, models %s, cube %d shards, transfer %s, %s, feedback %s",
+        "serving on %s:%d (gRPC %s), models %s, cube %d shards, transfer %s, %s, feedback %s",
         args.host,
         args.port,
+        args.grpc_port or "off",
         args.model_uri,
         conf.shard,
         args.cube_transfer_url or "(none)",

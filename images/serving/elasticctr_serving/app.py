@@ -27,7 +27,9 @@ import hmac
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import TypeVar
 
 import numpy as np
 import orjson
@@ -55,10 +57,11 @@ V2_MODEL = "/v2/models/{name}"
 V2_VERSION = V2_MODEL + "/versions/{version}"
 V2_INFER = {V2_MODEL + "/infer", V2_VERSION + "/infer"}
 # what users call: counted in /status
-PREDICTIONS = {INFERENCE_PATH, "/predict", *V2_INFER}
+PREDICTIONS = {INFERENCE_PATH, "/predict", *V2_INFER, v2.GRPC_INFER}
 # Why an answer is a 5xx, as the handler knew it, for the counting in `_errors`.
 FAILURE = web.ResponseKey("elasticctr_failure", Failure)
 REALM = 'Bearer realm="elasticctr-serving"'
+Body = TypeVar("Body")  # a request as its protocol gives it: HTTP's bytes, a gRPC message
 
 
 def _json(
@@ -224,21 +227,30 @@ class ServingApp:
             response[FAILURE] = Failure(INTERNAL, message)
         if self.stopping:  # the client reconnects, to a replica that is staying
             response.force_close()
-        self.metrics.requests.inc(1, path, str(response.status))
-        self.metrics.latency.observe(time.perf_counter() - started, path)
-        if path in PREDICTIONS:
-            self._count(request, response)
+        self.count(
+            path,
+            response.status,
+            started,
+            response.get(FAILURE),
+            f"{request.method} {request.path}",
+        )
         return response
 
-    def _count(self, request: web.Request, response: web.StreamResponse) -> None:
-        """A prediction request's outcome: in the recent window, and a 5xx by its cause
-        in the metrics and (rate-limited) the log."""
-        failure = response.get(FAILURE)
-        if response.status >= 500:
-            failure = failure or Failure(INTERNAL, f"HTTP {response.status}")
+    def count(
+        self, path: str, status: int, started: float, failure: Failure | None, what: str
+    ) -> None:
+        """A request's outcome (`status` as HTTP's, whatever the protocol): counted and
+        timed under its path; a prediction's also in the recent window, and a 5xx by its
+        cause in the metrics and (rate-limited) the log."""
+        self.metrics.requests.inc(1, path, str(status))
+        self.metrics.latency.observe(time.perf_counter() - started, path)
+        if path not in PREDICTIONS:
+            return
+        if status >= 500:
+            failure = failure or Failure(INTERNAL, f"HTTP {status}")
             self.metrics.failures.inc(1, failure.cause)
-            self.failure_log.failed(response.status, f"{request.method} {request.path}", failure)
-        self.recent.record(response.status, failure)
+            self.failure_log.failed(status, what, failure)
+        self.recent.record(status, failure)
 
     def stop_on_signal(self, app: web.Application, delay: float) -> None:
         """On SIGTERM (or SIGINT): answer /readyz 503 and close each connection after its
@@ -262,10 +274,14 @@ class ServingApp:
 
     def authorized(self, request: web.Request) -> bool:
         """No token configured, or the request's Authorization header is the token's."""
+        return self.token_matches(request.headers.get("Authorization", ""))
+
+    def token_matches(self, authorization: str) -> bool:
+        """An Authorization value (HTTP's header, gRPC's metadata) is the token's, or no
+        token is configured."""
         if not self._expected:
             return True
-        given = request.headers.get("Authorization", "").encode()
-        return hmac.compare_digest(given, self._expected)
+        return hmac.compare_digest(authorization.encode(), self._expected)
 
     @web.middleware
     async def _auth(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -315,16 +331,37 @@ class ServingApp:
         answer: Callable[[Prediction, str], web.Response],
         error: Callable[[int, str], web.Response],
     ) -> web.Response:
+        try:
+            prediction, request_id = await self.score(partial(self._read, request), parse)
+            return answer(prediction, request_id)
+        except BadRequest as err:
+            return error(err.status, str(err))
+        except Unavailable as err:
+            response = error(503, str(err))
+            response[FAILURE] = Failure(err.cause, str(err))
+            return response
+
+    async def _read(self, request: web.Request) -> bytes:
+        length = request.content_length
+        if length is not None and length > self.max_body_bytes:
+            raise BadRequest(self._too_large(length), 413)
+        try:
+            return await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            raise BadRequest(self._too_large(None), 413) from None
+
+    async def score(
+        self,
+        read: Callable[[], Awaitable[Body]],
+        parse: Callable[[Body, DenseModel], Parsed],
+    ) -> tuple[Prediction, str]:
+        """One prediction request of any protocol: its body (read after the batcher knows a
+        request is coming), the model its id picks, parsing, the batch, the impressions.
+        The prediction and the request's id; BadRequest or Unavailable."""
         self.batcher.arrive()
         queued = False
         try:
-            length = request.content_length
-            if length is not None and length > self.max_body_bytes:
-                raise BadRequest(self._too_large(length), 413)
-            try:
-                body = await request.read()
-            except web.HTTPRequestEntityTooLarge:
-                raise BadRequest(self._too_large(None), 413) from None
+            body = await read()
             # The id is the request's before it is scored: it picks the canary's share.
             request_id = self.ids.next()
             model = self.manager.model_for(request_id)
@@ -350,13 +387,7 @@ class ServingApp:
                 self.feedback.log_request(
                     request_id, parsed, model.space.slots, prediction.version, scores
                 )
-            return answer(prediction, request_id)
-        except BadRequest as err:
-            return error(err.status, str(err))
-        except Unavailable as err:
-            response = error(503, str(err))
-            response[FAILURE] = Failure(err.cause, str(err))
-            return response
+            return prediction, request_id
         finally:
             if not queued:
                 self.batcher.leave()

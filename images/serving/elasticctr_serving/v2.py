@@ -42,6 +42,8 @@ OUTPUT = "probability"
 LINES = "lines"
 HEADER_LENGTH = "Inference-Header-Content-Length"
 PLATFORM = "paddle_inference"
+GRPC_SERVICE = "inference.GRPCInferenceService"  # the protocol's gRPC service (v2_grpc.py)
+GRPC_INFER = f"/{GRPC_SERVICE}/ModelInfer"
 # (numpy type, bytes per element) of the datatypes serving takes.
 DATATYPES: dict[str, tuple[type[np.generic], int]] = {
     "UINT64": (np.uint64, 8),
@@ -132,19 +134,7 @@ def _tensor(n: int, item: object, binary: bytes, offset: int) -> tuple[Tensor, i
     if not isinstance(item, dict) or not isinstance(item.get("name"), str):
         raise BadRequest(f'input {n}: expected an object with "name", "datatype", "shape"')
     name: str = item["name"]
-    datatype, shape = item.get("datatype"), item.get("shape")
-    if datatype not in DATATYPES:
-        raise BadRequest(
-            f"input {name!r}: datatype {datatype!r:.40} is not one serving takes "
-            f"({', '.join(DATATYPES)})"
-        )
-    if (
-        not isinstance(shape, list)
-        or not shape
-        or not all(type(d) is int and d >= 0 for d in shape)
-    ):
-        raise BadRequest(f"input {name!r}: shape must be a list of sizes >= 0, got {shape!r:.80}")
-    count = math.prod(shape)
+    datatype, shape, count = _checked(name, item.get("datatype"), item.get("shape"))
     size = _parameters(item, f"input {name!r}").get("binary_data_size")
     if size is not None:
         if type(size) is not int or size < 0 or offset + size > len(binary):
@@ -159,6 +149,35 @@ def _tensor(n: int, item: object, binary: bytes, offset: int) -> tuple[Tensor, i
     else:
         raise BadRequest(f'input {name!r}: no "data" and no binary_data_size')
     return Tensor(name, datatype, tuple(shape), data), offset
+
+
+def tensor(
+    name: str, datatype: str, shape: list[int], raw: bytes | None, values: list[Any]
+) -> Tensor:
+    """An input given as raw bytes (the binary form's layout), or else as a list of values
+    (flat, row-major): gRPC's two forms."""
+    datatype, shape, count = _checked(name, datatype, shape)
+    if raw is not None:
+        return Tensor(name, datatype, tuple(shape), _binary(name, datatype, count, raw))
+    return Tensor(name, datatype, tuple(shape), _json_data(name, datatype, count, values))
+
+
+def _checked(name: str, datatype: object, shape: object) -> tuple[str, list[int], int]:
+    """The datatype, shape and number of elements of a tensor; BadRequest if the datatype
+    or shape is not one serving takes."""
+    if datatype not in DATATYPES:
+        raise BadRequest(
+            f"input {name!r}: datatype {datatype!r:.40} is not one serving takes "
+            f"({', '.join(DATATYPES)})"
+        )
+    if (
+        not isinstance(shape, list)
+        or not shape
+        or not all(type(d) is int and d >= 0 for d in shape)
+    ):
+        raise BadRequest(f"input {name!r}: shape must be a list of sizes >= 0, got {shape!r:.80}")
+    assert isinstance(datatype, str)
+    return datatype, shape, math.prod(shape)
 
 
 def _binary(name: str, datatype: str, count: int, raw: bytes) -> NDArray[Any]:
@@ -185,10 +204,10 @@ def _binary(name: str, datatype: str, count: int, raw: bytes) -> NDArray[Any]:
 
 def _json_data(name: str, datatype: str, count: int, data: object) -> NDArray[Any]:
     flat = _flatten(name, data)
-    if datatype == "BYTES":
-        if not all(isinstance(v, str) for v in flat):
+    if datatype == "BYTES":  # strings in JSON, bytes in gRPC
+        if not all(isinstance(v, (str, bytes)) for v in flat):
             raise BadRequest(f"input {name!r}: BYTES data must be strings")
-        return _sized(name, count, [v.encode() for v in flat])
+        return _sized(name, count, [v.encode() if isinstance(v, str) else v for v in flat])
     if datatype == "FP32":
         bad = next((v for v in flat if type(v) not in (int, float)), None)
         if bad is not None:

@@ -12,7 +12,15 @@ import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from tests.support.serving import Processes, expected, http, probe_instances, start_stack
+from tests.support.serving import (
+    Processes,
+    expected,
+    http,
+    predicted_by_predict,
+    probe_instances,
+    slot_arrays,
+    start_stack,
+)
 
 pytestmark = pytest.mark.slow
 TOKEN = secrets.token_urlsafe(30)
@@ -46,18 +54,8 @@ def client(served):
 def slot_tensors(spec: dict, instances: list[dict], binary: bool) -> list[triton.InferInput]:
     """One UINT64 [n, k] tensor per slot the instances use, rows padded with feasign 0."""
     inputs = []
-    for slot in spec["slots"]:
-        rows = [
-            [f for e in i["slots"] if e["slot_name"] == str(slot) for f in e["feasigns"]]
-            for i in instances
-        ]
-        width = max(map(len, rows))
-        if width == 0:
-            continue  # a slot left out is padding in every instance
-        array = np.zeros((len(rows), width), dtype=np.uint64)
-        for r, row in enumerate(rows):
-            array[r, : len(row)] = row
-        tensor = triton.InferInput(str(slot), list(array.shape), "UINT64")
+    for name, array in slot_arrays(spec, instances):
+        tensor = triton.InferInput(name, list(array.shape), "UINT64")
         tensor.set_data_from_numpy(array, binary_data=binary)
         inputs.append(tensor)
     return inputs
@@ -74,19 +72,10 @@ def lines_tensor(instances: list[dict]) -> triton.InferInput:
     return tensor
 
 
-def predicted(served, instances: list[dict]) -> np.ndarray:
-    """/predict's scores of `instances` (serving's existing endpoint)."""
-    plain = [{e["slot_name"]: e["feasigns"] for e in i["slots"]} for i in instances]
-    code, body, _ = http("POST", served.serving.url + "/predict", {"instances": plain},
-                         headers=auth())  # fmt: skip
-    assert code == 200, body
-    return np.array(body["predictions"])
-
-
 @pytest.mark.parametrize("binary", [True, False], ids=["binary", "json"])
 def test_tritonclient_gets_the_scores_of_predict(served, client, binary):
     instances = probe_instances(served.spec, 120, seed=21)
-    want = predicted(served, instances)
+    want = predicted_by_predict(served.serving, instances)
     np.testing.assert_allclose(want, expected(served.spec, 1, instances), atol=1e-5)
     outputs = [triton.InferRequestedOutput("probability", binary_data=binary)]
     result = client.infer(
@@ -102,7 +91,7 @@ def test_tritonclient_gets_the_scores_of_predict(served, client, binary):
 
 def test_lines_and_a_pinned_version_give_the_same_scores(served, client):
     instances = probe_instances(served.spec, 40, seed=22)
-    want = predicted(served, instances)
+    want = predicted_by_predict(served.serving, instances)
     result = client.infer(MODEL, [lines_tensor(instances)], model_version="1", headers=auth())
     np.testing.assert_allclose(result.as_numpy("probability"), want, rtol=0, atol=1e-6)
 
