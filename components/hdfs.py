@@ -21,6 +21,7 @@ from xml.sax.saxutils import escape
 
 import pulumi
 import pulumi_kubernetes as k8s
+from elasticctr_common.contract import HDFS_DATANODES
 
 from components import kube
 from components.kube import KubeTarget
@@ -178,7 +179,7 @@ class Hdfs(pulumi.ComponentResource):
         roles = (
             _Role("hdfs-namenode", NAMENODE_COMMAND, 1, namenode_ports, args.namenode_storage,
                   kube.http_probe("/", NAMENODE_HTTP_PORT), NAMENODE_HTTP_PORT),
-            _Role("hdfs-datanode", DATANODE_COMMAND, args.datanodes, DATANODE_PORTS,
+            _Role(HDFS_DATANODES, DATANODE_COMMAND, args.datanodes, DATANODE_PORTS,
                   args.datanode_storage,
                   {"tcp_socket": {"port": DATANODE_PORTS["data"]}, "period_seconds": 10},
                   DATANODE_PORTS["data"]),
@@ -196,10 +197,10 @@ class Hdfs(pulumi.ComponentResource):
             depends_on=[namenode],
         )
         # Trainers read (metadata from the namenode, blocks from datanodes), the joiner
-        # writes its partitions; datanodes
-        # register with the namenode and copy blocks among themselves (replication
-        # pipeline, block recovery over IPC). The web UIs (9870, 9864) are for people
-        # (kubectl port-forward), the client's upload writes through a port-forward too.
+        # writes its partitions; datanodes register with the namenode and copy blocks among
+        # themselves (replication pipeline, block recovery over IPC). The web UIs (9870,
+        # 9864) are for people (kubectl port-forward); the client's upload from outside the
+        # cluster writes through a datanode pod (kubectl exec), as a datanode.
         rpc, data, ipc = NAMENODE_RPC_PORT, DATANODE_PORTS["data"], DATANODE_PORTS["ipc"]
         clients = [*args.clients, "hdfs-datanode"]
         for policy, component, port, peers in (

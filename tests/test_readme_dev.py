@@ -1,7 +1,7 @@
 """README's dev walkthrough ("Deploy: the dev stack"), checked without a cluster: each
 `elasticctr` line parses with the installed command's own parsers, each `pulumi config set`
 names a key of the project's config, and the data it generates and puts into HDFS is what
-the dev stack's job reads (its slots, its hours, its namespace and dataset path). Running it
+the dev stack's job reads (its slots, its hours, its data source and dataset path). Running it
 needs a cluster of one's own; tests/cluster/test_readme_walkthrough.py runs the local
 stack's as written."""
 
@@ -177,21 +177,17 @@ def test_generate_writes_the_slots_and_hours_the_dev_job_reads(
     )
 
 
-def test_the_data_goes_where_the_dev_job_reads_it(
-    walkthrough: str, elasticctr_lines: list[list[str]]
-) -> None:
+def test_the_data_goes_where_the_dev_job_reads_it(elasticctr_lines: list[list[str]]) -> None:
     config = dev_config()
-    # The walkthrough puts the hours into the in-cluster HDFS through a datanode pod.
-    assert (config.data.source, config.hdfs.mode) == ("hdfs", "in-cluster"), (
-        "the dev stack no longer reads an in-cluster HDFS: change the README's upload"
-    )
-    namespaces = set(re.findall(r"kubectl -n (\S+)", walkthrough))
-    assert namespaces == {config.namespace}, namespaces
-    (put,) = re.findall(r'hdfs dfs -put - "([^"$]*)\$f"', walkthrough)
-    assert put == config.data.dataset_path.rstrip("/") + "/", put
-    (args,) = [parse(argv) for argv in elasticctr_lines if argv[0] == "generate"]
+    commands = [parse(argv) for argv in elasticctr_lines]
+    (args,) = [c for c in commands if c.command == "generate"]
     out = args.out.removeprefix("file://")
-    (local,) = re.findall(r"\(cd (\S+) && for f in", walkthrough)
-    assert Path(local) == Path(out) / "train", (local, out)
-    heldout = [f for c in map(parse, elasticctr_lines) if c.command == "predict" for f in c.files]
+    (upload,) = [c for c in commands if c.command == "upload"]
+    assert not upload.dest, "upload takes the dev stack's own HDFS (hdfs_address), no --dest"
+    assert Path(upload.source) == Path(out) / "train", (upload.source, out)
+    assert (upload.data_source, upload.dataset_path.rstrip("/")) == (
+        config.data.source,
+        config.data.dataset_path.rstrip("/"),
+    ), "upload writes where the dev job reads (data.source, data.dataset_path)"
+    heldout = [f for c in commands if c.command == "predict" for f in c.files]
     assert heldout == [f"{out}/heldout/part-00000"], heldout

@@ -491,7 +491,7 @@ def _wait_for_a_served_version(
     return result
 
 
-def run_upload(args: argparse.Namespace, outputs: StackOutputs, _: Forwarder) -> int:
+def run_upload(args: argparse.Namespace, outputs: StackOutputs, forwarder: Forwarder) -> int:
     from .upload import upload
 
     dest = args.dest
@@ -505,7 +505,7 @@ def run_upload(args: argparse.Namespace, outputs: StackOutputs, _: Forwarder) ->
             if endpoint and "AWS_ENDPOINT_URL" not in os.environ:
                 os.environ["AWS_ENDPOINT_URL"] = str(endpoint)
     slot_conf = Path(args.slot_conf) if args.slot_conf else None
-    report = upload(Path(args.source), dest, slot_conf, timeout=args.timeout)
+    report = upload(Path(args.source), dest, slot_conf, timeout=args.timeout, forwarder=forwarder)
     if args.json:
         print(json.dumps({"dest": dest, **dataclasses.asdict(report)}, indent=1))
         return 0

@@ -87,21 +87,30 @@ class Forwarder:
             self._private.cleanup()
             self._private = None
 
-    def _command(self, namespace: str, service: str, port: int, url: str, flag: str) -> list[str]:
+    def kubectl(self, address: str, to: str, instead: str) -> list[str]:
+        """kubectl and the kubeconfig to reach the cluster with; EndpointError without
+        kubectl on PATH, saying what it was `to` do for `address`, and what to do `instead`."""
         kubectl = self._kubectl or shutil.which("kubectl")
         if kubectl is None:
             raise EndpointError(
-                f"{url} resolves only inside the cluster, and kubectl is not on PATH to "
-                f"port-forward to it: put kubectl on PATH (tools/build-tools.sh --print-path "
-                f"prints where the set-up built it), or run `kubectl -n {namespace} "
-                f"port-forward svc/{service} {port}` and pass {flag} http://127.0.0.1:{port}"
+                f"{address} resolves only inside the cluster, and kubectl is not on PATH to "
+                f"{to}: put kubectl on PATH (tools/build-tools.sh --print-path prints where "
+                f"the set-up built it), or {instead}"
             )
         command = [kubectl]
         if self._kubeconfig_text and not os.environ.get("KUBECONFIG"):
             command += ["--kubeconfig", str(self._kubeconfig_file())]
+        return command
+
+    def _command(self, namespace: str, service: str, port: int, url: str, flag: str) -> list[str]:
+        instead = (
+            f"run `kubectl -n {namespace} port-forward svc/{service} {port}` and pass {flag} "
+            f"http://127.0.0.1:{port}"
+        )
         return [
-            *command, "--namespace", namespace, "port-forward", "--address", "127.0.0.1",
-            f"svc/{service}", f":{port}",
+            *self.kubectl(url, "port-forward to it", instead), "--namespace", namespace,
+            "port-forward",
+            "--address", "127.0.0.1", f"svc/{service}", f":{port}",
         ]  # fmt: skip
 
     def _kubeconfig_file(self) -> Path:
@@ -138,7 +147,7 @@ class Forwarder:
         found = FORWARDING.match(first.decode(errors="replace"))
         if not found:
             said = one_line(first.decode(errors="replace")) or _said(process)
-            error = CredentialsError if _credentials_problem(said) else UnreachableError
+            error = CredentialsError if credentials_problem(said) else UnreachableError
             raise error(
                 f"kubectl port-forward to svc/{service} in namespace {namespace} failed: {said}"
             )
@@ -152,10 +161,15 @@ def _said(process: subprocess.Popen[bytes]) -> str:
     """kubectl's last words on stderr (it has exited, or is about to be stopped)."""
     assert process.stderr is not None
     _stop(process)
-    # Its last line is the error; the ones above it are client-go's log of the retries.
-    lines = process.stderr.read().decode(errors="replace").strip().splitlines()
+    return last_words(process.stderr.read(), process.returncode)
+
+
+def last_words(stderr: bytes, returncode: int | None) -> str:
+    """kubectl's error from its stderr: the last line is the error, the ones above it
+    client-go's log of the retries."""
+    lines = stderr.decode(errors="replace").strip().splitlines()
     last = one_line(lines[-1]).removeprefix("error: ") if lines else ""
-    return last[-300:] or f"kubectl exited {process.returncode}"
+    return last[-300:] or f"kubectl exited {returncode}"
 
 
 def _stop(process: subprocess.Popen[bytes]) -> None:
@@ -169,7 +183,7 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-def _credentials_problem(said: str) -> bool:
+def credentials_problem(said: str) -> bool:
     lowered = said.lower()
     return any(
         word in lowered

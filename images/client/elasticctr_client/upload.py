@@ -5,6 +5,12 @@ Source layout: `<dir>/YYYYMMDD/HH/<data files>` (+ `donefile`), as the trainer r
 trainer never sees a ready hour with missing files; an hour without a local donefile is
 uploaded without one (not ready) and reported. The destination is any storage URI
 (`s3://bucket/prefix`, `hdfs://host:port/path`, `file:///path`).
+
+An HDFS named by its cluster DNS name (the stack output `hdfs_address` of an in-cluster
+HDFS), from outside the cluster, is written through a pod of its datanodes: each file
+goes over the Kubernetes API (`kubectl exec -i`) into `hdfs dfs -put -f -` there. Only
+the datanodes and the trainers may reach the namenode and every datanode (the stack's
+NetworkPolicies), and a client outside the cluster could reach neither.
 """
 
 from __future__ import annotations
@@ -14,14 +20,15 @@ import os
 import re
 import shlex
 import socket
+import subprocess
 import sys
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO, Protocol, TextIO
 from urllib.parse import urlparse
 
-from elasticctr_common.contract import DONEFILE
+from elasticctr_common.contract import DONEFILE, HDFS_DATANODES
 from elasticctr_common.slotconf import SLOT_CONF_SUFFIXES, SlotConfError, read_slot_conf
 from elasticctr_common.storage import StorageError, Store, open_store
 
@@ -32,6 +39,7 @@ from .errors import (
     UnreachableError,
     UsageError,
 )
+from .forward import IN_A_POD, Forwarder, credentials_problem, in_cluster_service, last_words
 
 DAY, HOUR = re.compile(r"^\d{8}$"), re.compile(r"^\d{2}$")
 HDFS_PORT = 8020  # a namenode's RPC port when the URI names none
@@ -51,12 +59,64 @@ def hour_dirs(source: Path) -> list[Path]:
     return [h for d in days for h in sorted(d.iterdir()) if h.is_dir() and HOUR.match(h.name)]
 
 
+class Destination(Protocol):
+    def upload(self, local: Path, name: str) -> None: ...
+    def uri(self, name: str) -> str: ...
+
+
+class ThroughDatanode:
+    """An in-cluster HDFS from outside the cluster: files piped into `hdfs dfs -put -f -`
+    in a pod of its datanode StatefulSet (`kubectl exec -i`), under `path`."""
+
+    def __init__(self, kubectl: list[str], namespace: str, dest_uri: str) -> None:
+        self.kubectl, self.namespace, self.dest_uri = kubectl, namespace, dest_uri.rstrip("/")
+        self.path = urlparse(dest_uri).path.rstrip("/") or "/"
+
+    def uri(self, name: str) -> str:
+        return f"{self.dest_uri}/{name}"
+
+    def check(self, timeout: float) -> None:
+        """The pod, the right to exec in it and the namenode, before any file: the
+        dataset directory is made (it may exist)."""
+        self._hdfs(["-mkdir", "-p", self.path], None, timeout)
+
+    def upload(self, local: Path, name: str) -> None:
+        with local.open("rb") as data:
+            self._hdfs(["-put", "-f", "-", f"{self.path.rstrip('/')}/{name}"], data, None)
+
+    def _hdfs(self, argv: list[str], stdin: BinaryIO | None, timeout: float | None) -> None:
+        target = f"statefulset/{HDFS_DATANODES}"
+        command = [*self.kubectl, "--namespace", self.namespace, "exec", "-i", target, "--",
+                   "hdfs", "dfs", *argv]  # fmt: skip
+        try:
+            done = subprocess.run(
+                command,
+                stdin=subprocess.DEVNULL if stdin is None else stdin,
+                capture_output=True,
+                timeout=timeout,
+            )
+        except subprocess.TimeoutExpired:
+            raise UnreachableError(
+                f"{self.dest_uri}: `hdfs dfs {argv[0]}` in {target} (namespace "
+                f"{self.namespace}) did not end within {timeout:g} s; is the cluster up and "
+                "HDFS ready?"
+            ) from None
+        if done.returncode != 0:
+            said = last_words(done.stderr, done.returncode)
+            error = CredentialsError if credentials_problem(said) else UnreachableError
+            raise error(
+                f"{self.dest_uri}: `hdfs dfs {argv[0]}` in {target} (namespace "
+                f"{self.namespace}, through kubectl exec) failed: {said}"
+            )
+
+
 def upload(
     source: Path,
     dest_uri: str,
     slot_conf: Path | None = None,
     log: TextIO = sys.stderr,
     timeout: float = 30.0,
+    forwarder: Forwarder | None = None,
 ) -> UploadReport:
     if not source.is_dir():
         raise InputError(
@@ -70,11 +130,18 @@ def upload(
         )
     if slot_conf is not None:
         _check_slot_conf(slot_conf)  # before anything is sent
-    try:
-        store = open_store(dest_uri)
-    except StorageError as err:
-        raise UsageError(f"--dest {err}") from None
-    _check_namenode(dest_uri, store, timeout)
+    store: Destination
+    through = _through_datanode(dest_uri, forwarder)
+    if through is not None:
+        through.check(timeout)
+        store = through
+    else:
+        try:
+            opened = open_store(dest_uri)
+        except StorageError as err:
+            raise UsageError(f"--dest {err}") from None
+        _check_namenode(dest_uri, opened, timeout)
+        store = opened
     try:
         return _upload(hours, store, slot_conf, log)
     except Exception as err:
@@ -82,6 +149,23 @@ def upload(
         if mapped is err:
             raise
         raise mapped from err
+
+
+def _through_datanode(dest_uri: str, forwarder: Forwarder | None) -> ThroughDatanode | None:
+    """The way in for an HDFS named by its cluster DNS name, from outside the cluster."""
+    parsed = urlparse(dest_uri)
+    if parsed.scheme != "hdfs" or forwarder is None or os.environ.get(IN_A_POD):
+        return None
+    service = in_cluster_service(f"hdfs://{parsed.netloc}")
+    if service is None:
+        return None
+    namespace = service[0]
+    instead = (
+        f"copy each file in with `kubectl -n {namespace} exec -i statefulset/{HDFS_DATANODES} "
+        f"-- hdfs dfs -put -f - {parsed.path.rstrip('/')}/YYYYMMDD/HH/FILE < FILE`"
+    )
+    kubectl = forwarder.kubectl(dest_uri, "write through a datanode pod", instead)
+    return ThroughDatanode(kubectl, namespace, dest_uri)
 
 
 def _check_namenode(dest_uri: str, store: Store, timeout: float) -> None:
@@ -133,7 +217,9 @@ def _check_slot_conf(slot_conf: Path) -> None:
         raise InputError(f"{problems}; slot.conf is one integer slot id per line") from None
 
 
-def _upload(hours: list[Path], store: Store, slot_conf: Path | None, log: TextIO) -> UploadReport:
+def _upload(
+    hours: list[Path], store: Destination, slot_conf: Path | None, log: TextIO
+) -> UploadReport:
     report = UploadReport()
     for hour in hours:
         name = f"{hour.parent.name}/{hour.name}"

@@ -33,6 +33,10 @@ MLFLOW: Final = "mlflow"
 HOUR_FORMAT: Final = "%Y%m%d/%H"
 DONEFILE: Final = "donefile"
 
+# The in-cluster HDFS's datanode StatefulSet: the client writes through its pods from
+# outside the cluster (kubectl exec), as only they and the trainers may reach HDFS.
+HDFS_DATANODES: Final = "hdfs-datanode"
+
 # Ports (docs/architecture.md, "Ports").
 SERVING_PORT: Final = 8010
 SERVING_GRPC_PORT: Final = 8011  # the Open Inference Protocol over gRPC

@@ -149,6 +149,7 @@ def bad_slot_conf(ctx: Context) -> str:
 Scenario = tuple[list[str], dict[str, str], tuple[str, ...]]
 L = "--no-progress"
 IN_CLUSTER = "http://serving.elasticctr.svc.cluster.local:8010"
+IN_CLUSTER_HDFS = "hdfs://hdfs-namenode.elasticctr.svc.cluster.local:8020/train_data"
 
 
 SCENARIOS: dict[str, Callable[[Context], Scenario]] = {
@@ -206,6 +207,13 @@ SCENARIOS: dict[str, Callable[[Context], Scenario]] = {
         ("KUBERNETES_",)),
     "the port-forward to an in-cluster address fails": lambda c: (
         ["predict", str(c.lines), "--serving-url", IN_CLUSTER, L],
+        {"KUBECONFIG": kubeconfig_file(c, c.closed_url()), "PATH": with_kubectl()},
+        ("KUBERNETES_",)),
+    "an in-cluster HDFS, and no kubectl to write through it": lambda c: (
+        ["upload", str(hours(c)), "--dest", IN_CLUSTER_HDFS], {"PATH": str(c.tmp)},
+        ("KUBERNETES_",)),
+    "writing through a datanode pod fails": lambda c: (
+        ["upload", str(hours(c)), "--dest", IN_CLUSTER_HDFS],
         {"KUBECONFIG": kubeconfig_file(c, c.closed_url()), "PATH": with_kubectl()},
         ("KUBERNETES_",)),
     "the storage cannot be reached": lambda c: (

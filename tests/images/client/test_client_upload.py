@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
 
 import pytest
 from elasticctr_client import upload as upload_module
@@ -120,3 +122,91 @@ def test_upload_json(hours, tmp_path):
         "dest": dest, "ready": ["20191221/00"], "not_ready": ["20191221/01"], "files": 3,
         "bytes": sum(f.stat().st_size for f in src.rglob("part-*")),
     }  # fmt: skip
+
+
+IN_CLUSTER_HDFS = "hdfs://hdfs-namenode.elasticctr-dev.svc.cluster.local:8020"
+
+
+def fake_kubectl(tmp_path, fail: str = "") -> dict:
+    """A `kubectl` on PATH standing in for the Kubernetes API and a datanode pod's
+    `hdfs dfs`: it records each call, and `exec ... -- hdfs dfs -put -f - PATH` writes its
+    stdin under tmp_path/hdfs/PATH (`-mkdir -p PATH` makes it). `fail`: what it says on
+    stderr before exiting 1, as kubectl does when the API refuses."""
+    bin_dir = tmp_path / "kbin"
+    bin_dir.mkdir()
+    script = bin_dir / "kubectl"
+    script.write_text(
+        f"#!{sys.executable}\n"
+        "import sys, json, pathlib\n"
+        f"root = pathlib.Path({str(tmp_path / 'hdfs')!r})\n"
+        f"with open({str(tmp_path / 'kubectl-calls')!r}, 'a') as log:\n"
+        "    log.write(json.dumps(sys.argv[1:]) + '\\n')\n"
+        f"if {fail!r}:\n"
+        f"    sys.stderr.write({fail!r} + '\\n'); sys.exit(1)\n"
+        "argv = sys.argv[sys.argv.index('--') + 1:]\n"
+        "assert argv[:2] == ['hdfs', 'dfs'], argv\n"
+        "path = root / argv[-1].lstrip('/')\n"
+        "if argv[2] == '-mkdir':\n"
+        "    path.mkdir(parents=True, exist_ok=True)\n"
+        "else:\n"
+        "    path.parent.mkdir(parents=True, exist_ok=True)\n"
+        "    path.write_bytes(sys.stdin.buffer.read())\n"
+    )
+    script.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def kubectl_calls(tmp_path) -> list[list[str]]:
+    return [json.loads(line) for line in (tmp_path / "kubectl-calls").read_text().splitlines()]
+
+
+def test_an_in_cluster_hdfs_is_written_through_a_datanode_pod(hours, tmp_path):
+    src, slot_conf = hours
+    env = {**fake_pulumi(tmp_path, {"hdfs_address": IN_CLUSTER_HDFS})}
+    env["PATH"] = fake_kubectl(tmp_path)["PATH"].replace(os.environ["PATH"], env["PATH"])
+    done = run_client(
+        "--stack", "dev", "upload", str(src), "--slot-conf", str(slot_conf), env=env,
+        drop=("KUBERNETES_SERVICE_HOST", "KUBECONFIG"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"to {IN_CLUSTER_HDFS}/train_data: 1 hours ready" in done.stdout
+    check_uploaded(LocalStore(f"file://{tmp_path}/hdfs/train_data"), src)
+    calls = kubectl_calls(tmp_path)
+    exec_ = ["--namespace", "elasticctr-dev", "exec", "-i", "statefulset/hdfs-datanode", "--"]
+    assert calls[0] == [*exec_, "hdfs", "dfs", "-mkdir", "-p", "/train_data"]
+    puts = [call[-1] for call in calls[1:]]
+    assert all(call[:-1] == [*exec_, "hdfs", "dfs", "-put", "-f", "-"] for call in calls[1:])
+    assert puts == [
+        "/train_data/20191221/00/part-00000",
+        "/train_data/20191221/00/part-00001",
+        "/train_data/20191221/00/donefile",  # the hour is ready after its data
+        "/train_data/20191221/01/part-00000",
+        "/train_data/slot.conf",
+    ]
+
+
+def test_a_refused_exec_is_one_line_naming_the_pod(hours, tmp_path):
+    src, _ = hours
+    refusal = (
+        'Error from server (Forbidden): pods "hdfs-datanode-0" is forbidden: User "dev" '
+        'cannot create resource "pods/exec" in API group "" in the namespace "elasticctr-dev"'
+    )
+    env = fake_kubectl(tmp_path, fail=refusal)
+    dest = f"{IN_CLUSTER_HDFS}/train_data"
+    done = run_client("upload", str(src), "--dest", dest, env=env,
+                      drop=("KUBERNETES_SERVICE_HOST",))  # fmt: skip
+    assert done.returncode == 5, done.stderr  # credentials: the API refused
+    (line,) = done.stderr.strip().splitlines()
+    assert "`hdfs dfs -mkdir` in statefulset/hdfs-datanode (namespace elasticctr-dev" in line
+    assert 'cannot create resource "pods/exec"' in line
+    assert len(kubectl_calls(tmp_path)) == 1  # nothing was sent after the check failed
+
+
+def test_no_kubectl_for_an_in_cluster_hdfs_says_what_to_do(hours, tmp_path):
+    src, _ = hours
+    dest = f"{IN_CLUSTER_HDFS}/train_data"
+    done = run_client("upload", str(src), "--dest", dest, env={"PATH": "/nonexistent"},
+                      drop=("KUBERNETES_SERVICE_HOST",))  # fmt: skip
+    assert done.returncode == 4, done.stderr
+    assert "kubectl is not on PATH to write through a datanode pod" in done.stderr
+    assert "exec -i statefulset/hdfs-datanode -- hdfs dfs -put -f -" in done.stderr
