@@ -341,7 +341,10 @@ def test_services_rbac_and_network_policies(lifecycle: Lifecycle) -> None:
     services = {s["metadata"]["name"]: s["spec"] for s in lifecycle.items(f"/api/v1{ns}/services")}
     assert services["cube-headless"]["clusterIP"] == "None"
     assert services["cube-headless"]["publishNotReadyAddresses"] is True
-    assert [(p["name"], p["port"]) for p in services["serving"]["ports"]] == [("http", 8010)]
+    assert [(p["name"], p["port"]) for p in services["serving"]["ports"]] == [
+        ("http", 8010),
+        ("grpc", 8011),
+    ]
     assert services["serving"]["type"] == "ClusterIP"
     assert {"minio", "mlflow", "cube-transfer", "serving", "cube-headless"} <= set(services)
 

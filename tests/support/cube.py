@@ -263,6 +263,11 @@ def committed(cluster: CubeCluster, version: int, tables) -> None:
     """`version` was committed and every server of `cluster` serves exactly its vectors."""
     result = cluster.wait_result(version)
     assert result["result"] == "committed", f"{result}\n{cluster.dump()}"
+    serves_exactly(cluster, version, tables)
+
+
+def serves_exactly(cluster: CubeCluster, version: int, tables) -> None:
+    """Every server of `cluster` serves `version`, exactly its vectors."""
     keys = tables[version][0]
     with cluster.client() as client:
         expect_values(client.seek(keys), keys, tables)

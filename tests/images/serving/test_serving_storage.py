@@ -41,7 +41,9 @@ def test_serving_loads_models_from_s3(procs, tmp_path, cube_server_bin, s3_serve
         str(spec["sparse_dim"]),
         env=s3_env,
     )
-    serving.wait_version(1)
+    # The version is read from S3 (moto) and checked in a child process that imports
+    # Paddle: over a minute on a busy 2-core machine.
+    serving.wait_version(1, timeout=240)
     instances = probe_instances(spec, 30)
     code, body, _ = http(
         "POST", serving.url + "/ElasticCTRPredictionService/inference", {"instances": instances}
