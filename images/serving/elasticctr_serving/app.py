@@ -37,6 +37,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 from aiohttp.web_runner import GracefulExit
 from elasticctr_common.feedback import CLICK_PATH, REQUEST_ID_HEADER, valid_request_id
+from numpy.typing import NDArray
 
 from . import native, v2
 from .batcher import Batcher, Prediction, Unavailable
@@ -137,9 +138,12 @@ def plain_error(status: int, message: str) -> web.Response:
     return _json({"error": message}, status)
 
 
-def v2_answer(decoded: v2.InferRequest, prediction: Prediction, request_id: str) -> web.Response:
-    """200 even when some instances failed (v2 clients take any other status for a failed
-    request): their probability is NaN (null in JSON), and the parameters say why."""
+def v2_scores(
+    prediction: Prediction, request_id: str, nan_is: str = ""
+) -> tuple[NDArray[np.float32], dict[str, str | int]]:
+    """The Open Inference Protocol's answer to a prediction, either transport: the scores,
+    NaN for a failed instance (`nan_is`: how the transport shows it), and the parameters:
+    the request id and, when some instances failed, how many and why."""
     scores = prediction.probabilities[:, 1].astype(np.float32)
     parameters: dict[str, str | int] = {"request_id": request_id}
     if prediction.failures:
@@ -147,9 +151,16 @@ def v2_answer(decoded: v2.InferRequest, prediction: Prediction, request_id: str)
         scores[[i for i, _, _ in failed]] = np.nan
         parameters["failed_instances"] = len(failed)
         parameters["error"] = (
-            f"{len(failed)} of {len(scores)} instances failed, their probability is NaN "
-            f"(null in JSON); the first: {failed[0][2]}"
+            f"{len(failed)} of {len(scores)} instances failed, their probability is NaN"
+            f"{nan_is}; the first: {failed[0][2]}"
         )
+    return scores, parameters
+
+
+def v2_answer(decoded: v2.InferRequest, prediction: Prediction, request_id: str) -> web.Response:
+    """200 even when some instances failed (v2 clients take any other status for a failed
+    request): their probability is NaN (null in JSON), and the parameters say why."""
+    scores, parameters = v2_scores(prediction, request_id, " (null in JSON)")
     body, header_length = v2.answer(decoded, prediction.version, scores, parameters)
     headers = {"X-Model-Version": str(prediction.version), REQUEST_ID_HEADER: request_id}
     content_type = "application/json"

@@ -23,11 +23,10 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import grpc
-import numpy as np
 from elasticctr_common.feedback import REQUEST_ID_HEADER
 
 from . import v2
-from .app import ServingApp
+from .app import ServingApp, v2_scores
 from .batcher import Prediction, Unavailable
 from .generated import grpc_predict_v2_pb2 as pb
 from .instances import BadRequest, Parsed
@@ -247,17 +246,13 @@ def _decode(message: Any) -> v2.InferRequest:
 
 
 def _answer(request: Any, prediction: Prediction, request_id: str) -> Any:
-    scores = prediction.probabilities[:, 1].astype(np.float32)
-    parameters = {"request_id": pb.InferParameter(string_param=request_id)}
-    if prediction.failures:
-        failed = sorted(prediction.failures.items())
-        scores[[i for i, _ in failed]] = np.nan
-        first, failure = failed[0]
-        parameters["failed_instances"] = pb.InferParameter(int64_param=len(failed))
-        parameters["error"] = pb.InferParameter(
-            string_param=f"{len(failed)} of {len(scores)} instances failed, their probability "
-            f"is NaN; the first: instance {first}: {failure.message}"
-        )
+    scores, given = v2_scores(prediction, request_id)
+    parameters = {
+        key: pb.InferParameter(int64_param=value)
+        if isinstance(value, int)
+        else pb.InferParameter(string_param=value)
+        for key, value in given.items()
+    }
     output = pb.ModelInferResponse.InferOutputTensor(
         name=v2.OUTPUT, datatype="FP32", shape=[len(scores)]
     )

@@ -1,8 +1,10 @@
 """Fixtures of the serving tests: the native cube-server and request parser, processes
 stopped by PID, and a running stack (3 cube shards + transfer + serving) with synthetic
-version 1."""
+version 1, also one whose serving wants a bearer token."""
 
 from __future__ import annotations
+
+import secrets
 
 import pytest
 from elasticctr_cube.server import build_server
@@ -30,5 +32,21 @@ def stack(tmp_path_factory, cube_server_bin):
     processes = Processes(root)
     try:
         yield start_stack(processes, root, "--max-body-bytes", "200000", "--max-instances", "1000")
+    finally:
+        processes.stop_all()
+
+
+TOKEN = secrets.token_urlsafe(30)  # guarded_stack's serving token
+
+
+@pytest.fixture(scope="module")
+def guarded_stack(tmp_path_factory, cube_server_bin):
+    """A module's stack whose serving wants `Authorization: Bearer TOKEN` (the Open
+    Inference Protocol tests, REST and gRPC)."""
+    root = tmp_path_factory.mktemp("guarded")
+    processes = Processes(root)
+    try:
+        yield start_stack(processes, root, "--max-instances", "1000",
+                          serving_env={"SERVING_AUTH_TOKEN": TOKEN})  # fmt: skip
     finally:
         processes.stop_all()

@@ -5,25 +5,21 @@ with their status."""
 
 from __future__ import annotations
 
-import secrets
-
 import numpy as np
 import pytest
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
+from tests.images.serving.conftest import TOKEN
 from tests.support.serving import (
-    Processes,
     expected,
     http,
     predicted_by_predict,
     probe_instances,
     slot_arrays,
-    start_stack,
 )
 
 pytestmark = pytest.mark.slow
-TOKEN = secrets.token_urlsafe(30)
 MODEL = "elasticctr"
 
 
@@ -33,15 +29,8 @@ def auth() -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, cube_server_bin):
-    procs = Processes(tmp_path_factory.mktemp("v2"))
-    try:
-        yield start_stack(
-            procs, tmp_path_factory.mktemp("v2-stack"), "--max-instances", "1000",
-            serving_env={"SERVING_AUTH_TOKEN": TOKEN},
-        )  # fmt: skip
-    finally:
-        procs.stop_all()
+def served(guarded_stack):
+    return guarded_stack
 
 
 @pytest.fixture(scope="module")

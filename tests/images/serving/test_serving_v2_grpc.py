@@ -5,43 +5,32 @@ gRPC status of their HTTP one and the same message; calls are counted like HTTP'
 
 from __future__ import annotations
 
-import secrets
-
 import grpc
 import numpy as np
 import pytest
 from elasticctr_serving.generated import grpc_predict_v2_pb2 as pb
 
+from tests.images.serving.conftest import TOKEN
 from tests.support import grpc_client
 from tests.support.serving import (
-    Processes,
     expected,
     http,
     metric_sample,
     predicted_by_predict,
     probe_instances,
     slot_arrays,
-    start_stack,
 )
 from tools.gen_grpc import main as gen_grpc
 
 pytestmark = pytest.mark.slow
-TOKEN = secrets.token_urlsafe(30)
 MODEL = "elasticctr"
 SERVICE = "/inference.GRPCInferenceService/"
 AUTH = (("authorization", f"Bearer {TOKEN}"),)
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory, cube_server_bin):
-    procs = Processes(tmp_path_factory.mktemp("grpc"))
-    try:
-        yield start_stack(
-            procs, tmp_path_factory.mktemp("grpc-stack"), "--max-instances", "1000",
-            serving_env={"SERVING_AUTH_TOKEN": TOKEN},
-        )  # fmt: skip
-    finally:
-        procs.stop_all()
+def served(guarded_stack):
+    return guarded_stack
 
 
 @pytest.fixture(scope="module")
