@@ -2,15 +2,19 @@
 request, at a fixed request rate (docs/feedback.md, "The cost of impression logging").
 
     PYTHONPATH=.:images/serving:images/common .venv/bin/python bench/feedback_cost.py \
-        [--rate 2000] [--seconds 10] [--repeat 2] [--feasigns 52]
+        [--rate 2000] [--seconds 10] [--repeat 2] [--warmup 60] [--batch 1] \
+        [--feasigns 52] [--producer compression.type=zstd ...]
 
 One real KRaft broker on loopback (tests/support/services.py). In this process, serving's
-FeedbackLog (the producer and its delivery-report thread, as serving runs them) is handed
-one batch-1 request of `--feasigns` feasigns `--rate` times a second for `--seconds`, in
-turn with a run that does the same loop without logging (the reference: the loop's own
-cost, and the idle broker's). Reported per request, from /proc: this process's CPU by
-thread (the main thread, which is serving's event loop; librdkafka's threads; the rest),
-and the broker's CPU. Each variant's median over `--repeat` runs.
+FeedbackLog (the producer and its sending thread, as serving runs them) is handed requests
+of `--batch` instances of `--feasigns` feasigns (1,024 distinct ones, 64-bit ids drawn
+from long-tailed vocabularies, as real records are) `--rate` times a second for
+`--seconds`, in turn with a run that does the same loop without logging (the reference:
+the loop's own cost, and the idle broker's), after `--warmup` seconds of logging (the
+broker's JIT compiles for its first minute or so). Reported per request, from /proc: this
+process's CPU by thread (the main thread, which is serving's event loop; librdkafka's
+threads; the rest: the sending thread), and the broker's CPU. Each variant's median over
+`--repeat` runs. `--producer` adds librdkafka settings to serving's.
 """
 
 from __future__ import annotations
@@ -51,15 +55,27 @@ def process_cpu(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def request(feasigns: int, slots: int = 26) -> Parsed:
-    keys = np.arange(1, feasigns + 1, dtype=np.uint64) * np.uint64(7919)
-    kinds = np.arange(feasigns, dtype=np.int32) % slots
-    rows = np.zeros(feasigns, dtype=np.int32)
-    return Parsed(1, keys, kinds, rows, 0, None, keys, kinds, rows)
+def requests(
+    feasigns: int, batch: int = 1, count: int = 1024, slots: int = 26, seed: int = 1
+) -> list[Parsed]:
+    """`count` distinct requests of `batch` instances of `feasigns` feasigns: per slot, ids
+    drawn Zipf(1.1) from a vocabulary of 64-bit feasigns (a real stream's records are alike
+    in that way: a few head ids, a long tail), so the records compress as much as real ones
+    would, not as one repeated request."""
+    rng = np.random.default_rng(seed)
+    vocab = rng.integers(1, 2**63, size=(slots, 100_000), dtype=np.uint64)
+    kinds = np.tile(np.arange(feasigns, dtype=np.int32) % slots, batch)
+    rows = np.repeat(np.arange(batch, dtype=np.int32), feasigns)
+    out = []
+    for _ in range(count):
+        ranks = np.minimum(rng.zipf(1.1, size=feasigns * batch) - 1, vocab.shape[1] - 1)
+        keys = vocab[kinds, ranks]
+        out.append(Parsed(batch, keys, kinds, rows, 0, None, keys, kinds, rows))
+    return out
 
 
 def one_run(
-    log: FeedbackLog | None, parsed: Parsed, broker_pid: int, rate: int, seconds: float
+    log: FeedbackLog | None, parsed: list[Parsed], broker_pid: int, rate: int, seconds: float
 ) -> dict[str, float]:
     slots = tuple(range(1, 27))
     before, broker_before = task_cpu(os.getpid()), process_cpu(broker_pid)
@@ -70,7 +86,8 @@ def one_run(
         if delay > 0:
             time.sleep(delay)
         if log is not None:
-            log.log_request(log.ids.next(), parsed, slots, 1, [0.5])
+            request = parsed[i % len(parsed)]
+            log.log_request(log.ids.next(), request, slots, 1, [0.5] * request.count)
     after, broker_after = task_cpu(os.getpid()), process_cpu(broker_pid)
     per = {g: (after[g] - before.get(g, 0.0)) / count * 1e6 for g in after}
     per["broker"] = (broker_after - broker_before) / count * 1e6
@@ -82,17 +99,25 @@ def main() -> int:
     p.add_argument("--rate", type=int, default=2000, help="requests a second")
     p.add_argument("--seconds", type=float, default=10.0)
     p.add_argument("--repeat", type=int, default=2)
-    p.add_argument("--feasigns", type=int, default=52, help="per request (batch 1)")
+    p.add_argument("--warmup", type=float, default=60.0, help="seconds logged before measuring")
+    p.add_argument("--feasigns", type=int, default=52, help="per instance")
+    p.add_argument("--batch", type=int, default=1, help="instances per request")
+    p.add_argument(
+        "--producer", action="append", default=[], metavar="KEY=VALUE",
+        help="a librdkafka setting for serving's producer (e.g. compression.type=zstd)",
+    )  # fmt: skip
     args = p.parse_args()
     broker = KafkaBroker().start()
     try:
         assert broker.proc is not None
         create_topics(broker.bootstrap, {"impressions": 3, "clicks": 3})
-        log = FeedbackLog({"bootstrap.servers": broker.bootstrap}, "impressions", "clicks",
-                          ServingMetrics())  # fmt: skip
-        parsed = request(args.feasigns)
+        settings = dict(item.split("=", 1) for item in args.producer)
+        log = FeedbackLog({"bootstrap.servers": broker.bootstrap, **settings}, "impressions",
+                          "clicks", ServingMetrics())  # fmt: skip
+        parsed = requests(args.feasigns, args.batch)
         time.sleep(2)  # the producer's first metadata and idempotence PID
-        one_run(log, parsed, broker.proc.pid, args.rate, 3)  # the broker's JIT warms up
+        # the broker's JIT compiles for its first minute or so under load (docs/feedback.md)
+        one_run(log, parsed, broker.proc.pid, args.rate, args.warmup)
         runs: dict[str, list[dict[str, float]]] = {"off": [], "on": []}
         for _ in range(args.repeat):
             for variant in ("off", "on"):
@@ -113,14 +138,15 @@ def main() -> int:
     }
     load = os.getloadavg()[0]
     print(
-        f"{time.strftime('%Y-%m-%d %H:%M')}; {args.rate} requests/s of {args.feasigns} "
-        f"feasigns, {args.repeat} x {args.seconds:g} s per variant (medians); load average "
-        f"{load:.1f}; {delivered} records delivered\n"
+        f"{time.strftime('%Y-%m-%d %H:%M')}; {args.rate} requests/s of {args.batch} x "
+        f"{args.feasigns} feasigns, {args.repeat} x {args.seconds:g} s per variant "
+        f"(medians); producer {settings or 'as serving has it'}; load average {load:.1f}; "
+        f"{delivered} impressions delivered\n"
     )
     rows = [
         ("serving's main thread (the event loop)", "main"),
         ("librdkafka's threads", "librdkafka"),
-        ("serving's other threads (delivery reports)", "other"),
+        ("serving's other threads (sending, delivery reports)", "other"),
         ("the broker (whole JVM)", "broker"),
     ]
     print("| CPU µs per request | logging off | logging on | on - off |")

@@ -320,6 +320,7 @@ class FeedbackLoop(Demo):
     def finish(self, url: str, record: Path, summary: dict[str, Any]) -> dict[str, Any]:
         from elasticctr_common.feedback import (
             BadRecord,
+            impression_records,
             impressions,
             next_partition,
             partition_of,
@@ -343,10 +344,11 @@ class FeedbackLoop(Demo):
         records = read_topic(self.bootstrap, "elasticctr-impressions")
         stream = []
         for value in records:
-            try:
-                stream += impressions(value)
-            except BadRecord:
-                continue  # the bad input (--bad-at): the joiner's to count, in the report
+            for one in impression_records(value):
+                try:
+                    stream += impressions(one)
+                except BadRecord:
+                    continue  # the bad input (--bad-at): the joiner's to count, in the report
         dataset = open_store(f"file://{self.dataset}")
         partitions = {}
         joined: collections.Counter[str] = collections.Counter()

@@ -3,8 +3,12 @@ clicks look like, how the joiner lays out its time partitions, and the environme
 names the stream. Serving, the joiner, the simulator, the client and the Pulumi program
 use these names and these parsers; tests/infra/test_pod_contract.py checks both sides.
 
-Records are JSON objects, one per Kafka message, keyed by the request id (so a request's
-impressions and its clicks land in the same partition of each topic):
+Records are JSON objects. A click is one Kafka message, keyed by the request id. An
+impressions message holds the records of one or more requests, one per line (JSON Lines,
+no key): serving sends what its requests logged in the last few milliseconds as one
+message, as librdkafka's `produce` and delivery report cost its event loop more CPU than
+the record itself (docs/feedback.md); a message of one record without a newline is valid.
+`impression_records()` splits a message into its records.
 
 - the impressions of one request, one per instance, written whole or not at all:
   {"rid": str, "t": float, "v": int, "slots": [int], "s": [float|null], "f": str,
@@ -254,6 +258,23 @@ def _unb64(record: dict[str, Any], key: str, width: int) -> list[int]:
     if len(data) % width:
         raise BadRecord("bad_features", f"{key!r}: {len(data)} bytes, not {width}-byte values")
     return [int.from_bytes(data[i : i + width], "little") for i in range(0, len(data), width)]
+
+
+RECORD_SEPARATOR: Final = b"\n"
+
+
+def impression_records(value: bytes | None) -> list[bytes | None]:
+    """The records of one impressions message, in order (blank lines skipped); a message
+    with no record at all is one bad record."""
+    if value is None:
+        return [None]
+    found: list[bytes | None] = [r for r in value.split(RECORD_SEPARATOR) if r.strip()]
+    return found or [value]
+
+
+def impressions_message(records: Sequence[bytes]) -> bytes:
+    """Records (`pack_impressions`, or serving's own) as one impressions message."""
+    return RECORD_SEPARATOR.join(records)
 
 
 def impressions(data: bytes | None) -> list[Impression]:

@@ -39,6 +39,7 @@ from elasticctr_common.contract import DONEFILE
 from elasticctr_common.feedback import (
     BadRecord,
     Impression,
+    impression_records,
     impressions,
     is_partition_name,
     next_partition,
@@ -200,9 +201,13 @@ class Joiner:
             self._click(message.value(), partition, offset)
 
     def _impression(self, value: bytes | None, kp: int, offset: int) -> None:
+        for record in impression_records(value):
+            self._request(record, kp, offset)
+
+    def _request(self, record: bytes | None, kp: int, offset: int) -> None:
         """One request's impressions (one record, so one partition for all of them)."""
         try:
-            request = impressions(value)
+            request = impressions(record)
         except BadRecord as err:
             if not self._replayed(self.impressions_topic, kp, offset):
                 self._bad("impression", err)

@@ -4,9 +4,12 @@ request, and the clicks applications send to `POST /click`, to Kafka.
 Nothing here may slow or fail a prediction. On the event loop, after the answer is
 computed: the sampling decision, then the request's impressions packed as one record
 (elasticctr_common.feedback: the request's feasign, slot and count arrays copied out and
-base64-encoded, some tens of µs at batch 64) and handed to librdkafka (confluent-kafka),
-whose own threads batch and send them; a thread only serves the delivery reports.
-librdkafka's buffer is bounded (`buffer_records` messages): a record that finds it full is
+base64-encoded, some tens of µs at batch 64) and appended to a list. A thread of its own
+hands that list to librdkafka (confluent-kafka) as one message every few milliseconds
+(`SEND_SECONDS`, at most `MESSAGE_BYTES` each) and serves the delivery reports: one
+`produce` and one report per request cost the event loop more than the record itself
+(docs/feedback.md). The records held (listed, or in librdkafka's buffer, until
+acknowledged) are bounded (`buffer_records`): a record that finds the bound reached is
 dropped and counted, never waited for. A record is delivered whole or not at all (Kafka
 appends a message atomically; the producer is idempotent, so its retries after a broker
 restart add no duplicates).
@@ -34,6 +37,7 @@ import orjson
 from elasticctr_common.feedback import (
     Click,
     FeedbackEnv,
+    impressions_message,
     impressions_record,
     kafka_client_config,
     topics,
@@ -46,6 +50,11 @@ from .metrics import ServingMetrics
 log = logging.getLogger("elasticctr_serving.feedback")
 
 DEFAULT_BUFFER_RECORDS = 100_000
+# The sending thread's period: what the event loop logged since goes out as one message.
+SEND_SECONDS = 0.02
+# A message's records stop short of this (the broker's message.max.bytes is 1 MiB by
+# default); a record larger on its own goes alone.
+MESSAGE_BYTES = 512 * 1024
 OUTCOMES = FEEDBACK_OUTCOMES
 
 
@@ -87,9 +96,10 @@ class FeedbackLog:
         self.config: dict[str, Any] = {
             **producer_config,
             "enable.idempotence": True,  # acks=all, and retries add no duplicates
-            # Records wait up to 0.2 s to go in larger batches: at 20 ms librdkafka's
+            # Messages wait up to 0.2 s to go in larger batches: at 20 ms librdkafka's
             # requests cost several times the CPU per record (docs/feedback.md).
             "linger.ms": 200,
+            # A backstop: the records held are bounded before (a message has one or more).
             "queue.buffering.max.messages": buffer_records,
             "message.timeout.ms": 300_000,
             "error_cb": self._on_error,
@@ -103,8 +113,14 @@ class FeedbackLog:
         self.producer = producer_factory(self.config)
         self._fatal = False
         self.last_error = ""
+        # Records logged and not yet produced: (record, impressions); the event loop appends,
+        # the sending thread takes the list whole. `_held` counts impression records from
+        # their listing, and clicks from their produce, to their delivery report or drop.
+        self._lock = threading.Lock()
+        self._listed: list[tuple[bytes, int]] = []
+        self._held = 0
         self._stopping = threading.Event()
-        self._poller = threading.Thread(target=self._poll, name="feedback-reports", daemon=True)
+        self._poller = threading.Thread(target=self._poll, name="feedback-sender", daemon=True)
         self._poller.start()
         for outcome in OUTCOMES:
             metrics.impressions.inc(0, outcome)
@@ -156,15 +172,13 @@ class FeedbackLog:
             request_id, time.time(), version, slots, scores,
             raw.astype("<u8", copy=False).tobytes(), kinds.astype("<u2").tobytes(), counts,
         )  # fmt: skip
-        try:
-            self.producer.produce(
-                self.impressions_topic, value=orjson.dumps(record), key=request_id,
-                on_delivery=partial(self._delivered, self.metrics.impressions, n),
-            )  # fmt: skip
-        except BufferError:
-            self.metrics.impressions.inc(n, "dropped_buffer_full")
-            return
-        self.metrics.impressions.inc(n, "queued")
+        value = orjson.dumps(record)
+        with self._lock:
+            full = self._held >= self.buffer_records
+            if not full:
+                self._held += 1
+                self._listed.append((value, n))
+        self.metrics.impressions.inc(n, "dropped_buffer_full" if full else "queued")
 
     def click(self, request_id: str, index: int, at: float | None = None) -> bool:
         """Send one click; False (and counted) when librdkafka's buffer is full."""
@@ -172,23 +186,57 @@ class FeedbackLog:
         try:
             self.producer.produce(
                 self.clicks_topic, value=record.to_bytes(), key=request_id,
-                on_delivery=partial(self._delivered, self.metrics.clicks, 1),
+                on_delivery=partial(self._acknowledged, self.metrics.clicks, 1, 1),
             )  # fmt: skip
         except BufferError:
             self.metrics.clicks.inc(1, "dropped_buffer_full")
             return False
+        with self._lock:
+            self._held += 1
         self.metrics.clicks.inc(1, "queued")
         return True
 
-    # librdkafka's reports ------------------------------------------------------------------
+    # the sending thread -------------------------------------------------------------------
 
     def _poll(self) -> None:
         while not self._stopping.is_set():
             if self._fatal:
                 self._renew()
-            self.producer.poll(0.2)  # runs the delivery reports
+            self.producer.poll(SEND_SECONDS)  # runs the delivery reports
+            self._send()
+        self._send()
 
-    def _delivered(self, counter: Any, n: int, err: Any, msg: Any) -> None:
+    def _send(self) -> None:
+        """Produce the listed records, in as few messages as MESSAGE_BYTES allows."""
+        with self._lock:
+            listed, self._listed = self._listed, []
+        start = 0
+        while start < len(listed):
+            end, size = start + 1, len(listed[start][0])
+            while end < len(listed) and size + len(listed[end][0]) < MESSAGE_BYTES:
+                size += len(listed[end][0]) + 1
+                end += 1
+            self._produce(listed[start:end])
+            start = end
+
+    def _produce(self, records: list[tuple[bytes, int]]) -> None:
+        n = sum(count for _, count in records)
+        try:
+            self.producer.produce(
+                self.impressions_topic,
+                value=impressions_message([value for value, _ in records]),
+                on_delivery=partial(self._acknowledged, self.metrics.impressions, len(records), n),
+            )  # fmt: skip
+        except BufferError:  # librdkafka's own bound (queue.buffering.max.kbytes)
+            self._release(len(records))
+            self.metrics.impressions.inc(n, "dropped_buffer_full")
+
+    def _release(self, records: int) -> None:
+        with self._lock:
+            self._held -= records
+
+    def _acknowledged(self, counter: Any, records: int, n: int, err: Any, msg: Any) -> None:
+        self._release(records)
         if err is None:
             counter.inc(n, "delivered")
         else:
@@ -205,6 +253,7 @@ class FeedbackLog:
         self._fatal = False
         old = self.producer
         self.producer = self._factory(self.config)
+        old.purge()  # what it still held is reported failed (and counted), not lost unseen
         old.flush(0)
 
     # life cycle ----------------------------------------------------------------------------
@@ -220,7 +269,7 @@ class FeedbackLog:
             "buffer_records": self.buffer_records,
             "impressions": impressions,
             "clicks": clicks,
-            "waiting": len(self.producer),  # in librdkafka's buffer, not yet acknowledged
+            "waiting": self._held,  # records and clicks logged, not yet acknowledged
             "last_error": self.last_error,
         }
 

@@ -12,7 +12,9 @@ from elasticctr_common.feedback import (
     BadRecord,
     Click,
     freshness,
+    impression_records,
     impressions,
+    impressions_message,
     kafka_client_config,
     next_partition,
     pack_impressions,
@@ -33,6 +35,19 @@ def test_a_request_round_trips_to_training_features():
     assert first.features == "18446744073709551615:101 5:103 6:101"
     assert second.features == "0:102"  # the padding feasign too, as sent
     assert (first.score, second.score, first.version, first.time) == (0.25, None, 7, 1.7e9 + 0.5)
+
+
+def test_a_message_holds_one_or_more_records_one_a_line():
+    other = pack_impressions("req-2", 1.7e9, 7, [101], [0.5], [[(9, 101)]])
+    message = impressions_message([RECORD, other])
+    assert message.count(b"\n") == 1  # compact JSON has no newline of its own
+    assert impression_records(message) == [RECORD, other]
+    assert impression_records(RECORD) == [RECORD]  # a record alone, as other producers send
+    assert impression_records(message + b"\n\n") == [RECORD, other]
+    assert impression_records(None) == [None]
+    assert impression_records(b"") == [b""]  # a message with no record: one bad record
+    with pytest.raises(BadRecord, match="not_json"):
+        impressions(impression_records(b"")[0])
 
 
 def _with(**changes: object) -> bytes:

@@ -10,7 +10,12 @@ import zlib
 from dataclasses import dataclass
 
 import pytest
-from elasticctr_common.feedback import Click, pack_impressions, partition_bounds
+from elasticctr_common.feedback import (
+    Click,
+    impressions_message,
+    pack_impressions,
+    partition_bounds,
+)
 from elasticctr_common.storage import Store, open_store
 from elasticctr_joiner.joiner import DATA_FILE, Joiner, find_committed
 
@@ -85,14 +90,16 @@ def scenario() -> tuple[list[tuple[float, Msg]], dict[tuple[str, int], int]]:
     put(9, CLK, 0, click("early", 0, T0 + 9))  # its impression comes 20 s later
     put(29, IMP, 0, imp("early", T0 + 8))
     labels[("early", 0)] = 1
-    put(11, IMP, 1, b"not json")
+    # A message of several records (as serving sends them): a bad one is skipped alone.
+    put(11, IMP, 1, impressions_message([b"not json", imp("mixed", T0 + 11)]))
+    labels[("mixed", 0)] = 0
     put(12, CLK, 1, b'{"rid": "x y", "i": 0, "t": 1}')
     put(13, CLK, 0, click("nobody", 3, T0 + 13))  # unknown
     # Two serving replicas a little out of step: "ahead" (10:05:01) is written before
-    # "behind" (10:04:58) in the same topic partition; 10:00 closes with "ahead" still
-    # open below "behind", which a restart reads again and must not write twice.
-    put(301, IMP, 0, imp("ahead", T0 + 301))
-    put(302, IMP, 0, imp("behind", T0 + 298))
+    # "behind" (10:04:58) in the same topic partition, one message; 10:00 closes with
+    # "ahead" still open in the message that wrote "behind", which a restart reads again
+    # and must not write twice.
+    put(301, IMP, 0, impressions_message([imp("ahead", T0 + 301), imp("behind", T0 + 298)]))
     labels[("ahead", 0)] = labels[("behind", 0)] = 0
     # After the first partition (10:00-10:05) closed at 10:06: a late impression of it
     # (goes to the next open partition) and a late click on r1 (written unclicked).
