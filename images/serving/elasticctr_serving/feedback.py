@@ -37,6 +37,7 @@ import orjson
 from elasticctr_common.feedback import (
     Click,
     FeedbackEnv,
+    impressions_head,
     impressions_message,
     impressions_record,
     kafka_client_config,
@@ -168,11 +169,10 @@ class FeedbackLog:
                 order = np.argsort(rows, kind="stable")  # instance order
                 raw, kinds, rows = raw[order], kinds[order], rows[order]
             counts = np.bincount(rows, minlength=n).astype("<u4").tobytes()
-        record = impressions_record(
-            request_id, time.time(), version, slots, scores,
+        value = impressions_record(
+            orjson.dumps(impressions_head(request_id, time.time(), version, slots, scores)),
             raw.astype("<u8", copy=False).tobytes(), kinds.astype("<u2").tobytes(), counts,
         )  # fmt: skip
-        value = orjson.dumps(record)
         with self._lock:
             full = self._held >= self.buffer_records
             if not full:

@@ -14,7 +14,9 @@ from elasticctr_common.feedback import (
     freshness,
     impression_records,
     impressions,
+    impressions_head,
     impressions_message,
+    impressions_record,
     kafka_client_config,
     next_partition,
     pack_impressions,
@@ -35,6 +37,21 @@ def test_a_request_round_trips_to_training_features():
     assert first.features == "18446744073709551615:101 5:103 6:101"
     assert second.features == "0:102"  # the padding feasign too, as sent
     assert (first.score, second.score, first.version, first.time) == (0.25, None, 7, 1.7e9 + 0.5)
+
+
+def test_the_arrays_are_spliced_into_the_head_as_base64_fields():
+    head = impressions_head("req-3", 1.5, 2, (101, 102), [0.25, float("nan")])
+    encoded = json.dumps(head, separators=(",", ":")).encode()
+    record = impressions_record(encoded, b"\x01" * 16, b"\x00\x00\x01\x00", b"\x01\x00\x00\x00" * 2)
+    assert json.loads(record) == {
+        "rid": "req-3", "t": 1.5, "v": 2, "slots": [101, 102], "s": [0.25, None],
+        "f": base64.b64encode(b"\x01" * 16).decode(), "k": "AAABAA==", "c": "AQAAAAEAAAA=",
+    }  # fmt: skip
+    assert [m.features for m in impressions(record)] == [
+        f"{0x0101010101010101}:101", f"{0x0101010101010101}:102",
+    ]  # fmt: skip
+    with pytest.raises(ValueError, match="must be a JSON object"):
+        impressions_record(b"[1]", b"", b"", b"")
 
 
 def test_a_message_holds_one_or_more_records_one_a_line():
