@@ -97,9 +97,9 @@ class FeedbackLog:
         self.config: dict[str, Any] = {
             **producer_config,
             "enable.idempotence": True,  # acks=all, and retries add no duplicates
-            # Messages wait up to 0.2 s to go in larger batches: at 20 ms librdkafka's
-            # requests cost several times the CPU per record (docs/feedback.md).
-            "linger.ms": 200,
+            # The sending thread batches already (one message per SEND_SECONDS): waiting
+            # longer only makes the broker's work come in bursts (docs/feedback.md).
+            "linger.ms": 5,
             # A backstop: the records held are bounded before (a message has one or more).
             "queue.buffering.max.messages": buffer_records,
             "message.timeout.ms": 300_000,
