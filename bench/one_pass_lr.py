@@ -25,20 +25,22 @@ import sys
 from pathlib import Path
 
 import numpy as np
+from elasticctr_common.contract import DONEFILE
+from elasticctr_common.lines import DenseFeature, LineFormat
+from elasticctr_trainer.baselines import parse
 from elasticctr_trainer.metrics import auc
 
 SPARSE_DIM = 1_000_001
 BIAS_RATE = 0.01
 
 
-def load(files: list[Path]) -> tuple[list[list[int]], list[int]]:
-    rows, labels = [], []
-    for path in files:
-        for line in path.read_text().splitlines():
-            fields = line.split()
-            labels.append(int(fields[1]))
-            rows.append([int(f.split(":")[0]) % SPARSE_DIM for f in fields[2:]])
-    return rows, labels
+def load(files: list[Path], form: LineFormat) -> tuple[list[list[int]], list[int]]:
+    """Each line's hashed ids (dense features left out: the wide part's ids only) and label,
+    read as the trainer reads them."""
+    lines = parse([text for path in files for text in path.read_text().splitlines()], form)
+    return [[f % SPARSE_DIM for f, _ in line.features] for line in lines], [
+        line.label for line in lines
+    ]
 
 
 def one_pass_lr(
@@ -73,9 +75,11 @@ def main() -> int:
     p.add_argument("--l2", type=float, default=0.0)
     args = p.parse_args()
     summary = json.loads((args.data / "summary.json").read_text())
+    dense = tuple(DenseFeature(d["name"], d["dim"]) for d in summary["dense_features"])
+    form = LineFormat(summary["format"], dense)
     files = sorted(f for f in (args.data / "train").rglob("*") if f.is_file())
-    train = load([f for f in files if f.name != "donefile"])
-    heldout = load(sorted(f for f in (args.data / "heldout").rglob("*") if f.is_file()))
+    train = load([f for f in files if f.name != DONEFILE], form)
+    heldout = load(sorted(f for f in (args.data / "heldout").rglob("*") if f.is_file()), form)
     print(
         f"{args.data.name}: {len(train[1])} training, {len(heldout[1])} held-out examples; "
         f"Bayes {summary['heldout_bayes_auc']:.4f}, converged LR {summary['lr_auc']:.4f}"
