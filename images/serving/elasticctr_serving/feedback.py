@@ -53,8 +53,8 @@ log = logging.getLogger("elasticctr_serving.feedback")
 DEFAULT_BUFFER_RECORDS = 100_000
 # The sending thread's period: what the event loop logged since goes out as one message.
 SEND_SECONDS = 0.02
-# A message's records stop short of this (the broker's message.max.bytes is 1 MiB by
-# default); a record larger on its own goes alone.
+# A message's records and separators stay within this (the broker's message.max.bytes
+# is 1 MiB by default); a record larger on its own goes alone.
 MESSAGE_BYTES = 512 * 1024
 OUTCOMES = FEEDBACK_OUTCOMES
 
@@ -183,16 +183,17 @@ class FeedbackLog:
     def click(self, request_id: str, index: int, at: float | None = None) -> bool:
         """Send one click; False (and counted) when librdkafka's buffer is full."""
         record = Click(request_id, index, time.time() if at is None else at)
+        with self._lock:  # before the produce: its report may come before this returns
+            self._held += 1
         try:
             self.producer.produce(
                 self.clicks_topic, value=record.to_bytes(), key=request_id,
                 on_delivery=partial(self._acknowledged, self.metrics.clicks, 1, 1),
             )  # fmt: skip
         except BufferError:
+            self._release(1)
             self.metrics.clicks.inc(1, "dropped_buffer_full")
             return False
-        with self._lock:
-            self._held += 1
         self.metrics.clicks.inc(1, "queued")
         return True
 
@@ -213,8 +214,8 @@ class FeedbackLog:
         start = 0
         while start < len(listed):
             end, size = start + 1, len(listed[start][0])
-            while end < len(listed) and size + len(listed[end][0]) < MESSAGE_BYTES:
-                size += len(listed[end][0]) + 1
+            while end < len(listed) and size + 1 + len(listed[end][0]) <= MESSAGE_BYTES:
+                size += 1 + len(listed[end][0])  # the separator and the record
                 end += 1
             self._produce(listed[start:end])
             start = end
