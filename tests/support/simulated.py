@@ -162,14 +162,12 @@ def shard_replicas(cp: ControlPlane) -> dict[int, list[dict[str, Any]]]:
 def live_nodes(cp: ControlPlane) -> set[str]:
     """The nodes that exist and are Ready: a pod elsewhere serves nothing, whatever its
     own status still says (a lost node's pods stay until the pod GC removes them)."""
-    return {
-        name
-        for name, node in nodes(cp).items()
-        if any(
-            c["type"] == "Ready" and c["status"] == "True"
-            for c in (node.get("status") or {}).get("conditions") or []
-        )
-    }
+    return {name for name, node in nodes(cp).items() if node_ready(node)}
+
+
+def node_ready(node: dict[str, Any]) -> bool:
+    conditions = (node.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
 
 
 def serving(pod: dict[str, Any], live: set[str]) -> bool:
@@ -310,15 +308,84 @@ class Sampler:
         self._thread.join()
 
 
-class Watch(Sampler):
-    """The fewest ready replicas any shard had while it ran."""
+class Watch:
+    """The fewest ready replicas any shard had while the `with` block ran, from every
+    event of the cube pods and the nodes: a replica a controller replaces within a
+    second still counts (polling the lists can miss it)."""
+
+    window = 1  # seconds a watch request lasts; one more runs after the block ends
 
     def __init__(self, sim: SimulatedCluster, shards: int) -> None:
-        super().__init__()
-        self.sim, self.shards, self.least = sim, shards, 10**6
+        self.cp, self.shards, self.least = sim.cp, shards, 10**6
+        self._pods: dict[str, dict[str, Any]] = {}
+        self._nodes: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+        self._failed: list[BaseException] = []
 
-    def sample(self) -> None:
-        self.least = min(self.least, *ready_per_shard(self.sim.cp, self.shards))
+    def _observe(self) -> None:
+        live = {name for name, node in self._nodes.items() if node_ready(node)}
+        counts = [0] * self.shards
+        for pod in self._pods.values():
+            shard = int(pod["metadata"]["labels"][SHARD_LABEL])
+            if shard < self.shards and serving(pod, live):
+                counts[shard] += 1
+        self.least = min(self.least, *counts)
+
+    def _list(self, path: str, into: dict[str, dict[str, Any]]) -> str:
+        status, body = self.cp.request("GET", path)
+        if status != 200:
+            raise AssertionError(f"GET {path}: HTTP {status}: {body.get('message')}")
+        into.clear()
+        into.update({item["metadata"]["name"]: item for item in body.get("items", [])})
+        version: str = body["metadata"]["resourceVersion"]
+        return version
+
+    def _follow(self, path: str, into: dict[str, dict[str, Any]], since: str) -> None:
+        try:
+            last_round = False
+            while not last_round:
+                last_round = self._stop.is_set()  # one whole window after the block ends
+                for event in self.cp.watch(path, since, self.window):
+                    kind, item = event["type"], event["object"]
+                    with self._lock:
+                        if kind == "ERROR":  # the history is gone: start again from now
+                            since = self._list(path, into)
+                            self._observe()
+                            continue
+                        since = item["metadata"]["resourceVersion"]
+                        if kind == "BOOKMARK":
+                            continue
+                        name = item["metadata"]["name"]
+                        if kind == "DELETED":
+                            into.pop(name, None)
+                        else:
+                            into[name] = item
+                        self._observe()
+        except BaseException as e:
+            self._failed.append(e)
+
+    def __enter__(self) -> Self:
+        pods_path = f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={COMPONENT_LABEL}=cube"
+        with self._lock:
+            for path, into in ((pods_path, self._pods), ("/api/v1/nodes", self._nodes)):
+                since = self._list(path, into)
+                thread = threading.Thread(
+                    target=self._follow, args=(path, into, since), daemon=True
+                )
+                self._threads.append(thread)
+            self._observe()
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join()
+        if self._failed and exc[0] is None:
+            raise AssertionError(f"watching the shards failed: {self._failed[0]!r}")
 
 
 def log(message: str) -> None:

@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -638,6 +638,19 @@ class ControlPlane:
         with urllib.request.urlopen(url, timeout=5, context=ctx) as r:
             text: str = r.read().decode()
             return text
+
+    def watch(self, path: str, since: str, seconds: int) -> Iterator[dict[str, Any]]:
+        """The events of the collection at `path` after resourceVersion `since`, for
+        `seconds` (the server ends the stream then), as the API server sends them."""
+        query = f"watch=1&resourceVersion={since}&timeoutSeconds={seconds}"
+        separator = "&" if "?" in path else "?"
+        req = urllib.request.Request(
+            f"{self.server}{path}{separator}{query}", headers={"Accept": "application/json"}
+        )
+        with urllib.request.urlopen(req, timeout=seconds + 30, context=self._ssl_context()) as r:
+            for line in r:
+                if line.strip():
+                    yield json.loads(line)
 
     def request(
         self, method: str, path: str, body: dict[str, Any] | None = None
