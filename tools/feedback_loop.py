@@ -63,6 +63,8 @@ def bad_input(now: float) -> tuple[list[bytes | None], list[bytes | None], dict[
     counts the joiner must add for them: every malformed kind the parsers name (3 of
     each), clicks on request ids serving never answered (each unknown once the window
     and a partition's length pass) and a click sent twice (a duplicate, then unknown)."""
+    from elasticctr_common.feedback import FRAMED_MESSAGE, impressions_message
+
     good = {"rid": "bad-input-0", "t": now, "v": 1, "slots": [1], "s": [0.5],
             "f": "AQAAAAAAAAA=", "k": "AAA=", "c": "AQAAAA=="}  # fmt: skip
     impressions: list[dict[str, object]] = [
@@ -72,6 +74,9 @@ def bad_input(now: float) -> tuple[list[bytes | None], list[bytes | None], dict[
     ]  # fmt: skip
     reasons = ["bad_request_id", "bad_time", "bad_version", "bad_slots", "bad_score",
                "bad_features", "bad_features"]  # fmt: skip
+    # Serving's own layout broken: a frame past its message's end, a packed record cut short.
+    framed = [FRAMED_MESSAGE + b"\xff\x00\x00\x00{}", impressions_message([b"\x01\x10\x00"])]
+    framed_reasons = ["bad_frame", "bad_frame"]
     raw: list[bytes | None] = [None, b"{not json", b"[1, 2]"]
     raw_reasons = ["empty", "not_json", "not_object"]
     click = {"rid": "bad-input-0", "i": 0, "t": now}
@@ -79,10 +84,10 @@ def bad_input(now: float) -> tuple[list[bytes | None], list[bytes | None], dict[
         {**click, "rid": ""}, {**click, "i": -1}, {**click, "i": "0"}, {**click, "t": 0},
     ]  # fmt: skip
     click_reasons = ["bad_request_id", "bad_instance", "bad_instance", "bad_time"]
-    imp_values = raw + [json.dumps(r).encode() for r in impressions]
+    imp_values = raw + [json.dumps(r).encode() for r in impressions] + framed
     click_values = raw + [json.dumps(c).encode() for c in clicks]
     expected: dict[str, int] = collections.Counter()
-    for reason in raw_reasons + reasons:
+    for reason in raw_reasons + reasons + framed_reasons:
         expected[f"impression:{reason}"] += 3
     for reason in raw_reasons + click_reasons:
         expected[f"click:{reason}"] += 3

@@ -3,24 +3,38 @@ clicks look like, how the joiner lays out its time partitions, and the environme
 names the stream. Serving, the joiner, the simulator, the client and the Pulumi program
 use these names and these parsers; tests/infra/test_pod_contract.py checks both sides.
 
-Records are JSON objects. A click is one Kafka message, keyed by the request id. An
-impressions message holds the records of one or more requests, one per line (JSON Lines,
-no key): serving sends what its requests logged in the last few milliseconds as one
-message, as librdkafka's `produce` and delivery report cost its event loop more CPU than
-the record itself (docs/feedback.md); a message of one record without a newline is valid.
-`impression_records()` splits a message into its records.
+A click is one Kafka message, a JSON object, keyed by the request id. An impressions
+message (no key) holds the records of one or more requests: serving sends what its
+requests logged in the last few milliseconds as one message, as librdkafka's `produce`
+and delivery report cost its event loop more CPU than the record itself
+(docs/feedback.md). Two layouts, told apart by the first byte:
 
-- the impressions of one request, one per instance, written whole or not at all:
-  {"rid": str, "t": float, "v": int, "slots": [int], "s": [float|null], "f": str,
+- framed (what serving writes, `impressions_message()`): `FRAMED_MESSAGE`, then each
+  record as its length (uint32 little-endian) and its bytes;
+- JSON Lines: one JSON record a line (a message of one record without a newline too), for
+  producers of their own.
+
+`impression_records()` splits either into records. A record is the impressions of one
+request, one per instance, written whole or not at all, in either encoding:
+
+- JSON: {"rid": str, "t": float, "v": int, "slots": [int], "s": [float|null], "f": str,
   "k": str, "c": str}: request id, serving's time (Unix seconds), model version, the
   model's slot ids (input order), each instance's score (the click probability; null
   when it failed), and the features as the trainer reads them, packed: "f" every feasign
   as sent (uint64 little-endian, base64), "k" the index in "slots" of each one's slot
   (uint16 LE, base64), "c" how many each instance has (uint32 LE, base64), instances in
-  order. Packed because serving builds it on its request path: a few array copies and a
-  base64, where `<feasign>:<slot>` text per instance cost more CPU than the prediction at
-  batch 64 (docs/feedback.md). `impressions()` unpacks it into `Impression`s, whose
-  `features` are the `<feasign>:<slot> ...` part of a training line.
+  order.
+- packed (what serving writes, `packed_impressions_record()`): `PACKED_RECORD`, the head
+  (the JSON object above without "f", "k", "c") as its length (uint32 LE) and its compact
+  JSON, the number of feasigns n (uint32 LE), then the three arrays as raw bytes: n
+  feasigns (uint64 LE), n slot indices (uint16 LE), one count per score (uint32 LE).
+  Nothing follows.
+
+Arrays, not `<feasign>:<slot>` text, because serving builds the record on its request
+path (docs/feedback.md); raw rather than base64 in serving's own records: a third fewer
+bytes for the broker, and no encoding on the event loop. `impressions()` unpacks a
+record into `Impression`s, whose `features` are the `<feasign>:<slot> ...` part of a
+training line.
 - click: {"rid": str, "i": int, "t": float}: request id, instance index, click time.
 
 Partitions: `<dataset>/YYYYMMDD/HH` with 60-minute partitions (the hour directories the
@@ -35,6 +49,7 @@ import binascii
 import json
 import math
 import re
+import struct
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -55,6 +70,12 @@ MINUTE_FORMAT: Final = "%Y%m%d/%H%M"
 PARTITION_MINUTES: Final = (1, 2, 3, 4, 5, 6, 10, 12, 15, 20, 30, 60)
 MAX_REQUEST_ID = 64  # characters
 _REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,64}")
+# An impressions message in frames: this, then each record's length (uint32 LE) and bytes.
+# Its NUL starts no JSON record.
+FRAMED_MESSAGE: Final = b"\x00ECI"
+PACKED_RECORD: Final = b"\x01"  # a packed record's first byte ("{" a JSON record's)
+FRAME_BYTES: Final = 4  # a record's length before it, in a framed message
+RECORD_SEPARATOR: Final = b"\n"  # between the records of a JSON Lines message
 
 
 class FeedbackEnv:
@@ -166,7 +187,8 @@ def impressions_head(
     slots: list[int] | tuple[int, ...],
     scores: list[float | None],
 ) -> dict[str, Any]:
-    """A request's record without its arrays (JSON-ready): `impressions_record` adds them."""
+    """A request's record without its arrays (JSON-ready): `packed_impressions_record` or
+    `json_impressions_record` adds them."""
     return {
         "rid": request_id,
         "t": time,
@@ -176,13 +198,27 @@ def impressions_head(
     }
 
 
-def impressions_record(head: bytes, feasigns: bytes, slot_indices: bytes, counts: bytes) -> bytes:
-    """The impressions of one request as its record: `head`, the compact JSON of
-    `impressions_head` (any encoder's), with the arrays base64-encoded into it. The arrays
-    as bytes: uint64 LE feasigns, uint16 LE slot indices, uint32 LE counts per instance.
-    Spliced rather than encoded as one object: at batch 64 the arrays are ~20 KB, and
-    a JSON encoder's growing buffer and a str of the base64 cost serving more than the
-    rest of the record (docs/feedback.md)."""
+def packed_impressions_record(
+    head: bytes, feasigns: bytes, slot_indices: bytes, counts: bytes
+) -> bytes:
+    """The impressions of one request as a packed record: `head`, the compact JSON of
+    `impressions_head` (any encoder's), and the arrays as bytes: uint64 LE feasigns,
+    uint16 LE slot indices, uint32 LE counts per instance."""
+    if not head.startswith(b"{"):
+        raise ValueError(f"head must be a JSON object, got {head[:60]!r}")
+    return b"".join(
+        (
+            PACKED_RECORD, len(head).to_bytes(4, "little"), head,
+            (len(feasigns) // 8).to_bytes(4, "little"), feasigns, slot_indices, counts,
+        )
+    )  # fmt: skip
+
+
+def json_impressions_record(
+    head: bytes, feasigns: bytes, slot_indices: bytes, counts: bytes
+) -> bytes:
+    """The same as a JSON record: the arrays base64-encoded into `head` (spliced, not
+    encoded again with it)."""
     if not head.endswith(b"}"):
         raise ValueError(f"head must be a JSON object, got {head[:60]!r}")
     return b"".join(
@@ -200,17 +236,18 @@ def pack_impressions(
     slots: list[int],
     scores: list[float | None],
     features: list[list[tuple[int, int]]],
+    *,
+    packed: bool = False,
 ) -> bytes:
-    """A request's record from (feasign, slot id) pairs per instance: for producers and
-    tests (serving packs its arrays directly)."""
+    """A request's record from (feasign, slot id) pairs per instance, JSON unless `packed`:
+    for producers and tests (serving packs its arrays directly)."""
     feasigns = b"".join(f.to_bytes(8, "little") for inst in features for f, _ in inst)
     index = {s: i for i, s in enumerate(slots)}
     kinds = b"".join(index[s].to_bytes(2, "little") for inst in features for _, s in inst)
     counts = b"".join(len(inst).to_bytes(4, "little") for inst in features)
     head = impressions_head(request_id, time, version, slots, scores)
-    return impressions_record(
-        json.dumps(head, separators=(",", ":")).encode(), feasigns, kinds, counts
-    )
+    record = packed_impressions_record if packed else json_impressions_record
+    return record(json.dumps(head, separators=(",", ":")).encode(), feasigns, kinds, counts)
 
 
 @dataclass(frozen=True)
@@ -255,40 +292,82 @@ def _common(record: dict[str, Any]) -> tuple[str, int, float]:
     return rid, index, float(time)
 
 
-def _unb64(record: dict[str, Any], key: str, width: int) -> list[int]:
+_WIDTHS: Final = {8: "Q", 2: "H", 4: "I"}
+
+
+def _values(data: bytes, key: str, width: int) -> tuple[int, ...]:
+    if len(data) % width:
+        raise BadRecord("bad_features", f"{key!r}: {len(data)} bytes, not {width}-byte values")
+    return struct.unpack(f"<{len(data) // width}{_WIDTHS[width]}", data)
+
+
+def _unb64(record: dict[str, Any], key: str) -> bytes:
     text = record.get(key)
     if not isinstance(text, str):
         raise BadRecord("bad_features", f"{key!r} is not a base64 string")
     try:
-        data = base64.b64decode(text, validate=True)
+        return base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise BadRecord("bad_features", f"{key!r} is not base64") from None
-    if len(data) % width:
-        raise BadRecord("bad_features", f"{key!r}: {len(data)} bytes, not {width}-byte values")
-    return [int.from_bytes(data[i : i + width], "little") for i in range(0, len(data), width)]
 
 
-RECORD_SEPARATOR: Final = b"\n"
+def _unpack(data: bytes) -> tuple[dict[str, Any], bytes, bytes, bytes]:
+    """A packed record's head and its arrays' bytes (feasigns, slot indices, counts)."""
+    end = 5 + int.from_bytes(data[1:5], "little")
+    if len(data) < 5 or end + 4 > len(data):
+        raise BadRecord("bad_frame", f"a packed record of {len(data)} bytes, its head cut off")
+    record = _object(data[5:end])
+    n = int.from_bytes(data[end : end + 4], "little")
+    kinds_at = end + 4 + 8 * n
+    counts_at = kinds_at + 2 * n
+    if counts_at > len(data):
+        raise BadRecord("bad_frame", f"{n} feasigns claimed, {len(data) - end - 4} bytes follow")
+    return record, data[end + 4 : kinds_at], data[kinds_at:counts_at], data[counts_at:]
 
 
 def impression_records(value: bytes | None) -> list[bytes | None]:
-    """The records of one impressions message, in order (blank lines skipped); a message
-    with no record at all is one bad record."""
+    """The records of one impressions message, in order (a JSON Lines message's blank
+    lines skipped). What cannot be a record is one bad record: a message with no record,
+    a framed message's rest from a frame past its end (given with the framed prefix, which
+    `impressions()` refuses as bad_frame)."""
     if value is None:
         return [None]
-    found: list[bytes | None] = [r for r in value.split(RECORD_SEPARATOR) if r.strip()]
-    return found or [value]
+    if not value.startswith(FRAMED_MESSAGE):
+        found: list[bytes | None] = [r for r in value.split(RECORD_SEPARATOR) if r.strip()]
+        return found or [value]
+    records: list[bytes | None] = []
+    at = len(FRAMED_MESSAGE)
+    while at < len(value):
+        end = at + FRAME_BYTES + int.from_bytes(value[at : at + FRAME_BYTES], "little")
+        if at + FRAME_BYTES > len(value) or end > len(value):
+            records.append(FRAMED_MESSAGE + value[at:])
+            break
+        records.append(value[at + FRAME_BYTES : end])
+        at = end
+    return records or [value]
 
 
 def impressions_message(records: Sequence[bytes]) -> bytes:
-    """Records (`pack_impressions`, or serving's own) as one impressions message."""
-    return RECORD_SEPARATOR.join(records)
+    """Records (serving's packed ones, `pack_impressions`') as one framed message."""
+    parts = [FRAMED_MESSAGE]
+    for record in records:
+        parts += (len(record).to_bytes(FRAME_BYTES, "little"), record)
+    return b"".join(parts)
 
 
 def impressions(data: bytes | None) -> list[Impression]:
-    """The impressions of one request's record, in instance order; BadRecord (with a
-    countable reason) if any part of it is wrong: none of it is taken then."""
-    record = _object(data)
+    """The impressions of one request's record (JSON or packed), in instance order;
+    BadRecord (with a countable reason) if any part of it is wrong: none of it is taken
+    then."""
+    if data is not None and data.startswith(FRAMED_MESSAGE[:1]):
+        raise BadRecord("bad_frame", f"not a whole frame: {data[:60]!r}")
+    packed = data is not None and data.startswith(PACKED_RECORD)
+    if packed:
+        assert data is not None
+        record, f, k, c = _unpack(data)
+    else:
+        record = _object(data)
+        f, k, c = b"", b"", b""  # decoded once the head is known good
     rid, _, time = _common({"rid": record.get("rid"), "i": 0, "t": record.get("t")})
     version, slots, scores = record.get("v"), record.get("slots"), record.get("s")
     if type(version) is not int or version < 0:
@@ -300,7 +379,9 @@ def impressions(data: bytes | None) -> list[Impression]:
     for score in scores:
         if score is not None and (type(score) not in (int, float) or not 0 <= score <= 1):
             raise BadRecord("bad_score", repr(score)[:40])
-    feasigns, kinds, counts = _unb64(record, "f", 8), _unb64(record, "k", 2), _unb64(record, "c", 4)
+    if not packed:
+        f, k, c = _unb64(record, "f"), _unb64(record, "k"), _unb64(record, "c")
+    feasigns, kinds, counts = _values(f, "f", 8), _values(k, "k", 2), _values(c, "c", 4)
     if len(counts) != len(scores) or sum(counts) != len(feasigns) or len(kinds) != len(feasigns):
         raise BadRecord(
             "bad_features",

@@ -9,6 +9,7 @@ import json
 
 import pytest
 from elasticctr_common.feedback import (
+    FRAMED_MESSAGE,
     BadRecord,
     Click,
     freshness,
@@ -16,23 +17,30 @@ from elasticctr_common.feedback import (
     impressions,
     impressions_head,
     impressions_message,
-    impressions_record,
+    json_impressions_record,
     kafka_client_config,
     next_partition,
     pack_impressions,
+    packed_impressions_record,
     parse_click,
     parse_partition,
     partition_of,
 )
 
-RECORD = pack_impressions(
-    "req-1", 1_700_000_000.5, 7, [101, 102, 103], [0.25, None],
-    [[(2**64 - 1, 101), (5, 103), (6, 101)], [(0, 102)]],
-)  # fmt: skip
+
+def _request(packed: bool) -> bytes:
+    return pack_impressions(
+        "req-1", 1_700_000_000.5, 7, [101, 102, 103], [0.25, None],
+        [[(2**64 - 1, 101), (5, 103), (6, 101)], [(0, 102)]], packed=packed,
+    )  # fmt: skip
 
 
-def test_a_request_round_trips_to_training_features():
-    first, second = impressions(RECORD)
+RECORD, PACKED = _request(packed=False), _request(packed=True)
+
+
+@pytest.mark.parametrize("record", [RECORD, PACKED], ids=["json", "packed"])
+def test_a_request_round_trips_to_training_features(record: bytes):
+    first, second = impressions(record)
     assert first.key == ("req-1", 0) and second.key == ("req-1", 1)
     assert first.features == "18446744073709551615:101 5:103 6:101"
     assert second.features == "0:102"  # the padding feasign too, as sent
@@ -42,22 +50,39 @@ def test_a_request_round_trips_to_training_features():
 def test_the_arrays_are_spliced_into_the_head_as_base64_fields():
     head = impressions_head("req-3", 1.5, 2, (101, 102), [0.25, float("nan")])
     encoded = json.dumps(head, separators=(",", ":")).encode()
-    record = impressions_record(encoded, b"\x01" * 16, b"\x00\x00\x01\x00", b"\x01\x00\x00\x00" * 2)
+    arrays = (b"\x01" * 16, b"\x00\x00\x01\x00", b"\x01\x00\x00\x00" * 2)
+    record = json_impressions_record(encoded, *arrays)
     assert json.loads(record) == {
         "rid": "req-3", "t": 1.5, "v": 2, "slots": [101, 102], "s": [0.25, None],
         "f": base64.b64encode(b"\x01" * 16).decode(), "k": "AAABAA==", "c": "AQAAAAEAAAA=",
     }  # fmt: skip
-    assert [m.features for m in impressions(record)] == [
-        f"{0x0101010101010101}:101", f"{0x0101010101010101}:102",
-    ]  # fmt: skip
-    with pytest.raises(ValueError, match="must be a JSON object"):
-        impressions_record(b"[1]", b"", b"", b"")
+    packed = packed_impressions_record(encoded, *arrays)
+    # The head's length and JSON, the feasigns' count, then the arrays as they are.
+    assert packed == b"\x01" + len(encoded).to_bytes(4, "little") + encoded + (
+        b"\x02\x00\x00\x00" + b"".join(arrays)
+    )
+    assert len(packed) < len(record)
+    for each in (record, packed):
+        assert [m.features for m in impressions(each)] == [
+            f"{0x0101010101010101}:101", f"{0x0101010101010101}:102",
+        ]  # fmt: skip
+    for pack in (json_impressions_record, packed_impressions_record):
+        with pytest.raises(ValueError, match="must be a JSON object"):
+            pack(b"[1]", b"", b"", b"")
 
 
-def test_a_message_holds_one_or_more_records_one_a_line():
+def test_a_framed_message_holds_records_of_either_encoding():
     other = pack_impressions("req-2", 1.7e9, 7, [101], [0.5], [[(9, 101)]])
-    message = impressions_message([RECORD, other])
-    assert message.count(b"\n") == 1  # compact JSON has no newline of its own
+    message = impressions_message([PACKED, other, PACKED])
+    assert message.startswith(FRAMED_MESSAGE)
+    assert len(message) == len(FRAMED_MESSAGE) + 3 * 4 + 2 * len(PACKED) + len(other)
+    assert impression_records(message) == [PACKED, other, PACKED]
+    assert impression_records(impressions_message([])) == [FRAMED_MESSAGE]  # no record: bad
+
+
+def test_a_json_lines_message_holds_one_or_more_records_one_a_line():
+    other = pack_impressions("req-2", 1.7e9, 7, [101], [0.5], [[(9, 101)]])
+    message = RECORD + b"\n" + other
     assert impression_records(message) == [RECORD, other]
     assert impression_records(RECORD) == [RECORD]  # a record alone, as other producers send
     assert impression_records(message + b"\n\n") == [RECORD, other]
@@ -65,6 +90,54 @@ def test_a_message_holds_one_or_more_records_one_a_line():
     assert impression_records(b"") == [b""]  # a message with no record: one bad record
     with pytest.raises(BadRecord, match="not_json"):
         impressions(impression_records(b"")[0])
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        lambda m: m[:-1],  # the last frame one byte short
+        lambda m: m[: len(FRAMED_MESSAGE) + 2],  # a length cut in two
+        lambda m: m + b"\xff\xff\xff\x7f{}",  # a length past the end
+    ],
+    ids=["short-frame", "cut-length", "long-length"],
+)
+def test_a_broken_frame_is_one_bad_record_after_the_good_ones(cut):
+    whole = impressions_message([PACKED, PACKED])
+    records = impression_records(cut(whole))
+    good = [r for r in records if r == PACKED]
+    assert len(records) == len(good) + 1 and records[: len(good)] == good
+    with pytest.raises(BadRecord) as err:
+        impressions(records[-1])
+    assert err.value.reason == "bad_frame"
+
+
+def _packed(head: bytes, n: int, rest: bytes) -> bytes:
+    return b"\x01" + len(head).to_bytes(4, "little") + head + n.to_bytes(4, "little") + rest
+
+
+HEAD = json.dumps(impressions_head("req-4", 1.7e9, 1, [101], [0.5])).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "reason"),
+    [
+        (b"\x01\x00", "bad_frame"),  # no head length
+        (b"\x01\xff\x00\x00\x00{}", "bad_frame"),  # a head past the end
+        (_packed(HEAD, 3, b"\x00" * 8), "bad_frame"),  # 3 feasigns claimed, 1 sent
+        (_packed(b"{oops", 1, b"\x00" * 14), "not_json"),
+        (_packed(HEAD, 1, b"\x00" * 13), "bad_features"),  # a count of 3 bytes
+        (_packed(HEAD, 1, b"\x00" * 10 + (2).to_bytes(4, "little")), "bad_features"),
+        (_packed(HEAD, 1, b"\x00" * 8 + b"\x05\x00" + b"\x01\x00\x00\x00"), "bad_features"),
+        (_packed(HEAD, 1, b"\x00" * 8 + b"\x00\x00" + b"\x01\x00\x00\x00"), None),  # good
+    ],
+)
+def test_malformed_packed_records_are_refused_with_a_reason(data: bytes, reason: str | None):
+    if reason is None:
+        assert [m.features for m in impressions(data)] == ["0:101"]
+        return
+    with pytest.raises(BadRecord) as err:
+        impressions(data)
+    assert err.value.reason == reason
 
 
 def _with(**changes: object) -> bytes:
