@@ -3,7 +3,7 @@
     .venv/bin/python bench/serving_latency.py [--batches 1,64] [--concurrency 1,8,32]
         [--seconds 5] [--warmup 1] [--repeat 3] [--slots 26] [--fc 400,400,400]
         [--workers 1] [--max-wait-ms 2] [--variant 'LABEL[@TREE]:SERVING ARGS']...
-        [--feedback] [--canary FRACTION]
+        [--feedback [--compression none,lz4]] [--canary FRACTION]
 
 Starts 3 cube-servers + agents + transfer and serving, publishes a synthetic model version
 with the production architecture (26 slots, embedding_dim 9, FC 400-400-400, 100,000
@@ -23,7 +23,8 @@ turn, so that all see the same machine. Without `--variant`, one variant runs th
 with `--workers` and `--max-wait-ms`. Medians over the repetitions are reported.
 `--feedback` runs each variant twice, impression logging off and on (a real Kafka broker
 on loopback, tools/kafka-broker.sh; every answered instance one record): the cost of the
-feedback loop to serving, measured in one run. `--canary F` runs each variant twice too:
+feedback loop to serving, measured in one run; `--compression lz4,zstd` runs logging on
+once with each producer compression. `--canary F` runs each variant twice too:
 off (serving follows the cube-servers, no canary, nobody reads /metrics) and on (a
 version on trial scores the share F of requests, its lookups pinned to it, and a scraper
 reads serving's /metrics every second: faster than any stack's scrape interval), the
@@ -326,6 +327,36 @@ def median_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def paired_ratios(runs: dict[str, list[dict[str, Any]]], on: str, off: str) -> str:
+    """Each cell's `on` against `off` run by run (the two ran one after the other in each
+    repetition): the median ratio and its range, for p99, requests/s and examples/s."""
+    rows = [
+        f"\n{on} / {off}, repetition by repetition (median, range):\n",
+        "| batch | conc | p99 | req/s | examples/s |",
+        "|---:|---:|---|---|---|",
+    ]
+    by_cell: dict[tuple[int, int], list[dict[str, Any]]] = {}
+    for r in runs[off]:
+        by_cell.setdefault((r["batch"], r["concurrency"]), []).append(r)
+    cells: dict[tuple[int, int], list[tuple[dict[str, Any], dict[str, Any]]]] = {}
+    for r in runs[on]:
+        cell = (r["batch"], r["concurrency"])
+        paired = cells.setdefault(cell, [])
+        if len(paired) < len(by_cell.get(cell, [])):
+            paired.append((r, by_cell[cell][len(paired)]))
+    for (batch, conc), pairs in cells.items():
+        figures = []
+        for key in ("p99_ms", "rps", "eps"):
+            ratios = sorted(a[key] / b[key] for a, b in pairs if b[key])
+            figures.append(
+                f"{statistics.median(ratios):.3f} ({ratios[0]:.2f}-{ratios[-1]:.2f})"
+                if ratios
+                else "-"
+            )
+        rows.append(f"| {batch} | {conc} | " + " | ".join(figures) + " |")
+    return "\n".join(rows)
+
+
 def table(results: list[dict[str, Any]]) -> str:
     head = (
         "| batch | conc | req/s | examples/s | p50 ms | p99 ms (each run) | mean predictor "
@@ -414,6 +445,12 @@ def main() -> int:
         "--feedback", action="store_true", help="each variant with impression logging off and on"
     )
     p.add_argument(
+        "--compression",
+        default="none",
+        help="--feedback: serving's producer compression, or several (comma-separated): "
+        "logging on once with each",
+    )
+    p.add_argument(
         "--canary",
         type=float,
         default=0.0,
@@ -454,11 +491,15 @@ def main() -> int:
 
         broker = KafkaBroker().start()
         create_topics(broker.bootstrap, {"elasticctr-impressions": 3, "elasticctr-clicks": 3})
-        on = {"KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap}
+        ons = [
+            (f"on, {c}" if "," in args.compression else "on",
+             {"KAFKA_BOOTSTRAP_SERVERS": broker.bootstrap, "FEEDBACK_COMPRESSION": c})
+            for c in args.compression.split(",")
+        ]  # fmt: skip
         variants = [
             (f"{label}, logging {state}", tree, extra, env)
             for label, tree, extra, _ in variants
-            for state, env in (("off", {}), ("on", on))
+            for state, env in (("off", {}), *ons)
         ]
     if args.canary:
         variants = [
@@ -549,6 +590,11 @@ def main() -> int:
         given = "".join(f" {k}={v}" for k, v in env.items())
         print(f"\n{label}: serving {' '.join(extra)}{given}{where}\n")
         print(table(summary[label]))
+    if args.feedback and not args.canary:
+        for label, *_ in variants:
+            base, state, _ = label.rpartition(", logging on")
+            if state:
+                print(paired_ratios(runs, label, f"{base}, logging off"))
     loads = [r["load"] for label in runs for r in runs[label]]
     predictor = {b: statistics.median(r["predictor_us"][b] for r in references) for b in (1, 8, 64)}
     floors = [

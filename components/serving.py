@@ -69,9 +69,11 @@ class ServingArgs:
     source_ranges: tuple[str, ...]  # CIDRs clients connect from; (): any address
     auth: bool  # clients send the generated bearer token
     priority_class: str  # the pods'; "": the cluster's default
-    # The feedback section's: a share of requests logged, librdkafka's buffer in records.
+    # The feedback section's: a share of requests logged, the records held while the
+    # stream is away, the producer's compression.
     feedback_sample_rate: float
     feedback_buffer_records: int
+    feedback_compression: str
     cube_routes: tuple[Route, ...] = ()  # cube's lookups and the transfer's status
     # cube's shard StatefulSets: the Deployment's rollout starts once they exist.
     cube_shards: tuple[pulumi.Resource, ...] = ()
@@ -114,6 +116,7 @@ class Serving(pulumi.ComponentResource):
                 *kube.env({
                     FeedbackEnv.SAMPLE_RATE: repr(args.feedback_sample_rate),
                     FeedbackEnv.BUFFER_RECORDS: str(args.feedback_buffer_records),
+                    FeedbackEnv.COMPRESSION: args.feedback_compression,
                 }),
                 *args.feedback.env,
             ]  # fmt: skip

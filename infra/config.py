@@ -1120,6 +1120,11 @@ class FeedbackConfig(Section):
         description="serving: records (a request's impressions, a click) held while the "
         "stream is away; past it they are dropped and counted",
     )
+    compression: Literal["none", "lz4", "zstd", "gzip", "snappy"] = Field(
+        "none",
+        description="serving: how its producer compresses impressions and clicks (fewer "
+        "bytes to the brokers and on their disks, more CPU in serving)",
+    )
     joiner_cpu: float = Field(0.5, ge=MIN_CPU, le=64, description="CPU cores of the joiner")
     joiner_mem: float = Field(1, ge=MIN_MEM, le=256, description="memory in GiB of the joiner")
     priority_class: PriorityClassName = Field(

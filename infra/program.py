@@ -371,6 +371,7 @@ def main() -> None:
             feedback=kafka.client if kafka is not None else None,
             feedback_sample_rate=feedback.sample_rate,
             feedback_buffer_records=feedback.buffer_records,
+            feedback_compression=feedback.compression,
         ),
     )
 

@@ -27,6 +27,7 @@ def args(target: KubeTarget, **overrides: Any) -> ServingArgs:
         **{**ServingConfig().model_dump(), "source_ranges": (), "auth": False},
         feedback_sample_rate=FeedbackConfig().sample_rate,
         feedback_buffer_records=FeedbackConfig().buffer_records,
+        feedback_compression=FeedbackConfig().compression,
     )
     base = dataclasses.replace(base, replicas=2, max_replicas=6)
     return dataclasses.replace(base, **overrides)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -891,3 +891,16 @@ def test_an_alerts_hold_is_named_by_a_known_alert_and_a_prometheus_duration() ->
         "elasticctr:monitoring.alert_for.ElasticctrJoinerDown must be a Prometheus duration "
         'such as 30s, 5m or 1h30m, got "10 min"'
     ]
+
+
+def test_the_kafka_choices_are_those_the_images_accept() -> None:
+    from elasticctr_common.feedback import COMPRESSIONS, SASL_MECHANISMS, SECURITY_PROTOCOLS
+
+    from infra.config import FeedbackConfig, KafkaConfig
+
+    def choices(model: Any, name: str) -> tuple[str, ...]:
+        return get_args(model.model_fields[name].annotation)
+
+    assert choices(FeedbackConfig, "compression") == COMPRESSIONS
+    assert choices(KafkaConfig, "security_protocol") == SECURITY_PROTOCOLS
+    assert choices(KafkaConfig, "sasl_mechanism") == SASL_MECHANISMS

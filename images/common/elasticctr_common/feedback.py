@@ -91,6 +91,7 @@ class FeedbackEnv:
     CLICKS_TOPIC: Final = "FEEDBACK_CLICKS_TOPIC"
     SAMPLE_RATE: Final = "FEEDBACK_SAMPLE_RATE"  # serving: share of requests logged
     BUFFER_RECORDS: Final = "FEEDBACK_BUFFER_RECORDS"  # serving: records held while undelivered
+    COMPRESSION: Final = "FEEDBACK_COMPRESSION"  # serving: its producer's, COMPRESSIONS
     DATASET_URI: Final = "FEEDBACK_DATASET_URI"  # joiner: where partitions are written
     JOIN_WINDOW_SECONDS: Final = "FEEDBACK_JOIN_WINDOW_SECONDS"  # joiner
     PARTITION_MINUTES: Final = "FEEDBACK_PARTITION_MINUTES"  # joiner
@@ -98,6 +99,8 @@ class FeedbackEnv:
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 SASL_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+# librdkafka's compression.type values (the broker stores what the producer sent).
+COMPRESSIONS: Final = ("none", "lz4", "zstd", "gzip", "snappy")
 
 
 class FeedbackConfigError(ValueError):
@@ -139,6 +142,16 @@ def kafka_client_config(env: Mapping[str, str]) -> dict[str, str]:
     if protocol.endswith("SSL") and env.get(FeedbackEnv.SSL_CA_LOCATION):
         config["ssl.ca.location"] = env[FeedbackEnv.SSL_CA_LOCATION]
     return config
+
+
+def compression_type(env: Mapping[str, str]) -> str:
+    """Serving's producer compression from FeedbackEnv (default "none")."""
+    value = env.get(FeedbackEnv.COMPRESSION, "") or "none"
+    if value not in COMPRESSIONS:
+        raise FeedbackConfigError(
+            f"{FeedbackEnv.COMPRESSION} must be one of {', '.join(COMPRESSIONS)}, got {value!r}"
+        )
+    return value
 
 
 def topics(env: Mapping[str, str]) -> tuple[str, str]:

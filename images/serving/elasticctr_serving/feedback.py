@@ -39,6 +39,7 @@ from elasticctr_common.feedback import (
     FRAMED_MESSAGE,
     Click,
     FeedbackEnv,
+    compression_type,
     impressions_head,
     impressions_message,
     kafka_client_config,
@@ -85,6 +86,7 @@ class FeedbackLog:
         *,
         sample_rate: float = 1.0,
         buffer_records: int = DEFAULT_BUFFER_RECORDS,
+        compression: str = "none",
         producer_factory: Callable[[dict[str, Any]], Any] | None = None,
     ) -> None:
         if not 0 <= sample_rate <= 1:
@@ -102,6 +104,7 @@ class FeedbackLog:
             # The sending thread batches already (one message per SEND_SECONDS): waiting
             # longer only makes the broker's work come in bursts (docs/feedback.md).
             "linger.ms": 5,
+            "compression.type": compression,
             # A backstop: the records held are bounded before (a message has one or more).
             "queue.buffering.max.messages": buffer_records,
             "message.timeout.ms": 300_000,
@@ -143,6 +146,7 @@ class FeedbackLog:
             metrics,
             sample_rate=float(env.get(FeedbackEnv.SAMPLE_RATE) or 1.0),
             buffer_records=int(env.get(FeedbackEnv.BUFFER_RECORDS) or DEFAULT_BUFFER_RECORDS),
+            compression=compression_type(env),
         )
 
     # the event loop's side ---------------------------------------------------------------

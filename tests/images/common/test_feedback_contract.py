@@ -12,6 +12,7 @@ from elasticctr_common.feedback import (
     FRAMED_MESSAGE,
     BadRecord,
     Click,
+    compression_type,
     freshness,
     impression_records,
     impressions,
@@ -214,3 +215,10 @@ def test_kafka_client_settings_name_what_is_missing():
             "KAFKA_BOOTSTRAP_SERVERS": "k:9096", "KAFKA_SECURITY_PROTOCOL": "SASL_SSL",
             "KAFKA_SASL_USERNAME": "u",
         })  # fmt: skip
+
+
+def test_serving_compression_is_one_librdkafka_knows():
+    assert compression_type({}) == "none"
+    assert compression_type({"FEEDBACK_COMPRESSION": "lz4"}) == "lz4"
+    with pytest.raises(ValueError, match=r"FEEDBACK_COMPRESSION must be one of none, lz4, "):
+        compression_type({"FEEDBACK_COMPRESSION": "brotli"})

@@ -62,7 +62,8 @@ def test_every_answered_instance_is_one_impression_with_its_features_and_score(
 ):
     procs = Processes(tmp_path)
     try:
-        stack = feedback_stack(procs, tmp_path, broker)
+        # Compressed by the producer, as a stack with feedback.compression sends them.
+        stack = feedback_stack(procs, tmp_path, broker, FEEDBACK_COMPRESSION="zstd")
         url = stack.serving.url
         instances = probe_instances(stack.spec, 60, seed=5)
         sent: dict[tuple[str, int], tuple[str, float]] = {}
