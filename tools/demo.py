@@ -105,7 +105,10 @@ class Demo:
         what: str,
         timeout: float,
         check: Callable[[dict[str, Any]], bool] = lambda body: True,
+        process: str = "",
     ) -> dict[str, Any]:
+        """`url`'s JSON once `check` holds; on a timeout, the error ends with the last lines
+        of `process`'s log."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, proc in self.procs.items():
@@ -119,7 +122,11 @@ class Demo:
             except (OSError, ValueError):
                 pass
             time.sleep(0.2)
-        raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} ({url})")
+        tail = ""
+        if process and (self.logs / f"{process}.log").exists():
+            lines = (self.logs / f"{process}.log").read_text(errors="replace").splitlines()
+            tail = "; the end of its log:\n" + "\n".join(lines[-30:])
+        raise SystemExit(f"timed out after {timeout:.0f}s waiting for {what} ({url}){tail}")
 
     # -- the pipeline -----------------------------------------------------------------------
     def generate(self) -> dict[str, Any]:

@@ -150,8 +150,9 @@ class FeedbackLoop(Demo):
                 "--port", str(self.joiner_port),
             ),
         )  # fmt: skip
-        self.wait_http(f"{self.joiner_url}/status", "the joiner", 120,
-                       lambda s: s.get("state") == "running")  # fmt: skip
+        # Up in seconds on a quiet machine; CI runs this beside the cluster's pods.
+        self.wait_http(f"{self.joiner_url}/status", "the joiner", 300,
+                       lambda s: s.get("state") == "running", f"joiner-{self.joiners}")  # fmt: skip
 
     @property
     def joiner_url(self) -> str:
