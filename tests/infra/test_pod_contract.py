@@ -355,7 +355,6 @@ def check_joiner(pod: Pod) -> dict[str, Any]:
 
 def check_feedback_serving(pod: Pod) -> dict[str, Any]:
     from elasticctr_common.feedback import (
-        COMPRESSIONS,
         FeedbackEnv,
         compression_type,
         kafka_client_config,
@@ -365,7 +364,8 @@ def check_feedback_serving(pod: Pod) -> dict[str, Any]:
     check_serving(pod)
     rate = float(pod.env[FeedbackEnv.SAMPLE_RATE])
     assert 0 <= rate <= 1 and int(pod.env[FeedbackEnv.BUFFER_RECORDS]) > 0
-    assert compression_type(pod.env) in COMPRESSIONS
+    # Set by the program, and one the image accepts (it raises on any other).
+    assert compression_type(pod.env) == pod.env[FeedbackEnv.COMPRESSION]
     kafka = kafka_client_config(pod.env)
     return {"kafka": kafka, "topics": topics(pod.env), "files": pod.files}
 

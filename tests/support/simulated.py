@@ -127,12 +127,18 @@ def simulated_config(prod: str, kubeconfig: Path, sizes: Sizes) -> dict[str, Any
 
 
 # ---- what the cluster shows --------------------------------------------------
-def _items(cp: ControlPlane, path: str) -> list[dict[str, Any]]:
+def _listing(cp: ControlPlane, path: str) -> tuple[list[dict[str, Any]], str]:
+    """The collection's items and its resourceVersion (where a watch of it starts)."""
     status, body = cp.request("GET", path)
     if status != 200:
         raise AssertionError(f"GET {path}: HTTP {status}: {body.get('message')}")
     items: list[dict[str, Any]] = body.get("items", [])
-    return items
+    version: str = body["metadata"]["resourceVersion"]
+    return items, version
+
+
+def _items(cp: ControlPlane, path: str) -> list[dict[str, Any]]:
+    return _listing(cp, path)[0]
 
 
 def pods(cp: ControlPlane, selector: str = "", namespace: str = NAMESPACE) -> list[dict[str, Any]]:
@@ -175,9 +181,17 @@ def serving(pod: dict[str, Any], live: set[str]) -> bool:
 
 
 def ready_per_shard(cp: ControlPlane, shards: int) -> list[int]:
-    live = live_nodes(cp)
-    replicas = shard_replicas(cp)
-    return [sum(serving(p, live) for p in replicas.get(s, [])) for s in range(shards)]
+    return count_ready(pods(cp, f"{COMPONENT_LABEL}=cube"), live_nodes(cp), shards)
+
+
+def count_ready(cube_pods: Iterable[dict[str, Any]], live: set[str], shards: int) -> list[int]:
+    """Per shard 0..shards-1, its cube pods serving on a live node."""
+    counts = [0] * shards
+    for pod in cube_pods:
+        shard = int(pod["metadata"]["labels"][SHARD_LABEL])
+        if shard < shards and serving(pod, live):
+            counts[shard] += 1
+    return counts
 
 
 def spread_problems(cp: ControlPlane, shards: int, replicas: int) -> list[str]:
@@ -326,20 +340,12 @@ class Watch:
 
     def _observe(self) -> None:
         live = {name for name, node in self._nodes.items() if node_ready(node)}
-        counts = [0] * self.shards
-        for pod in self._pods.values():
-            shard = int(pod["metadata"]["labels"][SHARD_LABEL])
-            if shard < self.shards and serving(pod, live):
-                counts[shard] += 1
-        self.least = min(self.least, *counts)
+        self.least = min(self.least, *count_ready(self._pods.values(), live, self.shards))
 
     def _list(self, path: str, into: dict[str, dict[str, Any]]) -> str:
-        status, body = self.cp.request("GET", path)
-        if status != 200:
-            raise AssertionError(f"GET {path}: HTTP {status}: {body.get('message')}")
+        items, version = _listing(self.cp, path)
         into.clear()
-        into.update({item["metadata"]["name"]: item for item in body.get("items", [])})
-        version: str = body["metadata"]["resourceVersion"]
+        into.update({item["metadata"]["name"]: item for item in items})
         return version
 
     def _follow(self, path: str, into: dict[str, dict[str, Any]], since: str) -> None:
