@@ -22,7 +22,16 @@ from elasticctr_common.contract import CUBE_BASE_EVERY, CUBE_KEEP_VERSIONS, CUBE
 from elasticctr_common.cube.conf import CubeConf, LoadBalancer
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, PARTITION_MINUTES
 from elasticctr_common.lines import LABEL, MAX_DENSE_DIM
-from elasticctr_common.trainer_json import DataFormat, HyperParameters, Mode, Model, Runner
+from elasticctr_common.trainer_json import (
+    NEW_MODEL_SPARSE_OPTIMIZER,
+    SPARSE_RATES,
+    DataFormat,
+    HyperParameters,
+    Mode,
+    Model,
+    Runner,
+    SparseOptimizer,
+)
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -1259,6 +1268,27 @@ class TrainingConfig(Section):
     )
     learning_rate: float = Field(
         HyperParameters.learning_rate, gt=0, le=10, description="Adam learning rate"
+    )
+    sparse_optimizer: SparseOptimizer | None = Field(
+        HyperParameters.sparse_optimizer,
+        description="the sparse table's update rule: sgd steps by the sum of an id's "
+        "gradients (each example counts), adagrad by their mean over its shows in a push; "
+        f"unset: {NEW_MODEL_SPARSE_OPTIMIZER} for a new model, and a model resumed from a "
+        "checkpoint keeps its own",
+    )
+    sparse_learning_rate: float | None = Field(
+        HyperParameters.sparse_learning_rate,
+        gt=0,
+        le=100,
+        description="learning rate of the ids' own weights; unset: "
+        + ", ".join(f"{name} {rates[0]:g}" for name, rates in SPARSE_RATES.items()),
+    )
+    embedx_learning_rate: float | None = Field(
+        HyperParameters.embedx_learning_rate,
+        gt=0,
+        le=100,
+        description="learning rate of the ids' embedding vectors; unset: sgd "
+        f"{SPARSE_RATES['sgd'][1]:g}, adagrad sparse_learning_rate's",
     )
     # The row is embed_w (the id's weight) and embedding_dim - 1 embedx columns (model.py):
     # at 1 the table has no embedding vectors at all.

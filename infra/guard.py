@@ -116,6 +116,14 @@ RULES = (
         _CHECKPOINTS,
         _NEW_MODEL,
     ),
+    # Unset follows the checkpoint, so setting it is refused too: only unset is sure to
+    # match a running model.
+    Rule(
+        "training.sparse_optimizer",
+        lambda c: c.stack.training.sparse_optimizer or "unset",
+        _CHECKPOINTS,
+        _NEW_MODEL,
+    ),
     Rule("slot_conf", lambda c: c.slots, _CHECKPOINTS, _NEW_MODEL),
     Rule(
         "data.dense_features",

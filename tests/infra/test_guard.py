@@ -29,6 +29,7 @@ def test_the_stack_records_what_the_guard_watches() -> None:
     [
         ("elasticctr:namespace", "elasticctr-other", "volumes of HDFS, MinIO and MLflow"),
         ("elasticctr:training", {"embedding_dim": 16}, "fail at restore"),
+        ("elasticctr:training", {"sparse_optimizer": "adagrad"}, "fail at restore"),
         ("elasticctr:data", {"sparse_dim": 77}, "fail at restore"),
         ("elasticctr:hdfs", {"datanode_storage": "99Gi"}, "take its old claims back"),
     ],
@@ -70,6 +71,7 @@ def test_safe_changes_and_new_stacks_go_through() -> None:
         {"elasticctr:pservers": "3"},
         {"elasticctr:cube_shards": "3"},
         {"elasticctr:training": {"model": "dnn"}},
+        {"elasticctr:training": {"sparse_learning_rate": 0.01, "embedx_learning_rate": 0.1}},
     ):
         assert run_stack("dev", overrides, previous).resources
     # A stack with no outputs yet (new), or outputs of a version without the shape.

@@ -25,8 +25,13 @@ Mode = Literal["offline", "online"]
 # `network_module` names.
 Model = Literal["wide_deep", "dnn", "deepfm", "dcn", "custom"]
 DataFormat = Literal["elasticctr", "paddlerec"]
+# Paddle's SparseNaiveSGDRule steps by the sum of an id's gradients in a push, one step's
+# worth an example; SparseAdaGradSGDRule by their mean over the id's shows in it, so an id
+# that many examples of a push share learns that many times slower (docs/trainer.md).
+SparseOptimizer = Literal["sgd", "adagrad"]
 MODES: tuple[str, ...] = get_args(Mode)
 MODELS: tuple[str, ...] = get_args(Model)
+SPARSE_OPTIMIZERS: tuple[str, ...] = get_args(SparseOptimizer)
 
 
 class ConfigError(ValueError):
@@ -73,7 +78,13 @@ class HyperParameters:
     fc_sizes: list[int] = field(default_factory=lambda: [400, 400, 400])
     learning_rate: float = 0.0001  # dense Adam
     batch_size: int = 32
-    sparse_learning_rate: float = 0.05  # AdaGrad of the sparse table (CTR accessor)
+    # The sparse table's update rule and its rates for the ids' own weights (embed_w) and
+    # their vectors (embedx); None: by optimizer (SPARSE_RATES). An unset optimizer is
+    # sgd for a new model, and for a job resuming a checkpoint the one it was trained with
+    # (the table's rows depend on it): checkpoint.resolve_sparse_optimizer.
+    sparse_optimizer: SparseOptimizer | None = None
+    sparse_learning_rate: float | None = None
+    embedx_learning_rate: float | None = None
     sparse_initial_range: float = 0.0001
     model: Model = "wide_deep"  # a built-in network (networks.py) or "custom"
     # model "custom": the user's network, a Python file (path ending .py) or an importable
@@ -96,6 +107,18 @@ class HyperParameters:
     show_click_decay_rate: float = 1.0
     delete_threshold: float | None = None
     dense_l2: float = 0.0  # L2 regularisation of the FC weights
+
+    def sparse_rule(self) -> tuple[str, float, float]:
+        """(optimizer, embed_w's rate, embedx's rate) as the job uses them: unset rates by
+        optimizer; with adagrad the vectors' rate is the weights' unless set (as it always
+        was). The optimizer must be resolved (checkpoint.resolve_sparse_optimizer)."""
+        if self.sparse_optimizer is None:
+            raise ValueError("hyper_parameters.sparse_optimizer: unset (resolved at start)")
+        weights, vectors = SPARSE_RATES[self.sparse_optimizer]
+        weight_rate = self.sparse_learning_rate or weights
+        if self.sparse_optimizer == "adagrad" and self.sparse_learning_rate is not None:
+            vectors = self.sparse_learning_rate
+        return self.sparse_optimizer, weight_rate, self.embedx_learning_rate or vectors
 
     def deletion(self) -> float:
         """delete_threshold as the job uses it: parse_config sets an unset one by mode."""
@@ -205,6 +228,13 @@ def parse_config(data: Any) -> TrainerConfig:
 DELETE_THRESHOLD_BY_MODE: dict[str, float] = {"offline": 1000.0, "online": 0.0}
 
 
+# The sparse rates when not set, (embed_w, embedx), by optimizer: sgd's measured on the
+# quality matrix (docs/trainer.md, "Model quality"), adagrad's what it always had.
+SPARSE_RATES: dict[str, tuple[float, float]] = {"sgd": (0.005, 0.01), "adagrad": (0.05, 0.05)}
+# The optimizer of a new model when none is set.
+NEW_MODEL_SPARSE_OPTIMIZER: SparseOptimizer = "sgd"
+
+
 def delete_threshold_for(mode: str) -> float:
     return DELETE_THRESHOLD_BY_MODE[mode]
 
@@ -281,9 +311,14 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
         raise ConfigError(
             f"hyper_parameters.embedding_dim: must be >= 2, got {hyper.embedding_dim}"
         )
-    for key in ("learning_rate", "sparse_learning_rate"):
-        if not getattr(hyper, key) > 0:
-            raise ConfigError(f"hyper_parameters.{key}: must be > 0, got {getattr(hyper, key)}")
+    if not hyper.learning_rate > 0:
+        raise ConfigError(f"hyper_parameters.learning_rate: must be > 0, got {hyper.learning_rate}")
+    for key in ("sparse_learning_rate", "embedx_learning_rate"):
+        if getattr(hyper, key) is not None and not getattr(hyper, key) > 0:
+            raise ConfigError(
+                f"hyper_parameters.{key}: must be > 0 (or unset: by sparse_optimizer), got "
+                f"{getattr(hyper, key)}"
+            )
     if hyper.sparse_initial_range < 0:
         raise ConfigError(
             f"hyper_parameters.sparse_initial_range: must be >= 0, got {hyper.sparse_initial_range}"

@@ -23,13 +23,18 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
-from elasticctr_common.storage import Store
-from elasticctr_common.trainer_json import HyperParameters
+from elasticctr_common.storage import Store, open_store
+from elasticctr_common.trainer_json import (
+    NEW_MODEL_SPARSE_OPTIMIZER,
+    HyperParameters,
+    SparseOptimizer,
+    TrainerConfig,
+)
 from numpy.typing import NDArray
 
 log = logging.getLogger(__name__)
@@ -51,10 +56,36 @@ class ModelLayout:
     embedding_dim: int  # the width of a sparse row
     slots: list[int]  # the dense model's inputs, in order
     fc_sizes: list[int]
+    # The sparse rows' layout follows the optimizer (adagrad's hold its squared-gradient
+    # sums); checkpoints that record none were all adagrad's.
+    sparse_optimizer: str = "adagrad"
 
     @classmethod
     def of(cls, hyper: HyperParameters, slots: list[int]) -> ModelLayout:
-        return cls(hyper.sparse_dim, hyper.embedding_dim, list(slots), list(hyper.fc_sizes))
+        optimizer, _, _ = hyper.sparse_rule()
+        return cls(
+            hyper.sparse_dim, hyper.embedding_dim, list(slots), list(hyper.fc_sizes), optimizer
+        )
+
+
+def resolve_sparse_optimizer(hyper: HyperParameters, last: Checkpoint | None) -> HyperParameters:
+    """`hyper` with its sparse optimizer set: the configured one; unset, the one the latest
+    checkpoint was trained with (so an upgrade that changed the default resumes its model),
+    or for a new model NEW_MODEL_SPARSE_OPTIMIZER."""
+    if hyper.sparse_optimizer is not None:
+        return hyper
+    if last is None:
+        return replace(hyper, sparse_optimizer=NEW_MODEL_SPARSE_OPTIMIZER)
+    trained = last.layout.sparse_optimizer if last.layout is not None else "adagrad"
+    return replace(hyper, sparse_optimizer=cast(SparseOptimizer, trained))
+
+
+def with_resolved_model(config: TrainerConfig) -> TrainerConfig:
+    """`config` as this job runs it: what the model leaves unset and a checkpoint decides
+    (resolve_sparse_optimizer), read before the tables are built; pservers and trainers
+    read the same index, which only trainer 0 appends to, after a pass."""
+    last = latest(open_store(config.runner.checkpoint_uri))
+    return replace(config, hyper_parameters=resolve_sparse_optimizer(config.hyper_parameters, last))
 
 
 # Where each ModelLayout field is set: trainer.json's key (the stack config's).
@@ -63,6 +94,7 @@ LAYOUT_KEYS = {
     "embedding_dim": "hyper_parameters.embedding_dim (stack: training.embedding_dim)",
     "slots": "the slots of runner.slot_conf (stack: slot_conf)",
     "fc_sizes": "hyper_parameters.fc_sizes",
+    "sparse_optimizer": "hyper_parameters.sparse_optimizer (stack: training.sparse_optimizer)",
 }
 
 

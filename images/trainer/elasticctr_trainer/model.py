@@ -135,6 +135,14 @@ def build_ctr_model(
     )  # fmt: skip
 
 
+# Paddle's rule of each optimizer (HyperParameters.sparse_optimizer) and its parameters'
+# section in the table config.
+SPARSE_RULES = {
+    "sgd": ("SparseNaiveSGDRule", "naive"),
+    "adagrad": ("SparseAdaGradSGDRule", "adagrad"),
+}
+
+
 @dataclass(frozen=True)
 class AccessorParams:
     """The CtrCommonAccessor's thresholds (Paddle's ctr_accessor_param and embedx_threshold);
@@ -149,12 +157,13 @@ class AccessorParams:
 
 def async_strategy(
     embedding_dim: int,
-    sparse_learning_rate: float,
+    sparse_rule: tuple[str, float, float],
     sparse_initial_range: float,
     shard_num: int,
     accessor: AccessorParams,
 ) -> Any:
-    """Async parameter-server strategy with the CTR accessor on the sparse table."""
+    """Async parameter-server strategy with the CTR accessor on the sparse table;
+    `sparse_rule`: (optimizer, embed_w's learning rate, embedx's), HyperParameters.sparse_rule."""
     from paddle.distributed import fleet
 
     prefix = f"table_parameters.{SPARSE_TABLE}."
@@ -167,14 +176,18 @@ def async_strategy(
     table["accessor.embedx_threshold"] = accessor.embedx_threshold
     for name in ("nonclk_coeff", "click_coeff", "show_click_decay_rate", "delete_threshold"):
         table[f"accessor.ctr_accessor_param.{name}"] = getattr(accessor, name)
-    for part, initial_range in (("embed", 0.0), ("embedx", sparse_initial_range)):
-        table[f"accessor.{part}_sgd_param.name"] = "SparseAdaGradSGDRule"
-        table[f"accessor.{part}_sgd_param.adagrad.learning_rate"] = sparse_learning_rate
-        table[f"accessor.{part}_sgd_param.adagrad.initial_range"] = initial_range
-        table[f"accessor.{part}_sgd_param.adagrad.initial_g2sum"] = 3.0
-        table[f"accessor.{part}_sgd_param.adagrad.weight_bounds"] = [
-            -SPARSE_WEIGHT_BOUND, SPARSE_WEIGHT_BOUND,
-        ]  # fmt: skip
+    optimizer, weight_rate, vector_rate = sparse_rule
+    rule, section = SPARSE_RULES[optimizer]
+    for part, rate, initial_range in (
+        ("embed", weight_rate, 0.0), ("embedx", vector_rate, sparse_initial_range),
+    ):  # fmt: skip
+        param = f"accessor.{part}_sgd_param."
+        table[param + "name"] = rule
+        table[param + f"{section}.learning_rate"] = rate
+        table[param + f"{section}.initial_range"] = initial_range
+        table[param + f"{section}.weight_bounds"] = [-SPARSE_WEIGHT_BOUND, SPARSE_WEIGHT_BOUND]
+        if optimizer == "adagrad":
+            table[param + "adagrad.initial_g2sum"] = 3.0
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     strategy.sparse_table_configs = {SPARSE_TABLE: {prefix + k: v for k, v in table.items()}}

@@ -46,7 +46,7 @@ def build_training_program(hyper: HyperParameters, slot_count: int, pservers: in
     )  # fmt: skip
     strategy = async_strategy(
         hyper.embedding_dim,
-        hyper.sparse_learning_rate,
+        hyper.sparse_rule(),
         hyper.sparse_initial_range,
         shard_num=SHARDS_PER_PSERVER * pservers,
         accessor=accessor,

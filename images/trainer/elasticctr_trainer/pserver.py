@@ -74,6 +74,7 @@ def restore(config: TrainerConfig, role: Role, layout: ckpt.ModelLayout, dense: 
 
 
 def run_pserver(config: TrainerConfig, role: Role) -> None:
+    config = ckpt.with_resolved_model(config)
     slots = read_slot_conf(config.runner.slot_conf)
     init_fleet(role)
     net = build_training_program(config.hyper_parameters, len(slots), len(role.pserver_endpoints))

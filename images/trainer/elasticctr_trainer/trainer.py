@@ -160,6 +160,7 @@ def pipe_command(config: TrainerConfig, slots: list[int], report_dir: str) -> st
 
 class Trainer:
     def __init__(self, config: TrainerConfig, role: Role) -> None:
+        config = ckpt.with_resolved_model(config)
         self.config = config
         self.role = role
         self.slots = read_slot_conf(config.runner.slot_conf)

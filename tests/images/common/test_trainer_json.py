@@ -42,6 +42,15 @@ from tests.support.trainer_json import RUNNER
         ),
         ({"embedding_dim": 1}, "hyper_parameters.embedding_dim: must be >= 2, got 1"),
         ({"learning_rate": 0}, "hyper_parameters.learning_rate: must be > 0, got 0"),
+        (
+            {"sparse_learning_rate": -1},
+            "hyper_parameters.sparse_learning_rate: must be > 0 (or unset: by "
+            "sparse_optimizer), got -1",
+        ),
+        (
+            {"sparse_optimizer": "ftrl"},
+            'hyper_parameters.sparse_optimizer: expected sgd or adagrad, got "ftrl"',
+        ),
     ],
 )
 def test_a_hyper_parameter_of_the_wrong_type_is_named(hyper: dict[str, Any], message: str) -> None:
@@ -106,3 +115,32 @@ def test_an_unset_delete_threshold_follows_the_mode(mode: str, expected: float) 
     assert chosen.hyper_parameters.deletion() == 50
     with pytest.raises(ValueError, match="unset"):
         HyperParameters().deletion()
+
+
+@pytest.mark.parametrize(
+    ("hyper", "rule"),
+    [
+        ({"sparse_optimizer": "sgd"}, ("sgd", 0.005, 0.01)),
+        ({"sparse_optimizer": "sgd", "sparse_learning_rate": 0.01}, ("sgd", 0.01, 0.01)),
+        ({"sparse_optimizer": "sgd", "embedx_learning_rate": 0.1}, ("sgd", 0.005, 0.1)),
+        # adagrad's one rate for both, as before there were two.
+        ({"sparse_optimizer": "adagrad"}, ("adagrad", 0.05, 0.05)),
+        ({"sparse_optimizer": "adagrad", "sparse_learning_rate": 0.2}, ("adagrad", 0.2, 0.2)),
+        (
+            {"sparse_optimizer": "adagrad", "sparse_learning_rate": 0.2,
+             "embedx_learning_rate": 0.1},
+            ("adagrad", 0.2, 0.1),
+        ),
+    ],
+)  # fmt: skip
+def test_unset_sparse_rates_follow_the_optimizer(hyper: dict[str, Any], rule: tuple) -> None:
+    config = parse_config({"runner": RUNNER, "hyper_parameters": hyper})
+    assert config.hyper_parameters.sparse_rule() == rule
+
+
+def test_an_unset_sparse_optimizer_stays_unset_until_the_job_starts() -> None:
+    """It depends on the checkpoint (checkpoint.resolve_sparse_optimizer), not on the file."""
+    config = parse_config({"runner": RUNNER, "hyper_parameters": {}})
+    assert config.hyper_parameters.sparse_optimizer is None
+    with pytest.raises(ValueError, match="sparse_optimizer: unset"):
+        config.hyper_parameters.sparse_rule()

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import gzip
 import json
+from dataclasses import asdict, replace
 from pathlib import Path
 
 import pytest
 from elasticctr_common.storage import open_store
+from elasticctr_common.trainer_json import HyperParameters
 from elasticctr_trainer import reshard
 from elasticctr_trainer.checkpoint import (
     Checkpoint,
@@ -17,6 +19,7 @@ from elasticctr_trainer.checkpoint import (
     ModelLayout,
     check_layout,
     latest,
+    resolve_sparse_optimizer,
 )
 
 PER_SERVER = 8
@@ -201,3 +204,34 @@ def test_another_layout_is_refused_naming_each_difference(tmp_path):
     )
     assert "slot" not in message.split("belongs")[1].split("Its rows")[0]
     assert f"removing file://{tmp_path}/index" in message
+
+
+def test_a_new_model_gets_sgd_and_a_resumed_one_keeps_its_optimizer(tmp_path):
+    hyper = HyperParameters()
+    assert resolve_sparse_optimizer(hyper, None).sparse_rule() == ("sgd", 0.005, 0.01)
+    sgd = Checkpoint(3, None, 3, 2, 2, layout=replace(LAYOUT, sparse_optimizer="sgd"))
+    assert resolve_sparse_optimizer(hyper, sgd).sparse_optimizer == "sgd"
+    # Checkpoints from before the choice recorded none: every one of them was adagrad's.
+    old_line = json.dumps(
+        {"pass_id": 2, "hour": None, "version": 2, "pservers": 2, "trainers": 2,
+         "layout": {"sparse_dim": 1000001, "embedding_dim": 9, "slots": [1], "fc_sizes": [4]}}
+    )  # fmt: skip
+    for old in (Checkpoint.from_line(old_line), Checkpoint(2, None, 2, 2, 2)):
+        assert resolve_sparse_optimizer(hyper, old).sparse_rule() == ("adagrad", 0.05, 0.05)
+    # A configured optimizer is kept whatever the checkpoint (check_layout refuses a change).
+    chosen = HyperParameters(sparse_optimizer="adagrad", sparse_learning_rate=0.1)
+    assert resolve_sparse_optimizer(chosen, sgd).sparse_rule() == ("adagrad", 0.1, 0.1)
+
+
+def test_another_sparse_optimizer_is_refused_naming_the_setting(tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    old = Checkpoint.from_line(
+        json.dumps({"pass_id": 2, "hour": None, "version": 2, "pservers": 2, "trainers": 2,
+                    "layout": {**asdict(LAYOUT), "sparse_optimizer": "adagrad"}})
+    )  # fmt: skip
+    with pytest.raises(CheckpointMismatch) as err:
+        check_layout(store, old, replace(LAYOUT, sparse_optimizer="sgd"))
+    assert (
+        "hyper_parameters.sparse_optimizer (stack: training.sparse_optimizer) was adagrad, "
+        "this job has sgd" in str(err.value)
+    )
