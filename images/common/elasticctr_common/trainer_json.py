@@ -230,7 +230,7 @@ DELETE_THRESHOLD_BY_MODE: dict[str, float] = {"offline": 1000.0, "online": 0.0}
 
 # The sparse rates when not set, (embed_w, embedx), by optimizer: sgd's measured on the
 # quality matrix (docs/trainer.md, "Model quality"), adagrad's what it always had.
-SPARSE_RATES: dict[str, tuple[float, float]] = {"sgd": (0.005, 0.01), "adagrad": (0.05, 0.05)}
+SPARSE_RATES: dict[str, tuple[float, float]] = {"sgd": (0.01, 0.01), "adagrad": (0.05, 0.05)}
 # The optimizer of a new model when none is set.
 NEW_MODEL_SPARSE_OPTIMIZER: SparseOptimizer = "sgd"
 

@@ -120,9 +120,9 @@ def test_an_unset_delete_threshold_follows_the_mode(mode: str, expected: float) 
 @pytest.mark.parametrize(
     ("hyper", "rule"),
     [
-        ({"sparse_optimizer": "sgd"}, ("sgd", 0.005, 0.01)),
-        ({"sparse_optimizer": "sgd", "sparse_learning_rate": 0.01}, ("sgd", 0.01, 0.01)),
-        ({"sparse_optimizer": "sgd", "embedx_learning_rate": 0.1}, ("sgd", 0.005, 0.1)),
+        ({"sparse_optimizer": "sgd"}, ("sgd", 0.01, 0.01)),
+        ({"sparse_optimizer": "sgd", "sparse_learning_rate": 0.02}, ("sgd", 0.02, 0.01)),
+        ({"sparse_optimizer": "sgd", "embedx_learning_rate": 0.1}, ("sgd", 0.01, 0.1)),
         # adagrad's one rate for both, as before there were two.
         ({"sparse_optimizer": "adagrad"}, ("adagrad", 0.05, 0.05)),
         ({"sparse_optimizer": "adagrad", "sparse_learning_rate": 0.2}, ("adagrad", 0.2, 0.2)),

@@ -208,7 +208,7 @@ def test_another_layout_is_refused_naming_each_difference(tmp_path):
 
 def test_a_new_model_gets_sgd_and_a_resumed_one_keeps_its_optimizer(tmp_path):
     hyper = HyperParameters()
-    assert resolve_sparse_optimizer(hyper, None).sparse_rule() == ("sgd", 0.005, 0.01)
+    assert resolve_sparse_optimizer(hyper, None).sparse_rule() == ("sgd", 0.01, 0.01)
     sgd = Checkpoint(3, None, 3, 2, 2, layout=replace(LAYOUT, sparse_optimizer="sgd"))
     assert resolve_sparse_optimizer(hyper, sgd).sparse_optimizer == "sgd"
     # Checkpoints from before the choice recorded none: every one of them was adagrad's.
