@@ -108,7 +108,7 @@ class HyperParameters:
     delete_threshold: float | None = None
     dense_l2: float = 0.0  # L2 regularisation of the FC weights
 
-    def sparse_rule(self) -> tuple[str, float, float]:
+    def sparse_rule(self) -> tuple[SparseOptimizer, float, float]:
         """(optimizer, embed_w's rate, embedx's rate) as the job uses them: unset rates by
         optimizer; with adagrad the vectors' rate is the weights' unless set (as it always
         was). The optimizer must be resolved (checkpoint.resolve_sparse_optimizer)."""

@@ -25,7 +25,7 @@ import os
 import time
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import numpy as np
 from elasticctr_common.storage import Store, open_store
@@ -47,6 +47,10 @@ class CheckpointMismatch(RuntimeError):
     checkpoint, the difference and what to do. A rerun would meet it again."""
 
 
+# Checkpoints that record no sparse optimizer were all trained with this one.
+UNRECORDED_SPARSE_OPTIMIZER: SparseOptimizer = "adagrad"
+
+
 @dataclass(frozen=True)
 class ModelLayout:
     """What fixes the meaning of the tables' rows and values: a checkpoint is loaded only
@@ -57,8 +61,8 @@ class ModelLayout:
     slots: list[int]  # the dense model's inputs, in order
     fc_sizes: list[int]
     # The sparse rows' layout follows the optimizer (adagrad's hold its squared-gradient
-    # sums); checkpoints that record none were all adagrad's.
-    sparse_optimizer: str = "adagrad"
+    # sums).
+    sparse_optimizer: SparseOptimizer = UNRECORDED_SPARSE_OPTIMIZER
 
     @classmethod
     def of(cls, hyper: HyperParameters, slots: list[int]) -> ModelLayout:
@@ -76,8 +80,8 @@ def resolve_sparse_optimizer(hyper: HyperParameters, last: Checkpoint | None) ->
         return hyper
     if last is None:
         return replace(hyper, sparse_optimizer=NEW_MODEL_SPARSE_OPTIMIZER)
-    trained = last.layout.sparse_optimizer if last.layout is not None else "adagrad"
-    return replace(hyper, sparse_optimizer=cast(SparseOptimizer, trained))
+    trained = last.layout.sparse_optimizer if last.layout else UNRECORDED_SPARSE_OPTIMIZER
+    return replace(hyper, sparse_optimizer=trained)
 
 
 def with_resolved_model(config: TrainerConfig) -> TrainerConfig:

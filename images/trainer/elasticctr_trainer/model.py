@@ -135,11 +135,11 @@ def build_ctr_model(
     )  # fmt: skip
 
 
-# Paddle's rule of each optimizer (HyperParameters.sparse_optimizer) and its parameters'
-# section in the table config.
-SPARSE_RULES = {
-    "sgd": ("SparseNaiveSGDRule", "naive"),
-    "adagrad": ("SparseAdaGradSGDRule", "adagrad"),
+# Paddle's rule of each optimizer (HyperParameters.sparse_optimizer), its parameters'
+# section in the table config and what the rule takes beside the rate, range and bounds.
+SPARSE_RULES: dict[str, tuple[str, str, dict[str, float]]] = {
+    "sgd": ("SparseNaiveSGDRule", "naive", {}),
+    "adagrad": ("SparseAdaGradSGDRule", "adagrad", {"initial_g2sum": 3.0}),
 }
 
 
@@ -177,7 +177,7 @@ def async_strategy(
     for name in ("nonclk_coeff", "click_coeff", "show_click_decay_rate", "delete_threshold"):
         table[f"accessor.ctr_accessor_param.{name}"] = getattr(accessor, name)
     optimizer, weight_rate, vector_rate = sparse_rule
-    rule, section = SPARSE_RULES[optimizer]
+    rule, section, extra = SPARSE_RULES[optimizer]
     for part, rate, initial_range in (
         ("embed", weight_rate, 0.0), ("embedx", vector_rate, sparse_initial_range),
     ):  # fmt: skip
@@ -186,8 +186,7 @@ def async_strategy(
         table[param + f"{section}.learning_rate"] = rate
         table[param + f"{section}.initial_range"] = initial_range
         table[param + f"{section}.weight_bounds"] = [-SPARSE_WEIGHT_BOUND, SPARSE_WEIGHT_BOUND]
-        if optimizer == "adagrad":
-            table[param + "adagrad.initial_g2sum"] = 3.0
+        table.update({f"{param}{section}.{key}": value for key, value in extra.items()})
     strategy = fleet.DistributedStrategy()
     strategy.a_sync = True
     strategy.sparse_table_configs = {SPARSE_TABLE: {prefix + k: v for k, v in table.items()}}
