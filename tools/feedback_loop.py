@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import copy
 import json
 import os
 import signal
@@ -164,16 +165,8 @@ class FeedbackLoop(Demo):
     # the online job ----------------------------------------------------------------------------
 
     def start_online(self, start: str) -> None:
-        from elasticctr_common.trainer_json import apply_settings, load_config
-
-        config = load_config(self.work / "trainer.json").to_dict()
-        runner = config["runner"]
-        runner.update(
-            mode="online", train_data_uri=f"file://{self.dataset}", start_date_hr=start,
-            end_date_hr=None, partition_minutes=self.args.minutes, online_poll_seconds=1.0,
-            eval_data_uri=None, publish_every_version=True,
-        )  # fmt: skip
-        apply_settings(config, [])
+        warm_up = json.loads((self.work / "trainer.json").read_text())
+        config = online_config(warm_up, f"file://{self.dataset}", start, self.args.minutes)
         path = self.work / "trainer-online.json"
         path.write_text(json.dumps(config, indent=1))
         self.start(
@@ -435,6 +428,24 @@ class FeedbackLoop(Demo):
         super().stop_all()
         if self.broker is not None:
             self.broker.close()
+
+
+def online_config(
+    warm_up: dict[str, Any], dataset: str, start: str, minutes: int
+) -> dict[str, Any]:
+    """The online job's trainer.json: the warm-up's file as written (not as parsed: parsing
+    resolves the offline mode's defaults, delete_threshold among them, which the online job
+    resolves for its own mode), following `dataset`'s partitions from `start`."""
+    from elasticctr_common.trainer_json import apply_settings
+
+    config = copy.deepcopy(warm_up)
+    config["runner"].update(
+        mode="online", train_data_uri=dataset, start_date_hr=start, end_date_hr=None,
+        partition_minutes=minutes, online_poll_seconds=1.0, eval_data_uri=None,
+        publish_every_version=True,
+    )  # fmt: skip
+    apply_settings(config, [])
+    return config
 
 
 def latency(

@@ -42,3 +42,31 @@ def test_the_loop_refuses_data_its_simulator_has_no_truth_for(argv, named, capsy
     assert exit_.value.code == 2
     error = capsys.readouterr().err
     assert named in error and "--profile simple" in error
+
+
+def _warm_up(**hyper: object) -> dict[str, dict[str, object]]:
+    """trainer.json as the demo writes it for the warm-up (offline, settings unresolved)."""
+    from elasticctr_common.trainer_json import HyperParameters, Runner, TrainerConfig
+
+    runner = Runner(
+        train_data_uri="file:///data/train", start_date_hr="20191221/00", slot_conf="slot.conf",
+        model_uri="file:///work/models", checkpoint_uri="file:///work/checkpoints",
+    )  # fmt: skip
+    return TrainerConfig(runner, HyperParameters(**hyper)).to_dict()  # type: ignore[arg-type]
+
+
+def test_the_online_job_resolves_its_own_modes_defaults() -> None:
+    """The warm-up's offline deletion threshold would delete every id under it from the
+    table at each minute partition; the online job gets the online default, or yours."""
+    from elasticctr_common.trainer_json import delete_threshold_for, parse_config
+
+    config = feedback_loop.online_config(_warm_up(), "file:///feedback", "20261129/0100", 5)
+    parsed = parse_config(config)
+    assert parsed.runner.mode == "online" and parsed.runner.partition_minutes == 5
+    assert parsed.runner.train_data_uri == "file:///feedback" and parsed.runner.end_date_hr is None
+    assert parsed.hyper_parameters.deletion() == delete_threshold_for("online") == 0
+    assert delete_threshold_for("offline") > 0
+
+    yours = _warm_up(delete_threshold=5.0)
+    yours = feedback_loop.online_config(yours, "file:///f", "20261129/0100", 1)
+    assert parse_config(yours).hyper_parameters.deletion() == 5.0
