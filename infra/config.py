@@ -1333,15 +1333,16 @@ class TrainingConfig(Section):
         HyperParameters.show_click_decay_rate,
         gt=0,
         le=1,
-        description="after every pass, shows and clicks decay by this factor",
+        description="after every pass but an offline job's last, shows and clicks decay "
+        "by this factor",
     )
     delete_threshold: float | None = Field(
         HyperParameters.delete_threshold,
         ge=0,
         le=1e6,
-        description="after every pass (and the decay), ids scoring below this are deleted: "
-        "rare ids forget what one pass taught them (0: never delete); unset: 1000 offline, "
-        "where passes repeat their data, 0 online, where none does",
+        description="after every pass but an offline job's last (and the decay), ids "
+        "scoring below this are deleted: rare ids forget what one pass taught them (0: never "
+        "delete); unset: 1000 offline, where passes repeat their data, 0 online, where none does",
     )
     dense_l2: float = Field(
         HyperParameters.dense_l2, ge=0, le=10, description="L2 regularisation of dense weights"

@@ -107,6 +107,19 @@ def plan_passes(
         yield PlannedPass(done + 1 + offset, [partition])
 
 
+def shrinks_after(config: TrainerConfig, pass_id: int) -> bool:
+    """Whether the table decays and deletes (HyperParameters' accessor settings) after pass
+    `pass_id`: after every online pass, and between an offline job's passes, whose next
+    pass repeats the data; not after its last. What resumes that checkpoint trains new data
+    (the online job follows the offline one), where a rare id's weight is what it learnt,
+    not a memorised example: deleting it there cost the first online version 0.06 AUC
+    (docs/trainer.md, "The table between passes")."""
+    hyper = config.hyper_parameters
+    if hyper.show_click_decay_rate >= 1 and hyper.deletion() <= 0:
+        return False
+    return config.runner.mode == "online" or pass_id < config.runner.passes
+
+
 def offline_hours(
     config: TrainerConfig, data: Store, logger: MetricsLogger, sync: PassSync, trainer: int
 ) -> list[str]:
@@ -472,7 +485,7 @@ class Trainer:
             self.logger.tags(
                 {"held_back_versions": "; ".join(f"{v}: {r}" for v, r in self.held_back.items())}
             )
-        if hyper.show_click_decay_rate < 1 or hyper.deletion() > 0:
+        if shrinks_after(self.config, planned.pass_id):
             # Exported first; the checkpoint then holds the table the next pass starts from.
             shrink_sparse_table()
         local = ckpt.local_dir(self.config.runner.work_dir, planned.pass_id)

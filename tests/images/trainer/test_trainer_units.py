@@ -415,3 +415,26 @@ def test_generate_refuses_an_out_that_is_not_an_absolute_place(tmp_path, out, sa
     [line] = done.stderr.splitlines()
     assert line.startswith(f"error: generate: --out {out}: ") and says in line, line
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("mode", "hyper", "after_passes"),
+    [
+        # The offline default deletes between passes, which repeat the data; not after the
+        # last, whose checkpoint the online job resumes on new data.
+        ("offline", {}, [True, True, False]),
+        ("offline", {"delete_threshold": 0}, [False, False, False]),
+        ("offline", {"delete_threshold": 0, "show_click_decay_rate": 0.9}, [True, True, False]),
+        ("online", {}, [False, False, False]),  # deletes nothing, decays nothing
+        ("online", {"show_click_decay_rate": 0.9}, [True, True, True]),
+        ("online", {"delete_threshold": 5}, [True, True, True]),
+    ],
+)
+def test_the_table_shrinks_after_a_pass_only_when_more_of_the_same_data_follows(
+    mode, hyper, after_passes
+):
+    from elasticctr_trainer.trainer import shrinks_after
+
+    runner = {**RUNNER, "mode": mode, **({"passes": 3} if mode == "offline" else {})}
+    config = parse_config({"runner": runner, "hyper_parameters": hyper})
+    assert [shrinks_after(config, pass_id) for pass_id in (1, 2, 3)] == after_passes
