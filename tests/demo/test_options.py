@@ -48,11 +48,10 @@ def _warm_up(**hyper: object) -> dict[str, dict[str, object]]:
     """trainer.json as the demo writes it for the warm-up (offline, settings unresolved)."""
     from elasticctr_common.trainer_json import HyperParameters, Runner, TrainerConfig
 
-    runner = Runner(
-        train_data_uri="file:///data/train", start_date_hr="20191221/00", slot_conf="slot.conf",
-        model_uri="file:///work/models", checkpoint_uri="file:///work/checkpoints",
-    )  # fmt: skip
-    return TrainerConfig(runner, HyperParameters(**hyper)).to_dict()  # type: ignore[arg-type]
+    from tests.support.trainer_json import RUNNER
+
+    config = TrainerConfig(Runner(**RUNNER), HyperParameters(**hyper))  # type: ignore[arg-type]
+    return config.to_dict()
 
 
 def test_the_online_job_resolves_its_own_modes_defaults() -> None:
