@@ -119,6 +119,9 @@ class Checkpoint:
     pservers: int
     trainers: int
     layout: ModelLayout | None = None  # None: taken before checkpoints recorded it
+    # Whether the table was shrunk (decay, deletion) before it was saved; an offline job's
+    # last pass keeps it whole (trainer.shrinks_after). Older lines: every pass shrank.
+    table_shrunk: bool = True
 
     def to_line(self) -> str:
         return json.dumps(asdict(self), separators=(",", ":"))

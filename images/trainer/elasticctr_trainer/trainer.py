@@ -120,6 +120,18 @@ def shrinks_after(config: TrainerConfig, pass_id: int) -> bool:
     return config.runner.mode == "online" or pass_id < config.runner.passes
 
 
+def shrinks_at_resume(config: TrainerConfig, last: ckpt.Checkpoint) -> bool:
+    """Whether the table shrinks before the first pass: an offline job resumed from its
+    own last pass's checkpoint (kept whole) with passes left (`passes` raised after it
+    finished), whose next pass repeats the data as a pass between them would."""
+    return (
+        config.runner.mode == "offline"
+        and not last.table_shrunk
+        and last.pass_id < config.runner.passes
+        and shrinks_after(config, last.pass_id)
+    )
+
+
 def offline_hours(
     config: TrainerConfig, data: Store, logger: MetricsLogger, sync: PassSync, trainer: int
 ) -> list[str]:
@@ -485,7 +497,8 @@ class Trainer:
             self.logger.tags(
                 {"held_back_versions": "; ".join(f"{v}: {r}" for v, r in self.held_back.items())}
             )
-        if shrinks_after(self.config, planned.pass_id):
+        shrunk = shrinks_after(self.config, planned.pass_id)
+        if shrunk:
             # Exported first; the checkpoint then holds the table the next pass starts from.
             shrink_sparse_table()
         local = ckpt.local_dir(self.config.runner.work_dir, planned.pass_id)
@@ -505,6 +518,7 @@ class Trainer:
                 pservers=len(self.role.pserver_endpoints),
                 trainers=self.role.trainers,
                 layout=self.layout,
+                table_shrunk=shrunk,
             ),
         )
         ckpt.prune(self.checkpoints, planned.pass_id)
@@ -536,6 +550,10 @@ class Trainer:
                 self.logger.close(True)
                 raise
         self.start_worker()
+        if last and self.role.index == 0 and shrinks_at_resume(self.config, last):
+            # Before trainer 0 publishes its plan: the other trainers wait for it to start.
+            log.info("checkpoint pass %d was kept whole: shrinking it first", last.pass_id)
+            shrink_sparse_table()
         failed = True
         try:
             passes = plan_passes(self.config, last, self.logger, self.sync, self.role.index)

@@ -1,6 +1,7 @@
 """The accessor's shrink (decay and deletion) in a real job: between an offline job's
 passes, which repeat the data, and not after its last, so the checkpoint that the online
-job resumes holds every id the last version served (trainer.shrinks_after)."""
+job resumes holds every id the last version served (trainer.shrinks_after); and before the
+first pass of that job resumed with more passes (trainer.shrinks_at_resume)."""
 
 from __future__ import annotations
 
@@ -52,3 +53,14 @@ def test_the_last_offline_checkpoint_keeps_the_ids_a_shrink_would_delete(synthet
     }
     served = set(full_table(tmp_path / "models", 2)[0].tolist())
     assert served and kept == served
+
+    # `passes` raised after the job finished: the whole table is shrunk before pass 3, which
+    # repeats the data, as it was between passes 1 and 2.
+    config = write_config(
+        tmp_path / "trainer.json", {**runner, "passes": 3}, {"delete_threshold": 1e12}
+    )
+    run_job(config, tmp_path / "logs-3", pservers=1, trainers=1)
+    meta = json.loads((tmp_path / "models/3/dense/meta.json").read_text())
+    assert meta["table_shows"] == per_pass
+    index = (tmp_path / "checkpoints" / "index").read_text().splitlines()
+    assert [json.loads(line)["table_shrunk"] for line in index] == [True, False, False]

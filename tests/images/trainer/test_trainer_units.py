@@ -438,3 +438,37 @@ def test_the_table_shrinks_after_a_pass_only_when_more_of_the_same_data_follows(
     runner = {**RUNNER, "mode": mode, **({"passes": 3} if mode == "offline" else {})}
     config = parse_config({"runner": runner, "hyper_parameters": hyper})
     assert [shrinks_after(config, pass_id) for pass_id in (1, 2, 3)] == after_passes
+
+
+@pytest.mark.parametrize(
+    ("mode", "passes", "hyper", "last", "shrinks"),
+    [
+        # `passes` raised after the job finished: its last pass's table was kept whole.
+        ("offline", 3, {}, {"pass_id": 2, "table_shrunk": False}, True),
+        # Resumed after a crash between passes: that table was shrunk already.
+        ("offline", 3, {}, {"pass_id": 2, "table_shrunk": True}, False),
+        # Lines written before the record: every pass shrank.
+        ("offline", 3, {}, {"pass_id": 2}, False),
+        # Nothing left to train, or nothing to shrink with.
+        ("offline", 2, {}, {"pass_id": 2, "table_shrunk": False}, False),
+        (
+            "offline",
+            3,
+            {"delete_threshold": 0, "show_click_decay_rate": 1},
+            {"pass_id": 2, "table_shrunk": False},
+            False,
+        ),
+        # The online job resuming the offline one trains new data.
+        ("online", 3, {}, {"pass_id": 2, "table_shrunk": False}, False),
+    ],
+)
+def test_an_offline_job_resumed_from_a_whole_table_shrinks_it_before_repeating_the_data(
+    mode, passes, hyper, last, shrinks
+):
+    from elasticctr_trainer.checkpoint import Checkpoint
+    from elasticctr_trainer.trainer import shrinks_at_resume
+
+    runner = {**RUNNER, "mode": mode, **({"passes": passes} if mode == "offline" else {})}
+    config = parse_config({"runner": runner, "hyper_parameters": hyper})
+    line = json.dumps({"hour": None, "version": 2, "pservers": 1, "trainers": 1, **last})
+    assert shrinks_at_resume(config, Checkpoint.from_line(line)) is shrinks
