@@ -79,7 +79,11 @@ EXPECTED: dict[str, tuple[str, list[str], list[str], str]] = {
 def built() -> dict[str, Any]:
     require_builder()
     tool = images_tool()
-    results = tool.build(tool.catalog(tool.Options()), tool.RUNTIME_IMAGES)
+    # Named as the local stack names them: the cluster session's stack and the README
+    # walkthrough build the same images under these names, so all three share one cache
+    # entry each (an entry is per name, and the name is part of its key).
+    options = tool.stack_options("local", tool.Options())
+    results = tool.build(tool.catalog(options), tool.RUNTIME_IMAGES)
     return {result.name: result for result in results}
 
 
