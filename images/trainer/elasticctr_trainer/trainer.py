@@ -124,10 +124,10 @@ def shrinks_at_resume(config: TrainerConfig, last: ckpt.Checkpoint) -> bool:
     """Whether the table shrinks before the first pass: an offline job resumed from its
     own last pass's checkpoint (kept whole) with passes left (`passes` raised after it
     finished), whose next pass repeats the data as a pass between them would."""
+    # Offline, shrinks_after is true only for a pass before the last: passes are left.
     return (
         config.runner.mode == "offline"
         and not last.table_shrunk
-        and last.pass_id < config.runner.passes
         and shrinks_after(config, last.pass_id)
     )
 
