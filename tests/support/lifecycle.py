@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from elasticctr_client.forward import KeptForward
 from elasticctr_client.predict import INFERENCE_PATH, parse_line
-from elasticctr_common.ports import free_port
 
 from tests.support.cluster import ROOT, LocalStack, pods
 from tests.support.pulumi_cli import search_path
@@ -98,62 +98,20 @@ def service_url(stack: LocalStack, name: str, port_name: str | None = None) -> s
 
 @contextlib.contextmanager
 def port_forward(stack: LocalStack, target: str, port: int) -> Iterator[str]:
-    """`kubectl port-forward <target> <local>:<port>` as a user runs it (MLflow answers only
-    its own host names and localhost); yields http://127.0.0.1:<local port>.
-
-    kubectl exits for good when one forwarded connection fails ("lost connection to pod"),
-    or when the pod behind a Service is replaced; a user would run it again, so it is run
-    again here on the same local port for as long as the block lasts. Its output is read
-    all along: a line per connection would otherwise fill the pipe and stall it.
-    """
+    """`kubectl port-forward <target> :<port>` as a user runs it (MLflow answers only its
+    own host names and localhost), run again whenever it exits (the client's forward);
+    yields http://127.0.0.1:<local port>."""
     kubectl = shutil.which("kubectl", path=search_path())
     assert kubectl, "kubectl is missing (tools/build-tools.sh builds it)"
-    local = free_port()
     command = [
         kubectl, "--kubeconfig", str(stack.cluster.kubeconfig), "-n", stack.NAMESPACE,
-        "port-forward", "--address", "127.0.0.1", target, f"{local}:{port}",
+        "port-forward", "--address", "127.0.0.1", target, f":{port}",
     ]  # fmt: skip
-    lock = threading.Lock()
-    stopping = threading.Event()
-    forwarding = threading.Event()
-    running: list[subprocess.Popen[str]] = []
-    said: list[str] = []
-
-    def keep_forwarding() -> None:
-        failed_starts = 0
-        while failed_starts < 20:
-            with lock:
-                if stopping.is_set():
-                    return
-                process = subprocess.Popen(
-                    command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                    start_new_session=True,
-                )  # fmt: skip
-                running[:] = [process]
-            assert process.stdout is not None
-            started = False
-            for line in process.stdout:
-                if line.startswith("Forwarding from 127.0.0.1:"):
-                    started = True
-                    forwarding.set()
-                elif not line.startswith("Handling connection"):
-                    said[:] = [*said[-20:], line.rstrip()]
-            process.wait()
-            failed_starts = 0 if started else failed_starts + 1
-            stopping.wait(0.5)
-
-    thread = threading.Thread(target=keep_forwarding, name=f"port-forward {target}", daemon=True)
-    thread.start()
+    forward = KeptForward(command, f"{target} in namespace {stack.NAMESPACE}", start_seconds=60)
     try:
-        assert forwarding.wait(60), f"kubectl port-forward {target} did not start: {said}"
-        yield f"http://127.0.0.1:{local}"
+        yield f"http://127.0.0.1:{forward.start()}"
     finally:
-        with lock:
-            stopping.set()
-            for process in running:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGTERM)
-        thread.join(timeout=30)
+        forward.stop()
 
 
 def pod_ip(stack: LocalStack, selector: str) -> str:

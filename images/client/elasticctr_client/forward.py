@@ -7,8 +7,11 @@ started the first time the command needs it and stopped (by its PID) when the co
 ends. kubectl reads $KUBECONFIG, or the stack's own kubeconfig output (a cluster the stack
 created), written to a private file that is deleted with the forward.
 
-A forward goes to one pod of the Service, chosen when it starts: enough for one command
-(a `predict` of a file, a `status`), not for a long session across rollouts.
+A forward goes to one pod of the Service, chosen when kubectl starts, and kubectl exits for
+good when that pod goes away (a rollout) or one forwarded connection fails ("lost
+connection to pod"). A user would run it again: so does the forward, on the same local
+port, for as long as the command lasts (`status --wait` across a rollout); a request in
+the moment between is refused and retried as any other.
 """
 
 from __future__ import annotations
@@ -36,6 +39,9 @@ IN_CLUSTER_HOST = re.compile(
 FORWARDING = re.compile(r"^Forwarding from 127\.0\.0\.1:(\d+) -> \d+")
 START_SECONDS = 30.0  # for kubectl to reach the API server and a ready pod
 STOP_SECONDS = 5.0
+# Between runs of kubectl: the first wait, doubled after each run that did not start, up to
+# the longest (the API server or the Service's pods may be away for a while).
+RESTART_SECONDS = (0.5, 5.0)
 IN_A_POD = "KUBERNETES_SERVICE_HOST"  # set by the kubelet in every container
 
 
@@ -57,7 +63,7 @@ class Forwarder:
         self._kubeconfig_text = kubeconfig_text  # the stack's output, when it made the cluster
         self._kubectl = kubectl
         self._ports: dict[tuple[str, str, int], int] = {}
-        self._processes: list[subprocess.Popen[bytes]] = []
+        self._forwards: list[KeptForward] = []
         self._private: tempfile.TemporaryDirectory[str] | None = None
 
     def __enter__(self) -> Forwarder:
@@ -79,9 +85,9 @@ class Forwarder:
         return urllib.parse.urlunsplit(parts._replace(netloc=f"127.0.0.1:{local}"))
 
     def close(self) -> None:
-        for process in self._processes:
-            _stop(process)
-        self._processes.clear()
+        for forward in self._forwards:
+            forward.stop()
+        self._forwards.clear()
         self._ports.clear()
         if self._private is not None:
             self._private.cleanup()
@@ -123,38 +129,108 @@ class Forwarder:
         return path
 
     def _start(self, namespace: str, service: str, port: int, url: str, flag: str) -> int:
-        command = self._command(namespace, service, port, url, flag)
-        process = subprocess.Popen(
-            command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+        forward = KeptForward(
+            self._command(namespace, service, port, url, flag),
+            f"svc/{service} in namespace {namespace}",
         )
-        self._processes.append(process)
-        assert process.stdout is not None and process.stderr is not None
-        deadline = time.monotonic() + START_SECONDS
+        self._forwards.append(forward)
+        return forward.start()
+
+
+class KeptForward:
+    """One `kubectl port-forward` (`command`, its last argument `:<remote port>`), run again
+    on the local port it was given whenever it exits, until `stop()`. `start()` waits for
+    the first run and returns its local port, or raises what kept it from forwarding."""
+
+    def __init__(self, command: list[str], what: str, start_seconds: float = START_SECONDS):
+        self._command = command
+        self._start_seconds = start_seconds
+        self._what = what  # for errors: "svc/serving in namespace elasticctr"
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._process: subprocess.Popen[bytes] | None = None
+        self.local_port = 0
+        self.runs = 0  # kubectl processes started (1 + the restarts)
+        self._first_said = ""  # the first line of the last run, when it was not forwarding
+
+    def start(self) -> int:
+        process = self._run(self._command)
+        found = FORWARDING.match(self._first_line(process))
+        if not found:
+            said = self._first_said or _said(process)
+            error = CredentialsError if credentials_problem(said) else UnreachableError
+            raise error(f"kubectl port-forward to {self._what} failed: {said}")
+        self.local_port = int(found[1])
+        remote = self._command[-1].rpartition(":")[2]
+        again = [*self._command[:-1], f"{self.local_port}:{remote}"]
+        threading.Thread(
+            target=self._keep, args=(process, again), name=f"port-forward {self._what}",
+            daemon=True,
+        ).start()  # fmt: skip
+        return self.local_port
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping.set()
+            process = self._process
+        if process is not None:
+            _stop(process)
+
+    def _run(self, command: list[str]) -> subprocess.Popen[bytes]:
+        with self._lock:
+            if self._stopping.is_set():
+                raise UnreachableError(f"the port-forward to {self._what} was stopped")
+            self._process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            self.runs += 1
+            return self._process
+
+    def _first_line(self, process: subprocess.Popen[bytes]) -> str:
+        """kubectl's first line on stdout ("Forwarding from ..."), or "" when it exited
+        first (its error then in `_first_said`); UnreachableError when it is not ready in
+        time."""
+        assert process.stdout is not None
+        deadline = time.monotonic() + self._start_seconds
         first = b""
         while not first.endswith(b"\n"):
             left = deadline - time.monotonic()
             readable, _, _ = select.select([process.stdout], [], [], max(left, 0))
             if not readable:
                 raise UnreachableError(
-                    f"kubectl port-forward to svc/{service} in namespace {namespace} was not "
-                    f"ready within {START_SECONDS:.0f} s ({_said(process)}); is the cluster up "
-                    "and the service's pod ready?"
+                    f"kubectl port-forward to {self._what} was not ready within "
+                    f"{self._start_seconds:.0f} s ({_said(process)}); is the cluster up and the "
+                    "service's pod ready?"
                 )
             chunk = os.read(process.stdout.fileno(), 4096)
             if not chunk:
                 break
             first += chunk
-        found = FORWARDING.match(first.decode(errors="replace"))
-        if not found:
-            said = one_line(first.decode(errors="replace")) or _said(process)
-            error = CredentialsError if credentials_problem(said) else UnreachableError
-            raise error(
-                f"kubectl port-forward to svc/{service} in namespace {namespace} failed: {said}"
-            )
-        # kubectl goes on writing a line per connection: drain both pipes, or it blocks.
-        for stream in (process.stdout, process.stderr):
-            threading.Thread(target=_drain, args=(stream,), daemon=True).start()
-        return int(found[1])
+        text = first.decode(errors="replace")
+        self._first_said = one_line(text)
+        return text
+
+    def _keep(self, process: subprocess.Popen[bytes], again: list[str]) -> None:
+        """Drain the running kubectl's output (a line per connection: a full pipe would
+        stall it); when it exits, run `again`, waiting longer after each run that fails."""
+        wait = RESTART_SECONDS[0]
+        while True:
+            assert process.stdout is not None and process.stderr is not None
+            errors = threading.Thread(target=_drain, args=(process.stderr,), daemon=True)
+            errors.start()
+            _drain(process.stdout)
+            process.wait()
+            errors.join()
+            if self._stopping.wait(wait):
+                return
+            try:
+                process = self._run(again)
+                started = FORWARDING.match(self._first_line(process)) is not None
+            except (UnreachableError, OSError):
+                if self._stopping.is_set():
+                    return
+                started = False
+            wait = RESTART_SECONDS[0] if started else min(wait * 2, RESTART_SECONDS[1])
 
 
 def _said(process: subprocess.Popen[bytes]) -> str:
