@@ -28,6 +28,9 @@ from tests.support.services import HdfsMiniCluster, MlflowServer, S3Server
 from tests.support.volcano_crds import CrdsUnavailable, crd_dir
 from tools.localcluster.controlplane import BinariesNotFound, ControlPlane
 
+# `--cpu-top N`: the tests that cost the most CPU (tools/test.sh lists them).
+pytest_plugins = ["tests.support.cpu_report"]
+
 
 @pytest.fixture(scope="session")
 def s3_server() -> Iterator[S3Server]:

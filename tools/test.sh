@@ -35,7 +35,7 @@ cluster_log="$(mktemp)"
 # and the trap below passes Ctrl-C on to it so that it takes its cluster down.
 set -m
 # It also takes the tests marked beside_cluster: it ends well before the other otherwise.
-python -m pytest -m "cluster or beside_cluster" -p no:cacheprovider --durations=15 \
+python -m pytest -m "cluster or beside_cluster" -p no:cacheprovider --durations=15 --cpu-top=15 \
   >"$cluster_log" 2>&1 &
 cluster_pid=$!
 set +m
@@ -44,7 +44,7 @@ trap 'kill -INT "$cluster_pid" 2>/dev/null; wait "$cluster_pid"; cat "$cluster_l
 status=0
 # The checks run while the cluster comes up; their failure fails the run all the same.
 checks || status=$?
-python -m pytest -m "not cluster and not beside_cluster" --durations=40 || status=$?
+python -m pytest -m "not cluster and not beside_cluster" --durations=40 --cpu-top=40 || status=$?
 wait "$cluster_pid" || status=$?
 trap - INT TERM
 echo "---- the cluster session (pytest -m cluster) ----"
