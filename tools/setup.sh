@@ -10,6 +10,7 @@
 #      when `pulumi` is not on PATH (users with internet install it with the official
 #      installer instead). About 22 minutes on a quiet fresh 2-core machine, seconds once cached.
 #      ELASTICCTR_SKIP_TOOLS=1 skips this step (the end-to-end tests then skip, saying why).
+#      It runs beside steps 1 and 2.
 # `--demo`: only what the demo without a cluster needs (Python 3.11 and cargo): .venv with
 # requirements-demo.txt, then `.venv/bin/elasticctr demo`. A later full set-up adds the rest.
 set -euo pipefail
@@ -77,6 +78,18 @@ for compressor in gzip bzip2 xz zstd pzstd lz4 zip; do
   need "$compressor" "apt-get install gzip bzip2 xz-utils zstd lz4 zip (the data-file tests write files with the real tools)"
 done
 
+# The tools' Go builds, most of a fresh set-up, run while the Python environments and the
+# jars below are fetched; the end waits for them. Their own process group (set -m): an
+# early exit stops the go builds under them too.
+tools_pid=""
+if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
+  set -m
+  ./tools/build-tools.sh >/dev/null &
+  tools_pid=$!
+  set +m
+  trap '[ -z "$tools_pid" ] || kill -- -"$tools_pid" 2>/dev/null || true' EXIT
+fi
+
 venv requirements-dev.txt
 
 # checkov, the IaC scanner the tests run over the stacks' manifests, in a virtualenv of its
@@ -103,7 +116,8 @@ echo "set-up: Hadoop minicluster jars cached"
 ./tools/kafka-broker.sh fetch >/dev/null
 echo "set-up: Kafka broker jars cached (the feedback loop tests)"
 
-if [ "${ELASTICCTR_SKIP_TOOLS:-0}" != 1 ]; then
-  ./tools/build-tools.sh >/dev/null
+if [ -n "$tools_pid" ]; then
+  wait "$tools_pid" || { tools_pid=""; echo "set-up: building the tools failed (above)" >&2; exit 1; }
+  tools_pid=""
   echo "set-up: tools built (PATH: tools/build-tools.sh --print-path)"
 fi
