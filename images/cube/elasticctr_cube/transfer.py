@@ -99,6 +99,10 @@ STATE = "transfer-state.json"
 HISTORY_LIMIT = 200
 # Seconds between tries to move the registry's serving alias that failed (not registered yet).
 ALIAS_RETRY_SECONDS = 10.0
+# A rollout whose result is recorded may hold the lock a little longer (old versions
+# pruned from storage): a rollback asked for then waits this long before it is refused.
+WRAP_UP_SECONDS = 10.0
+ENDED_PHASES = frozenset({"committed", "aborted"})
 
 
 class Transfer:
@@ -316,6 +320,18 @@ class Transfer:
                 self._end_canary(None, "an operator's rollback ended the canary")
             entry = {"version": version, "kind": "rollback", "started": time.time()}
             return self._roll(version, entry)
+
+    def wrapped_up(self) -> bool:
+        """Not busy, or busy only with the wrap-up of a rollout that has ended (its result
+        recorded, old versions being pruned): then wait for it, up to WRAP_UP_SECONDS. A
+        rollback asked for right after a result is seen is not refused for that."""
+        deadline = time.monotonic() + WRAP_UP_SECONDS
+        while self.busy:
+            r = self.rollout
+            if r is None or r.phase not in ENDED_PHASES or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+        return True
 
     @contextlib.contextmanager
     def _rolling(self) -> Iterator[None]:
@@ -780,7 +796,7 @@ def routes(t: Transfer, control: bool = False) -> dict[tuple[str, str], Handler]
             read_manifest(t.cube_store, version)
         except (KeyError, TypeError, ValueError) as err:
             raise ApiError(400, f'rollback needs "version" of a kept version ({err})') from None
-        if t.busy:
+        if t.busy and not t.wrapped_up():
             r = t.rollout
             doing = f" of version {r.version} ({r.phase}, {r.to_json()['seconds']}s)" if r else ""
             raise ApiError(
