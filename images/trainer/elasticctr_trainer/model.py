@@ -49,6 +49,9 @@ class CtrModel:
     # Values of the dense parameters, the pservers' merged dense table (counted here: on a
     # pserver, the parameter-server pass leaves the main program empty).
     dense_values: int
+    # The bias added last on the way to the logit (a size-1 layer's, output_bias), which a
+    # new model starts at the data's log-odds (prior.py); None when the network has none.
+    output_bias: str | None = None
 
     @property
     def feed_order(self) -> list[paddle.static.Variable]:
@@ -131,8 +134,30 @@ def build_ctr_model(
     )
     return CtrModel(
         label, show, click, slot_ids, dense_vars, pulled, pooled, prob, loss,
-        stats[2], stats[3], loss_sum, example_count, dense_values,
+        stats[2], stats[3], loss_sum, example_count, dense_values, output_bias(logit),
     )  # fmt: skip
+
+
+def output_bias(logit: paddle.static.Variable) -> str | None:
+    """The name of a one-value parameter added to `logit` by the chain of additions that
+    makes it (a size-1 fully connected layer's bias, for the built-in networks and any
+    network whose last layer is one): what shifts every logit alike. Found by walking the
+    program back from `logit` through `elementwise_add` ops only; None if there is none."""
+    block = logit.block
+    producers = {name: op for op in block.ops for name in op.output_arg_names}
+    parameters = {p.name: p for p in block.all_parameters()}
+    pending = [logit.name]
+    while pending:
+        op = producers.get(pending.pop(0))
+        if op is None or op.type != "elementwise_add":
+            continue
+        for name in op.input_arg_names:
+            parameter = parameters.get(name)
+            if parameter is None:
+                pending.append(name)
+            elif math.prod(parameter.shape) == 1 and name != SPARSE_TABLE:
+                return str(name)
+    return None
 
 
 # Paddle's rule of each optimizer (HyperParameters.sparse_optimizer), its parameters'

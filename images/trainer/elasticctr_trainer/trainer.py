@@ -48,6 +48,7 @@ from .lines import LineParser
 from .metrics import MetricsLogger, PassMetrics, auc_from_histograms, metrics_port, run_params
 from .modelcheck import check_version
 from .pipe import native_pipe
+from .prior import click_rate, first_ready_hours, log_odds
 from .program import (
     build_training_program,
     dense_parameter_names,
@@ -236,6 +237,26 @@ class Trainer:
         for name, value in arrays.items():
             self.scope.find_var(name).get_tensor().set(value, paddle.CPUPlace())
         log.info("restored %d dense parameters of pass %d", len(arrays), last.pass_id)
+
+    def start_at_prior(self) -> None:
+        """A new model's output bias at the log-odds of the click rate of the data already
+        there (prior.py); left at 0 without such a bias or such data."""
+        name = self.net.output_bias
+        hours = first_ready_hours(self.data, self.config.runner) if name else []
+        found = click_rate(self.data, hours, self.parser) if hours else None
+        if name is None or found is None:
+            why = "the network adds no bias last" if name is None else "no data ready yet"
+            self.logger.event("prior", {"applied": False, "reason": why})
+            return
+        rate, examples = found
+        tensor = self.scope.find_var(name).get_tensor()
+        shape = np.array(tensor).shape
+        tensor.set(np.full(shape, log_odds(rate), dtype=np.float32), paddle.CPUPlace())
+        self.logger.event(
+            "prior",
+            {"applied": True, "bias": name, "click_rate": round(rate, 6),
+             "examples": examples, "hours": hours, "logit": round(log_odds(rate), 6)},
+        )  # fmt: skip
 
     def dense_in_scope(self) -> dict[str, NDArray[Any]]:
         return {
@@ -549,6 +570,8 @@ class Trainer:
                 self.logger.tags({"failure_reason": str(err)})
                 self.logger.close(True)
                 raise
+        elif self.role.index == 0:
+            self.start_at_prior()
         self.start_worker()
         if last and self.role.index == 0 and shrinks_at_resume(self.config, last):
             # Before trainer 0 publishes its plan: the other trainers wait for it to start.

@@ -7,6 +7,7 @@ predictions, skipped hours and bad-line reports."""
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -116,6 +117,26 @@ def test_every_trainer_starts_from_trainer_0s_parameters(job):
     (zero,), (one,) = run.events("trainer-0", "joined"), run.events("trainer-1", "joined")
     assert zero["dense_mean_abs"] > 0.01
     assert one["dense_sha256"] == zero["dense_sha256"] and one["attempt"] == zero["attempt"]
+
+
+def test_a_new_model_starts_at_the_log_odds_of_its_data(job, synthetic):
+    """Trainer 0 set the output bias from the ready hours' click rate before it pushed the
+    dense parameters (trainer 1 pulled the same ones, above); the other trainers do not."""
+    run, _ = job
+    (prior,) = run.events("trainer-0", "prior")
+    assert prior["applied"] and prior["hours"] == HOURS, prior
+    labels = []
+    for hour in HOURS:
+        for part in sorted((synthetic.root / "train" / hour).glob("part-*")):
+            for line in part.read_text().splitlines():
+                fields = line.split()
+                if len(fields) > 2 and fields[1].isdigit():
+                    labels.append(int(fields[1]) > 0)
+    assert prior["examples"] == 60000 and len(labels) >= 60000
+    rate = sum(labels[:60000]) / 60000
+    assert abs(prior["click_rate"] - rate) < 0.002, (prior, rate)
+    assert prior["logit"] == pytest.approx(math.log(rate / (1 - rate)), abs=0.01)
+    assert run.events("trainer-1", "prior") == []
 
 
 def test_each_version_holds_every_update_of_its_passes(job, synthetic):
