@@ -53,8 +53,8 @@ def click_rate(
     data: Store, hours: list[str], parser: LineParser, limit: int = PRIOR_EXAMPLES
 ) -> tuple[float, int] | None:
     """(share of clicked examples, examples read) in the first `limit` valid lines of
-    `hours`' files, in order; bad lines and files are skipped (training counts them);
-    None when there is no valid line."""
+    `hours`' files, in order; bad lines and files (not text, gone) are skipped: the pass
+    counts them against its thresholds. None when there is no valid line."""
     examples = clicked = 0
     for hour in hours:
         for name in data_files(data, hour):
@@ -70,7 +70,7 @@ def click_rate(
                     clicked += example.label
                     if examples >= limit:
                         return clicked / examples, examples
-            except BadFile:
+            except (BadFile, OSError):  # gone, unreadable: the pass counts it, not this
                 continue
     return (clicked / examples, examples) if examples else None
 

@@ -242,10 +242,15 @@ class Trainer:
         """A new model's output bias at the log-odds of the click rate of the data already
         there (prior.py); left at 0 without such a bias or such data."""
         name = self.net.output_bias
-        hours = first_ready_hours(self.data, self.config.runner) if name else []
-        found = click_rate(self.data, hours, self.parser) if hours else None
+        try:
+            hours = first_ready_hours(self.data, self.config.runner) if name else []
+            found = click_rate(self.data, hours, self.parser) if hours else None
+        except Exception as err:
+            # A start at 0 is no failure: the pass reads the data anew and reports it.
+            log.warning("the data's click rate could not be read, the logit starts at 0: %s", err)
+            hours, found = [], None
         if name is None or found is None:
-            why = "the network adds no bias last" if name is None else "no data ready yet"
+            why = "the network adds no bias last" if name is None else "no data ready"
             self.logger.event("prior", {"applied": False, "reason": why})
             return
         rate, examples = found

@@ -74,6 +74,10 @@ def test_the_click_rate_of_the_first_ready_hours(tmp_path):
     assert click_rate(data, hours, parser) == (2 / 6, 6)
     assert click_rate(data, hours, parser, limit=2) == (0.5, 2)
     assert click_rate(data, [], parser) is None
+    # A file listed but gone (a dangling link) or not text is skipped: the pass counts it.
+    (tmp_path / "20191221/02/part-1").symlink_to(tmp_path / "nowhere")
+    data.write_bytes("20191221/02/part-2", b"\x00\xff" * 100)
+    assert click_rate(data, hours, parser) == (2 / 6, 6)
 
 
 def test_log_odds_within_bounds():
