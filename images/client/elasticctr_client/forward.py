@@ -149,25 +149,24 @@ class KeptForward:
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._process: subprocess.Popen[bytes] | None = None
-        self.local_port = 0
         self.runs = 0  # kubectl processes started (1 + the restarts)
-        self._first_said = ""  # the first line of the last run, when it was not forwarding
 
     def start(self) -> int:
         process = self._run(self._command)
-        found = FORWARDING.match(self._first_line(process))
+        first = self._first_line(process)
+        found = FORWARDING.match(first)
         if not found:
-            said = self._first_said or _said(process)
+            said = one_line(first) or _said(process)
             error = CredentialsError if credentials_problem(said) else UnreachableError
             raise error(f"kubectl port-forward to {self._what} failed: {said}")
-        self.local_port = int(found[1])
+        local = int(found[1])
         remote = self._command[-1].rpartition(":")[2]
-        again = [*self._command[:-1], f"{self.local_port}:{remote}"]
+        again = [*self._command[:-1], f"{local}:{remote}"]
         threading.Thread(
             target=self._keep, args=(process, again), name=f"port-forward {self._what}",
             daemon=True,
         ).start()  # fmt: skip
-        return self.local_port
+        return local
 
     def stop(self) -> None:
         with self._lock:
@@ -187,9 +186,9 @@ class KeptForward:
             return self._process
 
     def _first_line(self, process: subprocess.Popen[bytes]) -> str:
-        """kubectl's first line on stdout ("Forwarding from ..."), or "" when it exited
-        first (its error then in `_first_said`); UnreachableError when it is not ready in
-        time."""
+        """kubectl's first line on stdout ("Forwarding from ..."), or what it wrote before
+        it exited ("" when nothing: its error is on stderr); UnreachableError when it is not
+        ready in time."""
         assert process.stdout is not None
         deadline = time.monotonic() + self._start_seconds
         first = b""
@@ -206,9 +205,7 @@ class KeptForward:
             if not chunk:
                 break
             first += chunk
-        text = first.decode(errors="replace")
-        self._first_said = one_line(text)
-        return text
+        return first.decode(errors="replace")
 
     def _keep(self, process: subprocess.Popen[bytes], again: list[str]) -> None:
         """Drain the running kubectl's output (a line per connection: a full pipe would
