@@ -323,14 +323,17 @@ class Transfer:
 
     def wrapped_up(self) -> bool:
         """Not busy, or busy only with the wrap-up of a rollout that has ended (its result
-        recorded, old versions being pruned): then wait for it, up to WRAP_UP_SECONDS. A
-        rollback asked for right after a result is seen is not refused for that."""
-        deadline = time.monotonic() + WRAP_UP_SECONDS
-        while self.busy:
-            r = self.rollout
-            if r is None or r.phase not in ENDED_PHASES or time.monotonic() > deadline:
-                return False
-            time.sleep(0.05)
+        recorded, old versions being pruned): then wait for its lock, up to
+        WRAP_UP_SECONDS. A rollback asked for right after a result is seen is not refused
+        for that."""
+        if not self.busy:
+            return True
+        r = self.rollout
+        if r is None or r.phase not in ENDED_PHASES:
+            return False
+        if not self._lock.acquire(timeout=WRAP_UP_SECONDS):
+            return False
+        self._lock.release()
         return True
 
     @contextlib.contextmanager

@@ -14,7 +14,9 @@ from elasticctr_cube.rollout import Rollout, RolloutRunner
 from elasticctr_cube.transfer import Transfer
 
 
-def busy_transfer(tmp_path, phase: str) -> Transfer:
+def busy_transfer(tmp_path, phase: str, holding: float) -> Transfer:
+    """A transfer whose rollout in `phase` holds its lock for `holding` seconds, as its
+    `_rolling` does."""
     conf = CubeConf.parse(
         {"dict_name": "ctr", "shard": 1, "nodes": [{"ip": "127.0.0.1", "port": 1, "agent_port": 2}]}
     )
@@ -22,14 +24,21 @@ def busy_transfer(tmp_path, phase: str) -> Transfer:
         model_uri=f"file://{tmp_path}/models", cube_uri=f"file://{tmp_path}/cube", conf=conf,
         work_dir=str(tmp_path / "work"), runner=RolloutRunner(conf),
     )  # fmt: skip
-    t.busy = True
     t.rollout = Rollout(2, 1, phase=phase)
+    held = threading.Event()
+
+    def roll() -> None:
+        with t._rolling():
+            held.set()
+            time.sleep(holding)
+
+    threading.Thread(target=roll, daemon=True).start()
+    held.wait(5)
     return t
 
 
 def test_the_wrap_up_of_an_ended_rollout_is_waited_for(tmp_path):
-    t = busy_transfer(tmp_path, "committed")
-    threading.Timer(0.3, lambda: setattr(t, "busy", False)).start()
+    t = busy_transfer(tmp_path, "committed", holding=0.3)
     started = time.monotonic()
     assert t.wrapped_up()
     assert 0.25 < time.monotonic() - started < 5
@@ -37,7 +46,7 @@ def test_the_wrap_up_of_an_ended_rollout_is_waited_for(tmp_path):
 
 @pytest.mark.parametrize("phase", ["preparing", "holding", "switching", "draining", "reverting"])
 def test_a_rollout_under_way_is_not_waited_for(tmp_path, phase):
-    t = busy_transfer(tmp_path, phase)
+    t = busy_transfer(tmp_path, phase, holding=2)
     started = time.monotonic()
     assert not t.wrapped_up()
     assert time.monotonic() - started < 0.1
@@ -45,7 +54,7 @@ def test_a_rollout_under_way_is_not_waited_for(tmp_path, phase):
 
 def test_a_wrap_up_that_lasts_is_waited_for_only_so_long(tmp_path, monkeypatch):
     monkeypatch.setattr(transfer_module, "WRAP_UP_SECONDS", 0.3)
-    t = busy_transfer(tmp_path, "aborted")
+    t = busy_transfer(tmp_path, "aborted", holding=3)
     started = time.monotonic()
     assert not t.wrapped_up()
     assert 0.25 < time.monotonic() - started < 5
