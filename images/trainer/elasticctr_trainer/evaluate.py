@@ -9,16 +9,15 @@ part would change the AUC versions are compared by."""
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import numpy as np
-from elasticctr_common.datafiles import BadFile, data_lines
+from elasticctr_common.datafiles import BadFile
 from elasticctr_common.storage import Store
 from numpy.typing import NDArray
 
 from .feed import feed_dict
-from .lines import BadLine, Example, LineParser, is_blank
+from .lines import Example, LineParser, file_examples
 from .metrics import auc
 from .model import CtrModel
 
@@ -31,13 +30,7 @@ def read_examples(data: Store, parser: LineParser) -> list[Example]:
         if name.startswith(("_", ".")) or name == "donefile":
             continue
         try:
-            for _, line in data_lines(io.BytesIO(data.read_bytes(name))):
-                if is_blank(line):
-                    continue
-                try:
-                    examples.append(parser.parse(line))
-                except BadLine:
-                    continue
+            examples.extend(file_examples(data, name, parser))
         except BadFile as err:
             raise BadFile(f"eval data {data.uri(name)}: {err}") from None
     return examples

@@ -12,9 +12,13 @@ some bad lines.
 
 from __future__ import annotations
 
+import io
+from collections.abc import Iterator
 from dataclasses import dataclass
 
+from elasticctr_common.datafiles import data_lines
 from elasticctr_common.lines import MAX_FEASIGN, MAX_SHOW, BadLine, LineFormat
+from elasticctr_common.storage import Store
 
 __all__ = [
     "MAX_FEASIGN",
@@ -23,6 +27,7 @@ __all__ = [
     "BadLine",
     "Example",
     "LineParser",
+    "file_examples",
     "is_blank",
     "multislot_line",
 ]
@@ -73,6 +78,19 @@ class LineParser:
 
     def multislot(self, example: Example) -> str:
         return multislot_line(example, self.dense_dims)
+
+
+def file_examples(data: Store, name: str, parser: LineParser) -> Iterator[Example]:
+    """The examples of one data file's valid lines, in order; blank and bad lines are
+    skipped (the training pipe counts them, these readers need only the examples).
+    BadFile when the file is not lines of text."""
+    for _, line in data_lines(io.BytesIO(data.read_bytes(name))):
+        if is_blank(line):
+            continue
+        try:
+            yield parser.parse(line)
+        except BadLine:
+            continue
 
 
 def multislot_line(example: Example, dense_dims: list[int] | None = None) -> str:

@@ -16,16 +16,15 @@ for them only so long).
 
 from __future__ import annotations
 
-import io
 import logging
 import math
 
-from elasticctr_common.datafiles import BadFile, data_lines
+from elasticctr_common.datafiles import BadFile
 from elasticctr_common.storage import Store
 from elasticctr_common.trainer_json import Runner
 
 from .hours import data_files, hour_range, is_ready
-from .lines import BadLine, LineParser, is_blank
+from .lines import LineParser, file_examples
 
 log = logging.getLogger("trainer")
 PRIOR_EXAMPLES = 100_000  # enough for a rate of 0.1% to within a tenth of itself (2 sigma)
@@ -59,13 +58,7 @@ def click_rate(
     for hour in hours:
         for name in data_files(data, hour):
             try:
-                for _, line in data_lines(io.BytesIO(data.read_bytes(name))):
-                    if is_blank(line):
-                        continue
-                    try:
-                        example = parser.parse(line)
-                    except BadLine:
-                        continue
+                for example in file_examples(data, name, parser):
                     examples += 1
                     clicked += example.label
                     if examples >= limit:

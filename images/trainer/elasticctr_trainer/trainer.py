@@ -242,25 +242,30 @@ class Trainer:
         """A new model's output bias at the log-odds of the click rate of the data already
         there (prior.py); left at 0 without such a bias or such data."""
         name = self.net.output_bias
+        if name is None:
+            self.logger.event(
+                "prior", {"applied": False, "reason": "the network adds no bias last"}
+            )
+            return
         try:
-            hours = first_ready_hours(self.data, self.config.runner) if name else []
+            hours = first_ready_hours(self.data, self.config.runner)
             found = click_rate(self.data, hours, self.parser) if hours else None
+            why = "no data ready"
         except Exception as err:
             # A start at 0 is no failure: the pass reads the data anew and reports it.
-            log.warning("the data's click rate could not be read, the logit starts at 0: %s", err)
-            hours, found = [], None
-        if name is None or found is None:
-            why = "the network adds no bias last" if name is None else "no data ready"
+            found, why = None, f"the data could not be read: {err}"
+            log.warning("%s; the logit starts at 0", why)
+        if found is None:
             self.logger.event("prior", {"applied": False, "reason": why})
             return
         rate, examples = found
+        logit = log_odds(rate)
         tensor = self.scope.find_var(name).get_tensor()
-        shape = np.array(tensor).shape
-        tensor.set(np.full(shape, log_odds(rate), dtype=np.float32), paddle.CPUPlace())
+        tensor.set(np.full(np.array(tensor).shape, logit, dtype=np.float32), paddle.CPUPlace())
         self.logger.event(
             "prior",
             {"applied": True, "bias": name, "click_rate": round(rate, 6),
-             "examples": examples, "hours": hours, "logit": round(log_odds(rate), 6)},
+             "examples": examples, "hours": hours, "logit": round(logit, 6)},
         )  # fmt: skip
 
     def dense_in_scope(self) -> dict[str, NDArray[Any]]:
