@@ -189,6 +189,11 @@ def test_2_train(life: Lifecycle) -> None:
     ]
     for name, keys in with_metrics.items():
         assert {"auc", "loss"} <= keys, (name, keys)
+    if not restarts:  # a restart after pass 1 resumes its checkpoint: no prior to set
+        # The Job started before the upload: trainer 0 waited for the data before pushing
+        # the dense parameters, so the new model's logit starts at its click rate.
+        (prior,) = _trainer0_events(life, "prior")
+        assert prior["applied"] and prior["hours"] and 0 < prior["click_rate"] < 0.5, prior
     life.done("2 train (data in HDFS to the job complete)", started)
 
 

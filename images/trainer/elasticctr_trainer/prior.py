@@ -9,9 +9,10 @@ after pass 2 0.689 -> 0.709. So trainer 0 of a new model (no checkpoint) sets th
 bias (model.output_bias) to log(r / (1 - r)) before it pushes its dense parameters to the
 pservers, r the share of clicked examples in the first lines of the first ready hours.
 
-Only data already there at start is read: a job that must wait for its data starts at 0, as
-before (the plan is made after the dense parameters are pushed, and the other trainers wait
-for them only so long).
+An offline job's trainer 0 waits for its range's data before it pushes the dense parameters
+(the other trainers wait for it that much longer), so a job started before its upload
+starts at its data's rate too; an online job waits for partitions one at a time, after the
+push, so only a first partition already there at start is read.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from elasticctr_common.datafiles import BadFile
 from elasticctr_common.storage import Store
 from elasticctr_common.trainer_json import Runner
 
-from .hours import data_files, hour_range, is_ready
+from .hours import data_files, is_ready
 from .lines import LineParser, file_examples
 
 log = logging.getLogger("trainer")
@@ -33,19 +34,13 @@ PRIOR_HOURS = 3  # the first ready ones of the range, at most
 RATE_BOUNDS = (1e-4, 1 - 1e-4)
 
 
-def first_ready_hours(data: Store, runner: Runner) -> list[str]:
-    """Up to PRIOR_HOURS hours of the job's range whose donefile is there now."""
-    if runner.mode == "offline" and runner.end_date_hr is not None:
-        candidates = hour_range(runner.start_date_hr, runner.end_date_hr)
-    else:
-        candidates = [runner.start_date_hr]
-    ready = []
-    for hour in candidates:
-        if is_ready(data, hour):
-            ready.append(hour)
-            if len(ready) == PRIOR_HOURS:
-                break
-    return ready
+def prior_hours(data: Store, runner: Runner, planned: list[str] | None) -> list[str]:
+    """The hours whose click rate starts the logit: the first PRIOR_HOURS of an offline
+    job's ready hours (`planned`, what trainer 0 waited for), an online job's first
+    partition if its donefile is there now."""
+    if runner.mode == "offline":
+        return (planned or [])[:PRIOR_HOURS]
+    return [runner.start_date_hr] if is_ready(data, runner.start_date_hr) else []
 
 
 def click_rate(

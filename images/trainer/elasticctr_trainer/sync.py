@@ -23,8 +23,10 @@ client has flushed its pushes), trainer 0 `pass-<N>/result.json`; after a failed
 the others acknowledge it (`pass-<N>/ack-<i>.json`) once they have logged it, so the job
 is not torn down before every trainer has said why.
 
-**The offline plan.** Trainer 0 alone waits for the data and writes the hours to train in
-`plan.json`; the others read it, so a donefile that appears meanwhile cannot make two
+**The offline plan.** Trainer 0 alone waits for the data, before it initialises the dense
+parameters (a new model's output bias starts from that data: prior.py), so the others wait
+that much longer for its welcome; after the join it writes the hours to train in
+`plan.json` and the others read it, so a donefile that appears meanwhile cannot make two
 trainers train different hours.
 """
 
@@ -97,12 +99,14 @@ class PassSync:
 
     # joining ------------------------------------------------------------------------
 
-    def join(self, trainer: int) -> str:
-        """Trainer i > 0: wait for trainer 0's welcome to this very process; the attempt id.
-        Then `joined` once the dense parameters are pulled."""
+    def join(self, trainer: int, extra_seconds: float = 0.0) -> str:
+        """Trainer i > 0: wait for trainer 0's welcome to this very process, `extra_seconds`
+        longer than for a peer (trainer 0 may wait for data first); the attempt id. Then
+        `joined` once the dense parameters are pulled."""
         nonce = uuid.uuid4().hex
         self.store.write_text(f"join/trainer-{trainer}.json", json.dumps({"nonce": nonce}))
-        deadline = self.clock() + self.timeout
+        timeout = self.timeout + extra_seconds
+        deadline = self.clock() + timeout
         while True:
             welcome = self._read(WELCOME)
             if welcome and welcome.get("nonces", {}).get(str(trainer)) == nonce:
@@ -110,7 +114,7 @@ class PassSync:
                 return self.attempt
             if self.clock() > deadline:
                 raise SyncTimeout(
-                    f"joining: no welcome from trainer 0 after {self.timeout:.0f}s in "
+                    f"joining: no welcome from trainer 0 after {timeout:.0f}s in "
                     f"{self.store.uri(WELCOME)}"
                 )
             self.sleep(self.poll_seconds)
@@ -150,16 +154,13 @@ class PassSync:
     # the offline plan ---------------------------------------------------------------
 
     def publish_plan(self, payload: dict[str, Any]) -> None:
-        """Trainer 0: the hours every trainer trains (decided once, after waiting for data)."""
+        """Trainer 0: the hours every trainer trains (decided once, after waiting for data,
+        before the join)."""
         self._write(PLAN, payload)
 
-    def wait_plan(self, extra_seconds: float) -> dict[str, Any]:
-        """Trainers i > 0: trainer 0's plan, which may wait `extra_seconds` for data first."""
-        timeout, self.timeout = self.timeout, self.timeout + extra_seconds
-        try:
-            return self._wait([PLAN], "the offline plan from trainer 0")[0]
-        finally:
-            self.timeout = timeout
+    def wait_plan(self) -> dict[str, Any]:
+        """Trainers i > 0: trainer 0's plan."""
+        return self._wait([PLAN], "the offline plan from trainer 0")[0]
 
     # passes -------------------------------------------------------------------------
 

@@ -48,7 +48,7 @@ from .lines import LineParser
 from .metrics import MetricsLogger, PassMetrics, auc_from_histograms, metrics_port, run_params
 from .modelcheck import check_version
 from .pipe import native_pipe
-from .prior import click_rate, first_ready_hours, log_odds
+from .prior import click_rate, log_odds, prior_hours
 from .program import (
     build_training_program,
     dense_parameter_names,
@@ -84,13 +84,15 @@ def plan_passes(
     logger: MetricsLogger,
     sync: PassSync,
     trainer: int,
+    waited: WaitedHours | None,
 ) -> Iterator[PlannedPass]:
+    """The passes left to train; `waited` is trainer 0's `wait_for_offline_data`."""
     runner = config.runner
     data = open_store(runner.train_data_uri)
     done = last.pass_id if last else 0
     if runner.mode == "offline":
         if done < runner.passes:  # a job resumed after its last pass has nothing to wait for
-            hours = offline_hours(config, data, logger, sync, trainer)
+            hours = offline_hours(config, data, logger, sync, trainer, waited)
             for pass_id in range(done + 1, runner.passes + 1):
                 yield PlannedPass(pass_id, hours)
         return
@@ -133,30 +135,60 @@ def shrinks_at_resume(config: TrainerConfig, last: ckpt.Checkpoint) -> bool:
     )
 
 
-def offline_hours(
-    config: TrainerConfig, data: Store, logger: MetricsLogger, sync: PassSync, trainer: int
-) -> list[str]:
-    """The hours of START..END to train: trainer 0 waits for them and publishes its plan."""
+# (ready, skipped) hours of an offline job's range, as hours.wait_for_range returns them.
+WaitedHours = tuple[list[str], list[str]]
+
+
+def wait_for_offline_data(
+    config: TrainerConfig, data: Store, last: ckpt.Checkpoint | None
+) -> WaitedHours | None:
+    """Trainer 0 of an offline job with passes left: its range's hours once they are there
+    (or the wait runs out). Before the dense parameters are pushed, so that a new model's
+    output bias starts from this data (prior.py); None for an online job or none left."""
     runner = config.runner
+    if runner.mode != "offline" or (last is not None and last.pass_id >= runner.passes):
+        return None
     assert runner.end_date_hr is not None  # config.py requires it offline
+    return wait_for_range(
+        data,
+        runner.start_date_hr,
+        runner.end_date_hr,
+        runner.data_wait_seconds,
+        runner.online_poll_seconds,
+    )
+
+
+def join_extra_seconds(config: TrainerConfig) -> float:
+    """How much longer than for a peer the others wait for trainer 0's welcome: offline,
+    trainer 0 waits for the data first (wait_for_offline_data)."""
+    runner = config.runner
+    return runner.data_wait_seconds if runner.mode == "offline" else 0.0
+
+
+def offline_hours(
+    config: TrainerConfig,
+    data: Store,
+    logger: MetricsLogger,
+    sync: PassSync,
+    trainer: int,
+    waited: WaitedHours | None,
+) -> list[str]:
+    """The hours of START..END to train: trainer 0 publishes the ones it waited for (its
+    plan), the others read it."""
+    runner = config.runner
     span = f"{runner.start_date_hr}..{runner.end_date_hr}"
     if trainer == 0:
-        ready, skipped = wait_for_range(
-            data,
-            runner.start_date_hr,
-            runner.end_date_hr,
-            runner.data_wait_seconds,
-            runner.online_poll_seconds,
-        )
+        assert waited is not None  # Trainer.run waits before the join
+        ready, skipped = waited
         sync.publish_plan({"hours": ready, "skipped": skipped})
     else:
-        plan = sync.wait_plan(runner.data_wait_seconds)
+        plan = sync.wait_plan()
         ready, skipped = list(plan["hours"]), list(plan.get("skipped", []))
     if skipped:  # in every trainer's log: any of them is where a user may look
         logger.event("skipped_hours", {"hours": skipped, "reason": "no donefile"})
     if not ready:
-        waited = f" after waiting {runner.data_wait_seconds:.0f}s" if trainer == 0 else ""
-        raise FileNotFoundError(f"{data.uri()}: no hour of {span} has a donefile{waited}")
+        waited_for = f" after waiting {runner.data_wait_seconds:.0f}s" if trainer == 0 else ""
+        raise FileNotFoundError(f"{data.uri()}: no hour of {span} has a donefile{waited_for}")
     return ready
 
 
@@ -238,9 +270,10 @@ class Trainer:
             self.scope.find_var(name).get_tensor().set(value, paddle.CPUPlace())
         log.info("restored %d dense parameters of pass %d", len(arrays), last.pass_id)
 
-    def start_at_prior(self) -> None:
-        """A new model's output bias at the log-odds of the click rate of the data already
-        there (prior.py); left at 0 without such a bias or such data."""
+    def start_at_prior(self, waited: WaitedHours | None) -> None:
+        """A new model's output bias at the log-odds of the click rate of its first ready
+        hours (prior.py): an offline job's that trainer 0 waited for, an online job's first
+        partition if it is there now; left at 0 without such a bias or such data."""
         name = self.net.output_bias
         if name is None:
             self.logger.event(
@@ -248,7 +281,8 @@ class Trainer:
             )
             return
         try:
-            hours = first_ready_hours(self.data, self.config.runner)
+            planned = waited[0] if waited is not None else None
+            hours = prior_hours(self.data, self.config.runner, planned)
             found = click_rate(self.data, hours, self.parser) if hours else None
             why = "no data ready"
         except Exception as err:
@@ -292,7 +326,7 @@ class Trainer:
             attempt = self.sync.welcome(self.role.trainers)
         else:
             self.logger.event("joining", {"waiting_for": "trainer 0's dense parameters"})
-            attempt = self.sync.join(self.role.index)
+            attempt = self.sync.join(self.role.index, join_extra_seconds(self.config))
             fleet.init_worker()
             # Only now may trainer 0 train: its first pushes would otherwise change the dense
             # parameters before this trainer pulled them (seen on a busy machine).
@@ -580,8 +614,11 @@ class Trainer:
                 self.logger.tags({"failure_reason": str(err)})
                 self.logger.close(True)
                 raise
-        elif self.role.index == 0:
-            self.start_at_prior()
+        waited = None
+        if self.role.index == 0:
+            waited = wait_for_offline_data(self.config, self.data, last)
+            if not last:
+                self.start_at_prior(waited)
         self.start_worker()
         if last and self.role.index == 0 and shrinks_at_resume(self.config, last):
             # Before trainer 0 publishes its plan: the other trainers wait for it to start.
@@ -589,7 +626,7 @@ class Trainer:
             shrink_sparse_table()
         failed = True
         try:
-            passes = plan_passes(self.config, last, self.logger, self.sync, self.role.index)
+            passes = plan_passes(self.config, last, self.logger, self.sync, self.role.index, waited)
             for planned in passes:
                 payload = self.train_pass(planned)
                 self.sync.trainer_done(planned.pass_id, self.role.index, payload)

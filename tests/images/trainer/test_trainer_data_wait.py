@@ -1,5 +1,6 @@
 """An offline job started before its data: trainer 0 waits for the end hour's donefile (or
-the wait runs out), then every trainer trains the hours trainer 0 planned."""
+the wait runs out) before it pushes the dense parameters and welcomes the others, then
+every trainer trains the hours trainer 0 planned."""
 
 from __future__ import annotations
 
@@ -9,9 +10,11 @@ from typing import Any
 import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_common.trainer_json import ConfigError, parse_config
+from elasticctr_trainer.checkpoint import Checkpoint
 from elasticctr_trainer.hours import wait_for_range
 from elasticctr_trainer.metrics import MetricsLogger
-from elasticctr_trainer.trainer import offline_hours
+from elasticctr_trainer.sync import PassSync
+from elasticctr_trainer.trainer import join_extra_seconds, offline_hours, wait_for_offline_data
 
 from tests.images.trainer.test_trainer_units import FakeClock, joined_pair
 from tests.support.trainer_json import RUNNER
@@ -88,40 +91,63 @@ def test_every_trainer_trains_trainer_0s_plan(tmp_path):
     data.write_text("20191221/00/donefile", "")
     zero, (one,) = joined_pair(open_store(f"file://{tmp_path}/sync"))
     logger = Silent()
-    assert offline_hours(cfg, data, logger, zero, 0) == ["20191221/00"]
+    waited = wait_for_offline_data(cfg, data, None)
+    assert offline_hours(cfg, data, logger, zero, 0, waited) == ["20191221/00"]
     data.write_text("20191221/02/donefile", "")
     follower = Silent()
-    assert offline_hours(cfg, data, follower, one, 1) == ["20191221/00"]
+    assert offline_hours(cfg, data, follower, one, 1, None) == ["20191221/00"]
     skipped = ("skipped_hours", {"hours": ["20191221/01", "20191221/02"], "reason": "no donefile"})
     assert logger.events == [skipped] and follower.events == [skipped]
 
 
 def test_the_others_wait_for_trainer_0_while_it_waits_for_data(tmp_path):
+    """Trainer 0 waits for the data before its welcome (a new model's output bias starts
+    from it): the others wait for the welcome that much longer than for a peer."""
     cfg = config(tmp_path, data_wait_seconds=30, online_poll_seconds=0.05)
     data = open_store(cfg.runner.train_data_uri)
-    zero, (one,) = joined_pair(open_store(f"file://{tmp_path}/sync"))
-    one.timeout = 0.2  # the peers' timeout alone would run out while trainer 0 waits
+    sync = open_store(f"file://{tmp_path}/sync")
+    zero = PassSync(sync, timeout=30, poll_seconds=0.01)
+    one = PassSync(sync, timeout=0.2, poll_seconds=0.01)  # runs out while trainer 0 waits
     planned: list[list[str]] = []
-    follower = threading.Thread(
-        target=lambda: planned.append(offline_hours(cfg, data, Silent(), one, 1))
-    )
-    follower.start()
+
+    def follower() -> None:
+        one.join(1, join_extra_seconds(cfg))
+        one.joined(1)
+        one.timeout = 30  # the plan follows the welcome at once, but the machine may be busy
+        planned.append(offline_hours(cfg, data, Silent(), one, 1, None))
+
+    thread = threading.Thread(target=follower)
+    thread.start()
     timer = threading.Timer(0.5, lambda: data.write_text("20191221/02/donefile", ""))
     timer.start()
-    assert offline_hours(cfg, data, Silent(), zero, 0) == ["20191221/02"]
-    follower.join(timeout=30)
+    waited = wait_for_offline_data(cfg, data, None)
+    assert waited == (["20191221/02"], ["20191221/00", "20191221/01"])
+    zero.welcome(2)
+    assert offline_hours(cfg, data, Silent(), zero, 0, waited) == ["20191221/02"]
+    thread.join(timeout=30)
     timer.join()
     assert planned == [["20191221/02"]]
+
+
+def test_nothing_to_wait_for_online_or_after_the_last_pass(tmp_path):
+    offline = config(tmp_path, data_wait_seconds=600, passes=2)
+    data = open_store(offline.runner.train_data_uri)
+    last = Checkpoint(pass_id=2, hour=None, version=2, pservers=1, trainers=1)
+    assert wait_for_offline_data(offline, data, last) is None
+    online = config(tmp_path, mode="online", end_date_hr=None, data_wait_seconds=600)
+    assert wait_for_offline_data(online, data, None) is None
+    assert join_extra_seconds(online) == 0 and join_extra_seconds(offline) == 600
 
 
 def test_no_data_at_all_fails_every_trainer_naming_the_dataset(tmp_path):
     cfg = config(tmp_path, data_wait_seconds=0)
     data = open_store(cfg.runner.train_data_uri)
     zero, (one,) = joined_pair(open_store(f"file://{tmp_path}/sync"))
+    waited = wait_for_offline_data(cfg, data, None)
     with pytest.raises(FileNotFoundError, match=r"/data: no hour of 20191221/00\.\.20191221/02"):
-        offline_hours(cfg, data, Silent(), zero, 0)
+        offline_hours(cfg, data, Silent(), zero, 0, waited)
     with pytest.raises(FileNotFoundError, match="no hour of"):
-        offline_hours(cfg, data, Silent(), one, 1)
+        offline_hours(cfg, data, Silent(), one, 1, None)
 
 
 @pytest.mark.parametrize(

@@ -18,8 +18,8 @@ from elasticctr_trainer.networks import BUILT_IN
 from elasticctr_trainer.prior import (
     RATE_BOUNDS,
     click_rate,
-    first_ready_hours,
     log_odds,
+    prior_hours,
 )
 
 from tests.support.trainer_json import RUNNER
@@ -67,9 +67,7 @@ def test_the_click_rate_of_the_first_ready_hours(tmp_path):
     data.write_text("20191221/00/part-0", "1 1 5:1\n")
     write_hour(data, "20191221/01", ["1 1 5:1", "1 0 6:2", "not a line", "", "1 0 7:9"], True)
     write_hour(data, "20191221/02", ["1 0 5:1"] * 3 + ["2 2 6:2"])
-    runner = parse_config({"runner": {**RUNNER, "train_data_uri": f"file://{tmp_path}"}}).runner
-    hours = first_ready_hours(data, runner)
-    assert hours == ["20191221/01", "20191221/02"]
+    hours = ["20191221/01", "20191221/02"]
     # A line's click count above 1 is one clicked example; "7:9" has an unknown slot.
     assert click_rate(data, hours, parser) == (2 / 6, 6)
     assert click_rate(data, hours, parser, limit=2) == (0.5, 2)
@@ -78,6 +76,23 @@ def test_the_click_rate_of_the_first_ready_hours(tmp_path):
     (tmp_path / "20191221/02/part-1").symlink_to(tmp_path / "nowhere")
     data.write_bytes("20191221/02/part-2", b"\x00\xff" * 100)
     assert click_rate(data, hours, parser) == (2 / 6, 6)
+
+
+def test_the_hours_of_the_prior(tmp_path):
+    """Offline: the first three hours trainer 0 waited for; online: the first partition,
+    only if it is there already (the job then waits for partitions after the push)."""
+    data = open_store(f"file://{tmp_path}")
+    uri = f"file://{tmp_path}"
+    offline = parse_config({"runner": {**RUNNER, "train_data_uri": uri}}).runner
+    planned = ["20191221/01", "20191221/02", "20191221/05", "20191221/06"]
+    assert prior_hours(data, offline, planned) == planned[:3]
+    assert prior_hours(data, offline, []) == [] and prior_hours(data, offline, None) == []
+    online = parse_config(
+        {"runner": {**RUNNER, "train_data_uri": uri, "mode": "online", "end_date_hr": None}}
+    ).runner
+    assert prior_hours(data, online, None) == []
+    write_hour(data, "20191221/00", ["1 0 5:1"])
+    assert prior_hours(data, online, None) == ["20191221/00"]
 
 
 def test_log_odds_within_bounds():
