@@ -60,11 +60,10 @@ def write_hour(data, hour, lines, compressed=False):
     data.write_text(f"{hour}/donefile", "")
 
 
-def test_the_click_rate_of_the_first_ready_hours(tmp_path):
+def test_the_click_rate_of_the_first_valid_lines_of_hours(tmp_path):
     data = open_store(f"file://{tmp_path}")
     parser = LineParser([1, 2], 1000)
-    # Hour 00 has no donefile yet; 01 is gzip-compressed with a bad line; 02 plain.
-    data.write_text("20191221/00/part-0", "1 1 5:1\n")
+    # Hour 01 is gzip-compressed with a bad line; 02 plain.
     write_hour(data, "20191221/01", ["1 1 5:1", "1 0 6:2", "not a line", "", "1 0 7:9"], True)
     write_hour(data, "20191221/02", ["1 0 5:1"] * 3 + ["2 2 6:2"])
     hours = ["20191221/01", "20191221/02"]
