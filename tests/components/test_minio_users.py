@@ -26,7 +26,7 @@ from components.bucket_access import BucketUser, s3_policy_json
 from components.generated_secret import ALPHABET
 from components.minio import ROOT_KEYS, key_variables, setup_script
 from components.object_storage import credentials_file
-from tests.support.services import ServerProcess, _http_answers
+from tests.support.services import ServerProcess, http_ready
 from tools.localcluster.settings import CACHE
 
 pytestmark = pytest.mark.slow
@@ -93,7 +93,7 @@ class MinioServer(ServerProcess):
         }
 
     def _ready(self) -> bool:
-        return _http_answers(self.url + "/minio/health/ready")
+        return http_ready(self.url + "/minio/health/ready")
 
 
 @pytest.fixture(scope="module")

@@ -16,7 +16,7 @@ from elasticctr_common.ports import free_port
 
 from tests.support.prerequisites import unavailable
 from tests.support.pulumi_cli import search_path
-from tests.support.services import ServerProcess, _http_answers
+from tests.support.services import ServerProcess, http_ready
 
 
 def binary(name: str) -> str:
@@ -80,7 +80,7 @@ class PrometheusServer(ServerProcess):
         ]
 
     def _ready(self) -> bool:
-        return _http_answers(f"{self.url}/-/ready")
+        return http_ready(f"{self.url}/-/ready")
 
     def _pick_new_port(self) -> bool:
         self.port = free_port()

@@ -49,6 +49,16 @@ def _http_answers(url: str) -> bool:
         return False
 
 
+def http_ready(url: str) -> bool:
+    """Whether a readiness endpoint says ready: a 2xx answer. Prometheus and MinIO answer
+    503 on theirs while they still load their storage."""
+    try:
+        with urllib.request.urlopen(url, timeout=2):
+            return True
+    except OSError:  # an HTTPError (a non-2xx status) is an OSError too
+        return False
+
+
 class ServerProcess:
     """One server subprocess with a private temp dir and a log file."""
 

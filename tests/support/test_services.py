@@ -98,6 +98,38 @@ def test_a_server_that_never_answers_times_out_and_is_stopped():
 
 
 @pytest.mark.slow
+def test_a_readiness_endpoint_is_ready_only_on_a_2xx_answer():
+    """A server that listens but answers 503 on its readiness path (Prometheus, MinIO while
+    they load their storage) is not ready yet; 200 is; nothing listening is not."""
+    import http.server
+    import threading
+
+    status = [503]
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(status[0])
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/-/ready"
+    try:
+        assert services._http_answers(url)  # listening: enough for a liveness wait
+        assert not services.http_ready(url)
+        status[0] = 200
+        assert services.http_ready(url)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+    assert not services.http_ready(url)
+
+
 def test_s3_server_retries_on_a_port_taken_in_the_meantime():
     server = S3Server()
     with socket.socket() as squatter:
