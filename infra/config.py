@@ -23,9 +23,11 @@ from elasticctr_common.cube.conf import CubeConf, LoadBalancer
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, PARTITION_MINUTES
 from elasticctr_common.lines import LABEL, MAX_DENSE_DIM
 from elasticctr_common.trainer_json import (
+    NEW_MODEL_DENSE_TRANSFORM,
     NEW_MODEL_SPARSE_OPTIMIZER,
     SPARSE_RATES,
     DataFormat,
+    DenseTransform,
     HyperParameters,
     Mode,
     Model,
@@ -1274,6 +1276,13 @@ class TrainingConfig(Section):
         description="the sparse table's update rule: sgd steps by the sum of an id's "
         "gradients (each example counts), adagrad by their mean over its shows in a push; "
         f"unset: {NEW_MODEL_SPARSE_OPTIMIZER} for a new model, and a model resumed from a "
+        "checkpoint keeps its own",
+    )
+    dense_transform: DenseTransform | None = Field(
+        HyperParameters.dense_transform,
+        description="what the network gets of each dense feature (data.dense_features) x: "
+        "none: x; signed_log1p: sign(x) * ln(1 + |x|), for counts and other heavy tails; "
+        f"unset: {NEW_MODEL_DENSE_TRANSFORM} for a new model, and a model resumed from a "
         "checkpoint keeps its own",
     )
     sparse_learning_rate: float | None = Field(

@@ -124,6 +124,12 @@ RULES = (
         _CHECKPOINTS,
         _NEW_MODEL,
     ),
+    Rule(
+        "training.dense_transform",
+        lambda c: c.stack.training.dense_transform or "unset",
+        _CHECKPOINTS,
+        _NEW_MODEL,
+    ),
     Rule("slot_conf", lambda c: c.slots, _CHECKPOINTS, _NEW_MODEL),
     Rule(
         "data.dense_features",

@@ -30,6 +30,7 @@ def test_the_stack_records_what_the_guard_watches() -> None:
         ("elasticctr:namespace", "elasticctr-other", "volumes of HDFS, MinIO and MLflow"),
         ("elasticctr:training", {"embedding_dim": 16}, "fail at restore"),
         ("elasticctr:training", {"sparse_optimizer": "adagrad"}, "fail at restore"),
+        ("elasticctr:training", {"dense_transform": "none"}, "fail at restore"),
         ("elasticctr:data", {"sparse_dim": 77}, "fail at restore"),
         ("elasticctr:hdfs", {"datanode_storage": "99Gi"}, "take its old claims back"),
     ],

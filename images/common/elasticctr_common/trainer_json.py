@@ -29,9 +29,12 @@ DataFormat = Literal["elasticctr", "paddlerec"]
 # worth an example; SparseAdaGradSGDRule by their mean over the id's shows in it, so an id
 # that many examples of a push share learns that many times slower (docs/trainer.md).
 SparseOptimizer = Literal["sgd", "adagrad"]
+# What the network sees of a dense feature x: x itself, or sign(x) * ln(1 + |x|).
+DenseTransform = Literal["none", "signed_log1p"]
 MODES: tuple[str, ...] = get_args(Mode)
 MODELS: tuple[str, ...] = get_args(Model)
 SPARSE_OPTIMIZERS: tuple[str, ...] = get_args(SparseOptimizer)
+DENSE_TRANSFORMS: tuple[str, ...] = get_args(DenseTransform)
 
 
 class ConfigError(ValueError):
@@ -81,7 +84,7 @@ class HyperParameters:
     # The sparse table's update rule and its rates for the ids' own weights (embed_w) and
     # their vectors (embedx); None: by optimizer (SPARSE_RATES). An unset optimizer is
     # sgd for a new model, and for a job resuming a checkpoint the one it was trained with
-    # (the table's rows depend on it): checkpoint.resolve_sparse_optimizer.
+    # (the table's rows depend on it): checkpoint.resolve_model.
     sparse_optimizer: SparseOptimizer | None = None
     sparse_learning_rate: float | None = None
     embedx_learning_rate: float | None = None
@@ -93,6 +96,11 @@ class HyperParameters:
     # Dense features of PaddleRec's slot format, [{"name": ..., "dim": ...}], in the order
     # the network gets them; each line must carry every one in full.
     dense_features: list[DenseFeature] = field(default_factory=list)
+    # Applied in the model's graph (so the exported model applies it too): counts and other
+    # heavy-tailed values squashed before the first layer. Unset, like sparse_optimizer:
+    # NEW_MODEL_DENSE_TRANSFORM for a new model, a resumed one keeps its own (checkpoint
+    # .with_resolved_model).
+    dense_transform: DenseTransform | None = None
     # The CTR accessor (model.py): an id's score is (shows - clicks) * nonclk_coeff + clicks *
     # click_coeff; with both 1 it counts shows. Below embedx_threshold an id has only its
     # per-id weight (embed_w), no embedding vector. After every pass the scores decay by
@@ -111,7 +119,7 @@ class HyperParameters:
     def sparse_rule(self) -> tuple[SparseOptimizer, float, float]:
         """(optimizer, embed_w's rate, embedx's rate) as the job uses them: unset rates by
         optimizer; with adagrad the vectors' rate is the weights' unless set (as it always
-        was). The optimizer must be resolved (checkpoint.resolve_sparse_optimizer)."""
+        was). The optimizer must be resolved (checkpoint.resolve_model)."""
         if self.sparse_optimizer is None:
             raise ValueError("hyper_parameters.sparse_optimizer: unset (resolved at start)")
         weights, vectors = SPARSE_RATES[self.sparse_optimizer]
@@ -119,6 +127,12 @@ class HyperParameters:
         if self.sparse_optimizer == "adagrad" and self.sparse_learning_rate is not None:
             vectors = self.sparse_learning_rate
         return self.sparse_optimizer, weight_rate, self.embedx_learning_rate or vectors
+
+    def dense_rule(self) -> DenseTransform:
+        """dense_transform as the job uses it: it must be resolved (checkpoint.resolve_model)."""
+        if self.dense_transform is None:
+            raise ValueError("hyper_parameters.dense_transform: unset (resolved at start)")
+        return self.dense_transform
 
     def deletion(self) -> float:
         """delete_threshold as the job uses it: parse_config sets an unset one by mode."""
@@ -233,6 +247,9 @@ DELETE_THRESHOLD_BY_MODE: dict[str, float] = {"offline": 1000.0, "online": 0.0}
 SPARSE_RATES: dict[str, tuple[float, float]] = {"sgd": (0.01, 0.01), "adagrad": (0.05, 0.05)}
 # The optimizer of a new model when none is set.
 NEW_MODEL_SPARSE_OPTIMIZER: SparseOptimizer = "sgd"
+# The dense transform of a new model when none is set (measured: docs/trainer.md, "Dense
+# features").
+NEW_MODEL_DENSE_TRANSFORM: DenseTransform = "signed_log1p"
 
 
 def delete_threshold_for(mode: str) -> float:

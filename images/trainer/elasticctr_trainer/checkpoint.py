@@ -30,7 +30,9 @@ from typing import Any
 import numpy as np
 from elasticctr_common.storage import Store, open_store
 from elasticctr_common.trainer_json import (
+    NEW_MODEL_DENSE_TRANSFORM,
     NEW_MODEL_SPARSE_OPTIMIZER,
+    DenseTransform,
     HyperParameters,
     SparseOptimizer,
     TrainerConfig,
@@ -47,8 +49,10 @@ class CheckpointMismatch(RuntimeError):
     checkpoint, the difference and what to do. A rerun would meet it again."""
 
 
-# Checkpoints that record no sparse optimizer were all trained with this one.
+# Checkpoints that record no sparse optimizer were all trained with this one, and those
+# that record no dense transform fed the dense features as they are.
 UNRECORDED_SPARSE_OPTIMIZER: SparseOptimizer = "adagrad"
+UNRECORDED_DENSE_TRANSFORM: DenseTransform = "none"
 
 
 @dataclass(frozen=True)
@@ -63,33 +67,46 @@ class ModelLayout:
     # The sparse rows' layout follows the optimizer (adagrad's hold its squared-gradient
     # sums).
     sparse_optimizer: SparseOptimizer = UNRECORDED_SPARSE_OPTIMIZER
+    # The dense weights were learnt on the transformed values.
+    dense_transform: DenseTransform = UNRECORDED_DENSE_TRANSFORM
 
     @classmethod
     def of(cls, hyper: HyperParameters, slots: list[int]) -> ModelLayout:
         optimizer, _, _ = hyper.sparse_rule()
         return cls(
-            hyper.sparse_dim, hyper.embedding_dim, list(slots), list(hyper.fc_sizes), optimizer
-        )
+            hyper.sparse_dim, hyper.embedding_dim, list(slots), list(hyper.fc_sizes), optimizer,
+            hyper.dense_rule(),
+        )  # fmt: skip
 
 
-def resolve_sparse_optimizer(hyper: HyperParameters, last: Checkpoint | None) -> HyperParameters:
-    """`hyper` with its sparse optimizer set: the configured one; unset, the one the latest
-    checkpoint was trained with (so an upgrade that changed the default resumes its model),
-    or for a new model NEW_MODEL_SPARSE_OPTIMIZER."""
-    if hyper.sparse_optimizer is not None:
-        return hyper
-    if last is None:
-        return replace(hyper, sparse_optimizer=NEW_MODEL_SPARSE_OPTIMIZER)
-    trained = last.layout.sparse_optimizer if last.layout else UNRECORDED_SPARSE_OPTIMIZER
-    return replace(hyper, sparse_optimizer=trained)
+# The hyper-parameters a checkpoint decides when unset: (a new model's, an unrecorded one's).
+DECIDED_BY_CHECKPOINT: dict[str, tuple[str, str]] = {
+    "sparse_optimizer": (NEW_MODEL_SPARSE_OPTIMIZER, UNRECORDED_SPARSE_OPTIMIZER),
+    "dense_transform": (NEW_MODEL_DENSE_TRANSFORM, UNRECORDED_DENSE_TRANSFORM),
+}
+
+
+def resolve_model(hyper: HyperParameters, last: Checkpoint | None) -> HyperParameters:
+    """`hyper` with each of DECIDED_BY_CHECKPOINT set: the configured value; unset, the one
+    the latest checkpoint was trained with (so an upgrade that changed a default resumes its
+    model as it was), or for a new model the new model's."""
+    decided: dict[str, Any] = {}
+    for name, (new_model, unrecorded) in DECIDED_BY_CHECKPOINT.items():
+        if getattr(hyper, name) is not None:
+            continue
+        if last is None:
+            decided[name] = new_model
+        else:
+            decided[name] = getattr(last.layout, name) if last.layout else unrecorded
+    return replace(hyper, **decided)
 
 
 def with_resolved_model(config: TrainerConfig) -> TrainerConfig:
     """`config` as this job runs it: what the model leaves unset and a checkpoint decides
-    (resolve_sparse_optimizer), read before the tables are built; pservers and trainers
-    read the same index, which only trainer 0 appends to, after a pass."""
+    (resolve_model), read before the tables are built; pservers and trainers read the same
+    index, which only trainer 0 appends to, after a pass."""
     last = latest(open_store(config.runner.checkpoint_uri))
-    return replace(config, hyper_parameters=resolve_sparse_optimizer(config.hyper_parameters, last))
+    return replace(config, hyper_parameters=resolve_model(config.hyper_parameters, last))
 
 
 # Where each ModelLayout field is set: trainer.json's key (the stack config's).
@@ -99,6 +116,7 @@ LAYOUT_KEYS = {
     "slots": "the slots of runner.slot_conf (stack: slot_conf)",
     "fc_sizes": "hyper_parameters.fc_sizes",
     "sparse_optimizer": "hyper_parameters.sparse_optimizer (stack: training.sparse_optimizer)",
+    "dense_transform": "hyper_parameters.dense_transform (stack: training.dense_transform)",
 }
 
 

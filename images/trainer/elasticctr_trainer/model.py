@@ -78,15 +78,27 @@ def dense_var_name(name: str) -> str:
     return f"dense_{name}"
 
 
+def transformed_dense(x: paddle.static.Variable, transform: str) -> paddle.static.Variable:
+    """`x` as the network sees it. signed_log1p squashes heavy tails (counts of 0 to 10^5
+    side by side) so that no feature's scale swamps the first layer; the sign keeps negative
+    values apart from positive ones, and 0 stays 0. In the graph, so serving applies it."""
+    if transform == "none":
+        return x
+    if transform == "signed_log1p":
+        return paddle.multiply(paddle.sign(x), paddle.log1p(paddle.abs(x)))
+    raise ValueError(f"dense_transform: must be none or signed_log1p, got {transform!r}")
+
+
 def build_ctr_model(
     slot_count: int, sparse_dim: int, embedding_dim: int, fc_sizes: list[int],
     network: tuple[str, Network], dense: list[tuple[str, int]] | None = None,
-    dense_l2: float = 0.0,
+    dense_l2: float = 0.0, dense_transform: str = "none",
 ) -> CtrModel:  # fmt: skip
     """Build the model into the default main/startup programs. `network`: (name, build), the
     function from the pooled slots and the dense features (`dense`: (name, dim) each) to the
     click logit (networks.py); `dense_l2`: L2 regularisation of its FC weights (not of the
-    sparse table: Paddle's regulariser cannot take its SelectedRows gradient)."""
+    sparse table: Paddle's regulariser cannot take its SelectedRows gradient);
+    `dense_transform`: what the network gets of each dense feature (transformed_dense)."""
     label = paddle.static.data("label", [None, 1], "int64")
     # Not "show"/"click": Paddle's PS pass creates variables with those names.
     show = paddle.static.data("ctr_show", [None, 1], "float32")
@@ -114,7 +126,8 @@ def build_ctr_model(
         pooled.append(paddle.static.nn.sequence_lod.sequence_pool(embedding, "sum"))
 
     name, build = network
-    inputs = NetInputs(pooled, dense_vars, embedding_dim, list(fc_sizes), dense_l2)
+    transformed = [transformed_dense(v, dense_transform) for v in dense_vars]
+    inputs = NetInputs(pooled, transformed, embedding_dim, list(fc_sizes), dense_l2)
     logit = call_network(name, build, inputs)
     # Two classes [no click, click]: softmax([0, z]) is [1 - sigmoid(z), sigmoid(z)].
     logits = paddle.concat([paddle.zeros_like(logit), logit], axis=1)

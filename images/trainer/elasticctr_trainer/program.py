@@ -38,7 +38,7 @@ def build_training_program(hyper: HyperParameters, slot_count: int, pservers: in
     dense = [(feature.name, feature.dim) for feature in hyper.dense_features]
     net = build_ctr_model(
         slot_count, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes, network, dense,
-        hyper.dense_l2,
+        hyper.dense_l2, hyper.dense_rule(),
     )  # fmt: skip
     accessor = AccessorParams(
         hyper.embedx_threshold, hyper.nonclk_coeff, hyper.click_coeff,

@@ -139,7 +139,7 @@ def test_unset_sparse_rates_follow_the_optimizer(hyper: dict[str, Any], rule: tu
 
 
 def test_an_unset_sparse_optimizer_stays_unset_until_the_job_starts() -> None:
-    """It depends on the checkpoint (checkpoint.resolve_sparse_optimizer), not on the file."""
+    """It depends on the checkpoint (checkpoint.resolve_model), not on the file."""
     config = parse_config({"runner": RUNNER, "hyper_parameters": {}})
     assert config.hyper_parameters.sparse_optimizer is None
     with pytest.raises(ValueError, match="sparse_optimizer: unset"):

@@ -19,7 +19,7 @@ from elasticctr_trainer.checkpoint import (
     ModelLayout,
     check_layout,
     latest,
-    resolve_sparse_optimizer,
+    resolve_model,
 )
 
 PER_SERVER = 8
@@ -206,32 +206,52 @@ def test_another_layout_is_refused_naming_each_difference(tmp_path):
     assert f"removing file://{tmp_path}/index" in message
 
 
+# An index line from before checkpoints recorded the sparse rule and the dense transform.
+OLD_LINE = json.dumps(
+    {"pass_id": 2, "hour": None, "version": 2, "pservers": 2, "trainers": 2,
+     "layout": {"sparse_dim": 1000001, "embedding_dim": 9, "slots": [1], "fc_sizes": [4]}}
+)  # fmt: skip
+
+
 def test_a_new_model_gets_sgd_and_a_resumed_one_keeps_its_optimizer(tmp_path):
     hyper = HyperParameters()
-    assert resolve_sparse_optimizer(hyper, None).sparse_rule() == ("sgd", 0.01, 0.01)
+    assert resolve_model(hyper, None).sparse_rule() == ("sgd", 0.01, 0.01)
     sgd = Checkpoint(3, None, 3, 2, 2, layout=replace(LAYOUT, sparse_optimizer="sgd"))
-    assert resolve_sparse_optimizer(hyper, sgd).sparse_optimizer == "sgd"
+    assert resolve_model(hyper, sgd).sparse_optimizer == "sgd"
     # Checkpoints from before the choice recorded none: every one of them was adagrad's.
-    old_line = json.dumps(
-        {"pass_id": 2, "hour": None, "version": 2, "pservers": 2, "trainers": 2,
-         "layout": {"sparse_dim": 1000001, "embedding_dim": 9, "slots": [1], "fc_sizes": [4]}}
-    )  # fmt: skip
-    for old in (Checkpoint.from_line(old_line), Checkpoint(2, None, 2, 2, 2)):
-        assert resolve_sparse_optimizer(hyper, old).sparse_rule() == ("adagrad", 0.05, 0.05)
+    for old in (Checkpoint.from_line(OLD_LINE), Checkpoint(2, None, 2, 2, 2)):
+        assert resolve_model(hyper, old).sparse_rule() == ("adagrad", 0.05, 0.05)
     # A configured optimizer is kept whatever the checkpoint (check_layout refuses a change).
     chosen = HyperParameters(sparse_optimizer="adagrad", sparse_learning_rate=0.1)
-    assert resolve_sparse_optimizer(chosen, sgd).sparse_rule() == ("adagrad", 0.1, 0.1)
+    assert resolve_model(chosen, sgd).sparse_rule() == ("adagrad", 0.1, 0.1)
 
 
-def test_another_sparse_optimizer_is_refused_naming_the_setting(tmp_path):
+def test_a_new_model_squashes_its_dense_features_and_a_resumed_one_keeps_its_transform():
+    hyper = HyperParameters()
+    assert resolve_model(hyper, None).dense_rule() == "signed_log1p"
+    squashed = Checkpoint(3, None, 3, 2, 2, layout=replace(LAYOUT, dense_transform="signed_log1p"))
+    assert resolve_model(hyper, squashed).dense_rule() == "signed_log1p"
+    # Checkpoints from before the choice recorded none: they all fed the values as they are.
+    for old in (Checkpoint.from_line(OLD_LINE), Checkpoint(2, None, 2, 2, 2)):
+        assert resolve_model(hyper, old).dense_rule() == "none"
+    # A configured one is kept whatever the checkpoint (check_layout refuses a change).
+    assert resolve_model(HyperParameters(dense_transform="none"), squashed).dense_rule() == "none"
+    with pytest.raises(ValueError, match="dense_transform: unset"):
+        hyper.dense_rule()
+
+
+@pytest.mark.parametrize(
+    ("key", "recorded", "this_job"),
+    [("sparse_optimizer", "adagrad", "sgd"), ("dense_transform", "none", "signed_log1p")],
+)
+def test_another_model_choice_is_refused_naming_the_setting(tmp_path, key, recorded, this_job):
     store = open_store(f"file://{tmp_path}")
-    old = Checkpoint.from_line(
-        json.dumps({"pass_id": 2, "hour": None, "version": 2, "pservers": 2, "trainers": 2,
-                    "layout": {**asdict(LAYOUT), "sparse_optimizer": "adagrad"}})
-    )  # fmt: skip
+    line = json.loads(OLD_LINE)
+    line["layout"] = {**asdict(LAYOUT), key: recorded}
+    old = Checkpoint.from_line(json.dumps(line))
     with pytest.raises(CheckpointMismatch) as err:
-        check_layout(store, old, replace(LAYOUT, sparse_optimizer="sgd"))
+        check_layout(store, old, replace(LAYOUT, **{key: this_job}))
     assert (
-        "hyper_parameters.sparse_optimizer (stack: training.sparse_optimizer) was adagrad, "
-        "this job has sgd" in str(err.value)
+        f"hyper_parameters.{key} (stack: training.{key}) was {recorded}, this job has {this_job}"
+        in str(err.value)
     )
