@@ -79,8 +79,15 @@ def served_inputs(lines: list[str], meta: dict, keys: np.ndarray, values: np.nda
 @pytest.mark.parametrize("model", ["deepfm", "dcn", "custom"])
 def test_network_exports_what_the_trainer_predicts(model, criteo, tmp_path):
     root, data = criteo
-    module = {"network_module": str(NETS / "two_tower.py")} if model == "custom" else {}
-    run_job(config(root, tmp_path, model=model, **module), tmp_path / "logs", 1, 1)
+    settings: dict[str, object] = {"model": model}
+    if model == "custom":
+        settings["network_module"] = str(NETS / "two_tower.py")
+    if model == "deepfm":
+        # This checks the export, not deepfm's defaults: on this 25%-click data its vectors
+        # at the default rate reached the clamp once under CI's load (more pushes merged
+        # into one summed step), so the version was refused (docs/trainer.md).
+        settings["embedx_learning_rate"] = 0.005
+    run_job(config(root, tmp_path, **settings), tmp_path / "logs", 1, 1)
     dense_dir = tmp_path / "models/1/dense"
     meta = json.loads((dense_dir / "meta.json").read_text())
     assert meta["model"] == model and meta["data_format"] == "paddlerec"
