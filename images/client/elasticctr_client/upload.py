@@ -59,6 +59,10 @@ def hour_dirs(source: Path) -> list[Path]:
     return [h for d in days for h in sorted(d.iterdir()) if h.is_dir() and HOUR.match(h.name)]
 
 
+PUT_MIN_RATE = 256 * 1024  # bytes/s: slower than this through kubectl exec is a hang
+PUT_ATTEMPTS = 3
+
+
 class Destination(Protocol):
     def upload(self, local: Path, name: str) -> None: ...
     def uri(self, name: str) -> str: ...
@@ -66,28 +70,44 @@ class Destination(Protocol):
 
 class ThroughDatanode:
     """An in-cluster HDFS from outside the cluster: files piped into `hdfs dfs -put -f -`
-    in a pod of its datanode StatefulSet (`kubectl exec -i`), under `path`."""
+    in a pod of its datanode StatefulSet (`kubectl exec -i`), under `path`.
 
-    def __init__(self, kubectl: list[str], namespace: str, dest_uri: str) -> None:
+    A `kubectl exec -i` can hang after its stdin is sent (seen once in a CI run: a
+    donefile's put still open 20 minutes later), so each put has a time limit,
+    `timeout` plus the file's size at PUT_MIN_RATE, and is sent again when it passes it:
+    `-put -f` of the same bytes is safe to repeat, and the hour's donefile still goes
+    after its data."""
+
+    def __init__(self, kubectl: list[str], namespace: str, dest_uri: str, timeout: float) -> None:
         self.kubectl, self.namespace, self.dest_uri = kubectl, namespace, dest_uri.rstrip("/")
         self.path = urlparse(dest_uri).path.rstrip("/") or "/"
+        self.timeout = timeout
+        self._timed_out = False  # whether the last `hdfs dfs` call passed its limit
 
     def uri(self, name: str) -> str:
         return f"{self.dest_uri}/{name}"
 
-    def check(self, timeout: float) -> None:
+    def check(self) -> None:
         """The pod, the right to exec in it and the namenode, before any file: the
         dataset directory is made (it may exist)."""
-        self._hdfs(["-mkdir", "-p", self.path], None, timeout)
+        self._hdfs(["-mkdir", "-p", self.path], None, self.timeout)
 
     def upload(self, local: Path, name: str) -> None:
-        with local.open("rb") as data:
-            self._hdfs(["-put", "-f", "-", f"{self.path.rstrip('/')}/{name}"], data, None)
+        limit = self.timeout + local.stat().st_size / PUT_MIN_RATE
+        for attempt in range(1, PUT_ATTEMPTS + 1):
+            with local.open("rb") as data:
+                try:
+                    self._hdfs(["-put", "-f", "-", f"{self.path.rstrip('/')}/{name}"], data, limit)
+                    return
+                except UnreachableError:
+                    if attempt == PUT_ATTEMPTS or not self._timed_out:
+                        raise
 
     def _hdfs(self, argv: list[str], stdin: BinaryIO | None, timeout: float | None) -> None:
         target = f"statefulset/{HDFS_DATANODES}"
         command = [*self.kubectl, "--namespace", self.namespace, "exec", "-i", target, "--",
                    "hdfs", "dfs", *argv]  # fmt: skip
+        self._timed_out = False
         try:
             done = subprocess.run(
                 command,
@@ -96,6 +116,7 @@ class ThroughDatanode:
                 timeout=timeout,
             )
         except subprocess.TimeoutExpired:
+            self._timed_out = True
             raise UnreachableError(
                 f"{self.dest_uri}: `hdfs dfs {argv[0]}` in {target} (namespace "
                 f"{self.namespace}) did not end within {timeout:g} s; is the cluster up and "
@@ -131,9 +152,9 @@ def upload(
     if slot_conf is not None:
         _check_slot_conf(slot_conf)  # before anything is sent
     store: Destination
-    through = _through_datanode(dest_uri, forwarder)
+    through = _through_datanode(dest_uri, forwarder, timeout)
     if through is not None:
-        through.check(timeout)
+        through.check()
         store = through
     else:
         try:
@@ -151,7 +172,9 @@ def upload(
         raise mapped from err
 
 
-def _through_datanode(dest_uri: str, forwarder: Forwarder | None) -> ThroughDatanode | None:
+def _through_datanode(
+    dest_uri: str, forwarder: Forwarder | None, timeout: float
+) -> ThroughDatanode | None:
     """The way in for an HDFS named by its cluster DNS name, from outside the cluster."""
     parsed = urlparse(dest_uri)
     if parsed.scheme != "hdfs" or forwarder is None or os.environ.get(IN_A_POD):
@@ -165,7 +188,7 @@ def _through_datanode(dest_uri: str, forwarder: Forwarder | None) -> ThroughData
         f"-- hdfs dfs -put -f - {parsed.path.rstrip('/')}/YYYYMMDD/HH/FILE < FILE`"
     )
     kubectl = forwarder.kubectl(dest_uri, "write through a datanode pod", instead)
-    return ThroughDatanode(kubectl, namespace, dest_uri)
+    return ThroughDatanode(kubectl, namespace, dest_uri, timeout)
 
 
 def _check_namenode(dest_uri: str, store: Store, timeout: float) -> None:

@@ -127,11 +127,12 @@ def test_upload_json(hours, tmp_path):
 IN_CLUSTER_HDFS = "hdfs://hdfs-namenode.elasticctr-dev.svc.cluster.local:8020"
 
 
-def fake_kubectl(tmp_path, fail: str = "") -> dict:
+def fake_kubectl(tmp_path, fail: str = "", hang_once: str = "") -> dict:
     """A `kubectl` on PATH standing in for the Kubernetes API and a datanode pod's
     `hdfs dfs`: it records each call, and `exec ... -- hdfs dfs -put -f - PATH` writes its
     stdin under tmp_path/hdfs/PATH (`-mkdir -p PATH` makes it). `fail`: what it says on
-    stderr before exiting 1, as kubectl does when the API refuses."""
+    stderr before exiting 1, as kubectl does when the API refuses. `hang_once`: the first
+    put to a path ending so reads its stdin and then never ends, as a stuck exec does."""
     bin_dir = tmp_path / "kbin"
     bin_dir.mkdir()
     script = bin_dir / "kubectl"
@@ -150,7 +151,11 @@ def fake_kubectl(tmp_path, fail: str = "") -> dict:
         "    path.mkdir(parents=True, exist_ok=True)\n"
         "else:\n"
         "    path.parent.mkdir(parents=True, exist_ok=True)\n"
-        "    path.write_bytes(sys.stdin.buffer.read())\n"
+        "    data = sys.stdin.buffer.read()\n"
+        f"    hung = root.parent / 'hung-once'\n"
+        f"    if {hang_once!r} and argv[-1].endswith({hang_once!r}) and not hung.exists():\n"
+        "        hung.touch(); import time; time.sleep(600)\n"
+        "    path.write_bytes(data)\n"
     )
     script.chmod(0o755)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
@@ -182,6 +187,27 @@ def test_an_in_cluster_hdfs_is_written_through_a_datanode_pod(hours, tmp_path):
         "/train_data/20191221/00/donefile",  # the hour is ready after its data
         "/train_data/20191221/01/part-00000",
         "/train_data/slot.conf",
+    ]
+
+
+def test_a_put_whose_exec_hangs_is_sent_again(hours, tmp_path):
+    src, slot_conf = hours
+    env = {**fake_pulumi(tmp_path, {"hdfs_address": IN_CLUSTER_HDFS})}
+    kubectl_path = fake_kubectl(tmp_path, hang_once="/donefile")["PATH"]
+    env["PATH"] = kubectl_path.replace(os.environ["PATH"], env["PATH"])
+    done = run_client(
+        "--stack", "dev", "--timeout", "2", "upload", str(src), "--slot-conf", str(slot_conf),
+        env=env, drop=("KUBERNETES_SERVICE_HOST", "KUBECONFIG"),
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert (tmp_path / "hung-once").exists()  # the first put of the donefile did hang
+    check_uploaded(LocalStore(f"file://{tmp_path}/hdfs/train_data"), src)
+    puts = [call[-1] for call in kubectl_calls(tmp_path)[1:]]
+    assert puts[1:5] == [
+        "/train_data/20191221/00/part-00001",
+        "/train_data/20191221/00/donefile",
+        "/train_data/20191221/00/donefile",  # again, after the first passed its limit
+        "/train_data/20191221/01/part-00000",
     ]
 
 
