@@ -63,6 +63,10 @@ PUT_MIN_RATE = 256 * 1024  # bytes/s: slower than this through kubectl exec is a
 PUT_ATTEMPTS = 3
 
 
+class ExecTimedOut(UnreachableError):
+    """A `kubectl exec` into the datanode pod that did not end within its limit."""
+
+
 class Destination(Protocol):
     def upload(self, local: Path, name: str) -> None: ...
     def uri(self, name: str) -> str: ...
@@ -82,7 +86,6 @@ class ThroughDatanode:
         self.kubectl, self.namespace, self.dest_uri = kubectl, namespace, dest_uri.rstrip("/")
         self.path = urlparse(dest_uri).path.rstrip("/") or "/"
         self.timeout = timeout
-        self._timed_out = False  # whether the last `hdfs dfs` call passed its limit
 
     def uri(self, name: str) -> str:
         return f"{self.dest_uri}/{name}"
@@ -99,15 +102,14 @@ class ThroughDatanode:
                 try:
                     self._hdfs(["-put", "-f", "-", f"{self.path.rstrip('/')}/{name}"], data, limit)
                     return
-                except UnreachableError:
-                    if attempt == PUT_ATTEMPTS or not self._timed_out:
+                except ExecTimedOut:
+                    if attempt == PUT_ATTEMPTS:
                         raise
 
     def _hdfs(self, argv: list[str], stdin: BinaryIO | None, timeout: float | None) -> None:
         target = f"statefulset/{HDFS_DATANODES}"
         command = [*self.kubectl, "--namespace", self.namespace, "exec", "-i", target, "--",
                    "hdfs", "dfs", *argv]  # fmt: skip
-        self._timed_out = False
         try:
             done = subprocess.run(
                 command,
@@ -116,8 +118,7 @@ class ThroughDatanode:
                 timeout=timeout,
             )
         except subprocess.TimeoutExpired:
-            self._timed_out = True
-            raise UnreachableError(
+            raise ExecTimedOut(
                 f"{self.dest_uri}: `hdfs dfs {argv[0]}` in {target} (namespace "
                 f"{self.namespace}) did not end within {timeout:g} s; is the cluster up and "
                 "HDFS ready?"

@@ -152,7 +152,7 @@ def fake_kubectl(tmp_path, fail: str = "", hang_once: str = "") -> dict:
         "else:\n"
         "    path.parent.mkdir(parents=True, exist_ok=True)\n"
         "    data = sys.stdin.buffer.read()\n"
-        f"    hung = root.parent / 'hung-once'\n"
+        "    hung = root.parent / 'hung-once'\n"
         f"    if {hang_once!r} and argv[-1].endswith({hang_once!r}) and not hung.exists():\n"
         "        hung.touch(); import time; time.sleep(600)\n"
         "    path.write_bytes(data)\n"
