@@ -1,16 +1,21 @@
 """Freshness of the feedback loop in pods: from a partition's donefile to serving on a
-version trained on it, on the local stack with N-minute partitions (docs/feedback.md).
+version trained on it, on the local stack with N-minute partitions (docs/feedback.md);
+with `--drift-at`, also the served model's recovery when the simulator's truth drifts.
 
     sudo -E .venv/bin/python bench/feedback_freshness.py                 # 5-minute partitions
     sudo -E .venv/bin/python bench/feedback_freshness.py --minutes 5 --seconds 1500 \
         --json /tmp/freshness.json
+    sudo -E .venv/bin/python bench/feedback_freshness.py --minutes 1 --seconds 600 \
+        --qps 8 --batch 8 --drift-at 240 --bar 120                   # recovery after a drift
 
 Runs the lifecycle's phases 1-3 and 7 (tests/lifecycle: data in, the offline job, roll-out,
 then the feedback loop with the online Job, the joiner's and Kafka's pods deleted early on)
 on the cluster session's local stack, with the partitions and the simulator's traffic set
-here, and prints each partition's freshness and the median. Exit 1 when the median is over
-`--bar` seconds (the issue's 2 minutes) or the phases fail. Needs root, as the cluster
-tests do, and `tools/setup.sh` done; takes the minutes of traffic plus about 20.
+here, and prints each partition's freshness and the median, and the AUC of each served
+version on the traffic it served against the Bayes AUC of that traffic. Exit 1 when the
+median is over `--bar` seconds (the issue's 2 minutes) or the phases fail. Needs root, as
+the cluster tests do, and `tools/setup.sh` done; takes the minutes of traffic plus about
+20.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 PHASES = "test_1_ or test_2_ or test_3_ or test_7_"
@@ -35,6 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--bar", type=float, default=120.0, help="median seconds allowed")
     parser.add_argument("--json", type=Path, help="write the lifecycle's report here")
+    parser.add_argument("--qps", type=float, default=4.0, help="the simulator's requests a second")
+    parser.add_argument("--batch", type=int, default=4, help="instances a request")
+    parser.add_argument(
+        "--drift-at", type=float, help="seconds into the traffic the simulator's truth drifts"
+    )
     args = parser.parse_args(argv)
     if args.seconds < 3 * 60 * args.minutes:
         parser.error(
@@ -46,9 +57,13 @@ def main(argv: list[str] | None = None) -> int:
         env = os.environ | {
             "ELASTICCTR_LIFECYCLE_FEEDBACK_MINUTES": str(args.minutes),
             "ELASTICCTR_LIFECYCLE_FEEDBACK_SECONDS": str(args.seconds),
+            "ELASTICCTR_LIFECYCLE_FEEDBACK_QPS": str(args.qps),
+            "ELASTICCTR_LIFECYCLE_FEEDBACK_BATCH": str(args.batch),
             "ELASTICCTR_LIFECYCLE_REPORT": str(report),
             "ELASTICCTR_E2E_REQUIRED": "1",
         }
+        if args.drift_at is not None:
+            env["ELASTICCTR_LIFECYCLE_FEEDBACK_DRIFT_AT"] = str(args.drift_at)
         tools_path = subprocess.run(
             ["bash", "tools/build-tools.sh", "--print-path"],
             cwd=REPO, capture_output=True, text=True, check=True,
@@ -62,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
         if not report.exists():
             print(f"the lifecycle wrote no report (pytest exit {run.returncode})", file=sys.stderr)
             return 1
-        figures = json.loads(report.read_text())["figures"].get("feedback freshness")
+        all_figures = json.loads(report.read_text())["figures"]
+        figures = all_figures.get("feedback freshness")
+        served = all_figures.get("feedback in pods", {}).get("simulator", {}).get("versions", [])
     if run.returncode != 0 or not figures:
         print(f"the lifecycle phases failed (pytest exit {run.returncode})", file=sys.stderr)
         return 1
@@ -72,9 +89,43 @@ def main(argv: list[str] | None = None) -> int:
             f"  {row['partition']}: version {row['version']} (served {row['served_version']})"
             f" {row['seconds']:.1f} s after the donefile"
         )
+    print("\nAUC of each served version on the traffic it served (the simulator's record):")
+    for line in quality_table(served):
+        print(f"  {line}")
     median = figures["median_seconds"]
     print(f"median {median:.1f} s (bar {args.bar:.0f} s)")
     return 0 if median <= args.bar else 1
+
+
+def quality_table(versions: list[dict[str, Any]]) -> list[str]:
+    """The simulator's rows (version, drifted, impressions, auc, bayes_auc) as lines, with
+    the gap to Bayes and, after a drift, how many versions the served model took to come
+    back within its gap before the drift."""
+    lines, before_gap, recovered = [], None, None
+    first_after = None
+    for row in versions:
+        if "auc" not in row:
+            continue  # no clicks, or only clicks, on this version's traffic
+        gap = row["bayes_auc"] - row["auc"]
+        traffic = "after the drift" if row["drifted"] else "before"
+        lines.append(
+            f"version {row['version']:>3} {traffic:<15} {row['impressions']:>7} impressions"
+            f"  AUC {row['auc']:.3f}  Bayes {row['bayes_auc']:.3f}  gap {gap:.3f}"
+        )
+        if not row["drifted"]:
+            before_gap = gap
+        elif first_after is None:
+            first_after = row["version"]
+        elif recovered is None and before_gap is not None and gap <= before_gap:
+            recovered = row["version"] - first_after
+    if first_after is not None and before_gap is not None:
+        lines.append(
+            f"back within the gap before the drift ({before_gap:.3f}) {recovered} versions "
+            f"after the one serving at the drift"
+            if recovered is not None
+            else f"not back within the gap before the drift ({before_gap:.3f}) in this run"
+        )
+    return lines
 
 
 if __name__ == "__main__":

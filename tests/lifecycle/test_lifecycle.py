@@ -729,19 +729,27 @@ def test_5_online_mode_follows_a_new_hour(life: Lifecycle) -> None:
 # at 90 s. bench/feedback_freshness.py runs it with longer partitions and traffic.
 FEEDBACK_MINUTES = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_MINUTES", "1"))
 FEEDBACK_SECONDS = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_SECONDS", "180"))
+# The simulator's traffic and the moment its truth drifts (none by default): CI's run is
+# too short to show the served model recovering; bench/feedback_freshness.py sets them.
+FEEDBACK_QPS = float(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_QPS", "4"))
+FEEDBACK_BATCH = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_BATCH", "4"))
+FEEDBACK_DRIFT_AT = os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_DRIFT_AT")
 KILL_JOINER_AT, KILL_KAFKA_AT = 40, 90
 
 
-def _simulator(life: Lifecycle, seconds: int, record: Path, *more: str) -> subprocess.Popen[str]:
-    """The simulator's users on the session's truth through serving's Service: 4 requests
-    a second of 4 instances, clicks 3 s after on average; every impression in `record`."""
+def _simulator(
+    life: Lifecycle, seconds: int, record: Path, *more: str, qps: float = 4, batch: int = 4
+) -> subprocess.Popen[str]:
+    """The simulator's users on the session's truth through serving's Service: `qps`
+    requests a second of `batch` instances, clicks 3 s after on average; every impression
+    in `record`."""
     record.parent.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen(
         [sys.executable, "-m", "elasticctr_trainer", "simulate",
          "--serving-url", life.urls()["serving"], "--token", life.token or "",
          "--truth", str(life.work / "data" / "truth.json"),
-         "--seconds", str(seconds), "--qps", "4", "--batch", "4", "--click-delay", "3",
-         "--record", str(record), *more],
+         "--seconds", str(seconds), "--qps", str(qps), "--batch", str(batch),
+         "--click-delay", "3", "--record", str(record), *more],
         env=workload_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
 
@@ -807,7 +815,11 @@ def test_7_feedback_loop_in_pods(life: Lifecycle) -> None:
         explain=everything_placed,
     )
     record = life.work / "feedback" / "impressions.jsonl"
-    sim = _simulator(life, FEEDBACK_SECONDS, record, "--late-share", "0.1", "--late-after", "90")
+    drift = ["--drift-at", FEEDBACK_DRIFT_AT] if FEEDBACK_DRIFT_AT else []
+    sim = _simulator(
+        life, FEEDBACK_SECONDS, record, "--late-share", "0.1", "--late-after", "90", *drift,
+        qps=FEEDBACK_QPS, batch=FEEDBACK_BATCH,
+    )  # fmt: skip
     began = time.monotonic()
     try:
         for at, selector in (
