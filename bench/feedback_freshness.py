@@ -100,30 +100,33 @@ def main(argv: list[str] | None = None) -> int:
 def quality_table(versions: list[dict[str, Any]]) -> list[str]:
     """The simulator's rows (version, drifted, impressions, auc, bayes_auc) as lines, with
     the gap to Bayes and, after a drift, how many versions the served model took to come
-    back within its gap before the drift."""
-    lines, before_gap, recovered = [], None, None
-    first_after = None
-    for row in versions:
-        if "auc" not in row:
-            continue  # no clicks, or only clicks, on this version's traffic
-        gap = row["bayes_auc"] - row["auc"]
+    back to its AUC and within its gap before the drift (both weighted by impressions)."""
+    lines: list[str] = []
+    scored = [row for row in versions if "auc" in row]  # rows with clicks and non-clicks
+    for row in scored:
         traffic = "after the drift" if row["drifted"] else "before"
         lines.append(
             f"version {row['version']:>3} {traffic:<15} {row['impressions']:>7} impressions"
-            f"  AUC {row['auc']:.3f}  Bayes {row['bayes_auc']:.3f}  gap {gap:.3f}"
+            f"  AUC {row['auc']:.3f}  Bayes {row['bayes_auc']:.3f}"
+            f"  gap {row['bayes_auc'] - row['auc']:.3f}"
         )
-        if not row["drifted"]:
-            before_gap = gap
-        elif first_after is None:
-            first_after = row["version"]
-        elif recovered is None and before_gap is not None and gap <= before_gap:
-            recovered = row["version"] - first_after
-    if first_after is not None and before_gap is not None:
+    before = [row for row in scored if not row["drifted"]]
+    after = [row for row in scored if row["drifted"]]
+    if not before or not after:
+        return lines
+    weight = sum(row["impressions"] for row in before)
+    auc = sum(row["auc"] * row["impressions"] for row in before) / weight
+    gap = sum((row["bayes_auc"] - row["auc"]) * row["impressions"] for row in before) / weight
+    lines.append(f"before the drift: AUC {auc:.3f}, gap to Bayes {gap:.3f}")
+    first = after[0]["version"]  # the version serving when the truth drifted
+    for what, back in (
+        (f"the AUC back to {auc:.3f}", [row for row in after if row["auc"] >= auc]),
+        (f"within the gap {gap:.3f}", [r for r in after if r["bayes_auc"] - r["auc"] <= gap]),
+    ):
         lines.append(
-            f"back within the gap before the drift ({before_gap:.3f}) {recovered} versions "
-            f"after the one serving at the drift"
-            if recovered is not None
-            else f"not back within the gap before the drift ({before_gap:.3f}) in this run"
+            f"{what}: {back[0]['version'] - first} versions after the one serving at the drift"
+            if back
+            else f"{what}: not in this run"
         )
     return lines
 
