@@ -4,12 +4,14 @@ tests/support/controlplane.py): start, use, stop, nothing left behind."""
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from elasticctr_common.ports import free_ports
 
 from tests.support.controlplane import start
 from tools.localcluster import controlplane
@@ -169,3 +171,44 @@ def test_cli_up_and_down(tmp_path, volcano_crd_dir: Path):
     assert down.returncode == 0, down.stderr
     assert not any(controlplane.pid_alive(p) for p in pids)
     assert not state.exists()
+
+
+def test_a_port_taken_before_etcd_binds_it_is_picked_again(monkeypatch: pytest.MonkeyPatch):
+    """A port picked free and taken by another process before etcd binds it (seen in CI:
+    the two test sessions and their outgoing connections share the ephemeral range): the
+    start is tried again with new ports, and the first attempt's processes are gone."""
+    _require_binaries()
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    port = taken.getsockname()[1]
+    picks: list[list[int]] = []
+
+    def first_pick_taken(count: int) -> list[int]:
+        ports = free_ports(count)
+        if not picks:
+            ports[0] = port  # etcd's client port
+        picks.append(ports)
+        return ports
+
+    monkeypatch.setattr(controlplane, "free_ports", first_pick_taken)
+    launched: list[int] = []
+    real_launch = controlplane.ControlPlane._launch
+
+    def launch(self: controlplane.ControlPlane, server: object) -> None:
+        real_launch(self, server)  # type: ignore[arg-type]
+        launched.append(self._servers[-1].proc.pid)  # type: ignore[union-attr]
+
+    monkeypatch.setattr(controlplane.ControlPlane, "_launch", launch)
+    try:
+        cp = controlplane.ControlPlane(controllers=False).start()
+        try:
+            assert len(picks) == 2, picks
+            assert cp.ports["etcd"] == picks[1][0] != port
+            first_etcd = launched[0]
+            assert not controlplane.pid_alive(first_etcd)
+            assert cp.pids["etcd"] != first_etcd and controlplane.pid_alive(cp.pids["etcd"])
+        finally:
+            cp.stop()
+    finally:
+        taken.close()

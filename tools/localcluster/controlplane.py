@@ -56,6 +56,15 @@ class ControlPlaneError(RuntimeError):
     """The control plane could not start (the message carries the server's log tail)."""
 
 
+class PortTaken(ControlPlaneError):
+    """A server could not bind a port picked for it a moment before: another process (an
+    outgoing connection's ephemeral port, a parallel test session) took it in between."""
+
+
+# Attempts to start the servers, each with new ports, when one finds its port taken.
+PORT_ATTEMPTS = 3
+
+
 class BinariesNotFound(ControlPlaneError):
     """Some required binaries are neither on PATH nor built by tools/build-tools.sh."""
 
@@ -340,21 +349,28 @@ class ControlPlane:
             )
         self.binaries = {n: found[n] for n in want if n in found}
 
-        if self.workdir is None:
-            self.dir = Path(tempfile.mkdtemp(prefix="elasticctr-cp-"))
-        else:
-            self.dir = Path(self.workdir).resolve()
-            self.dir.mkdir(parents=True, exist_ok=True)
-            if any(self.dir.iterdir()):
-                raise ControlPlaneError(f"{self.dir} is not empty")
-        if not self.detach:
-            atexit.register(self.stop)
-        try:
-            self._start_servers()
-        except BaseException:
-            self.stop()  # the error carries the log tail; keep_workdir=True keeps the rest
-            raise
-        return self
+        for attempt in range(1, PORT_ATTEMPTS + 1):
+            if self.workdir is None:
+                self.dir = Path(tempfile.mkdtemp(prefix="elasticctr-cp-"))
+            else:
+                self.dir = Path(self.workdir).resolve()
+                self.dir.mkdir(parents=True, exist_ok=True)
+                if any(self.dir.iterdir()):
+                    raise ControlPlaneError(f"{self.dir} is not empty")
+            if not self.detach:
+                atexit.register(self.stop)
+            try:
+                self._start_servers()
+                return self
+            except PortTaken:
+                if attempt == PORT_ATTEMPTS:
+                    self.stop()
+                    raise
+                self.stop(keep_workdir=False)  # again from an empty workdir, new ports
+            except BaseException:
+                self.stop()  # the error carries the log tail; keep_workdir=True keeps the rest
+                raise
+        raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _start_servers(self) -> None:
         d = self.dir
@@ -562,9 +578,10 @@ class ControlPlane:
         last = ""
         while time.monotonic() < deadline:
             if server.proc is not None and server.proc.poll() is not None:
-                raise ControlPlaneError(
-                    f"{name} exited with code {server.proc.returncode}; "
-                    f"{server.log}:\n{log_tail(server.log)}"
+                tail = log_tail(server.log)
+                error = PortTaken if "address already in use" in tail else ControlPlaneError
+                raise error(
+                    f"{name} exited with code {server.proc.returncode}; {server.log}:\n{tail}"
                 )
             try:
                 if ready():
