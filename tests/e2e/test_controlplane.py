@@ -195,9 +195,9 @@ def test_a_port_taken_before_etcd_binds_it_is_picked_again(monkeypatch: pytest.M
     launched: list[int] = []
     real_launch = controlplane.ControlPlane._launch
 
-    def launch(self: controlplane.ControlPlane, server: object) -> None:
-        real_launch(self, server)  # type: ignore[arg-type]
-        launched.append(self._servers[-1].proc.pid)  # type: ignore[union-attr]
+    def launch(self: controlplane.ControlPlane, server: controlplane._Server) -> None:
+        real_launch(self, server)
+        launched.append(self.pids[server.name])
 
     monkeypatch.setattr(controlplane.ControlPlane, "_launch", launch)
     try:
