@@ -174,9 +174,9 @@ def test_cli_up_and_down(tmp_path, volcano_crd_dir: Path):
 
 
 def test_a_port_taken_before_etcd_binds_it_is_picked_again(monkeypatch: pytest.MonkeyPatch):
-    """A port picked free and taken by another process before etcd binds it (seen in CI:
-    the two test sessions and their outgoing connections share the ephemeral range): the
-    start is tried again with new ports, and the first attempt's processes are gone."""
+    """A port picked free and taken by another process before etcd binds it (seen in CI,
+    by an outgoing connection, when ports came from the ephemeral range): the start is
+    tried again with new ports, and the first attempt's processes are gone."""
     _require_binaries()
     taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     taken.bind(("127.0.0.1", 0))

@@ -57,8 +57,9 @@ class ControlPlaneError(RuntimeError):
 
 
 class PortTaken(ControlPlaneError):
-    """A server could not bind a port picked for it a moment before: another process (an
-    outgoing connection's ephemeral port, a parallel test session) took it in between."""
+    """A server could not bind a port picked for it a moment before: another process (a
+    parallel test session picking at once; before free_ports picked above the kernel's
+    ephemeral range, an outgoing connection) took it in between."""
 
 
 # Attempts to start the servers, each with new ports, when one finds its port taken.
