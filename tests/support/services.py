@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Self
 
-from elasticctr_common.ports import free_port
+from elasticctr_common.ports import free_port, port_was_taken
 
 REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent  # console scripts of this venv (mlflow)
@@ -110,7 +110,7 @@ class ServerProcess:
             except ServerStartError as err:
                 # free_port() is free when asked, not when the server binds: another process
                 # may take it in between. Retry on a new port; keep any other failure's log.
-                if "address already in use" not in str(err).lower() or not self._pick_new_port():
+                if not port_was_taken(str(err)) or not self._pick_new_port():
                     raise
                 self._remove_workdir()
         raise ServerStartError(f"{self.name}: every port tried was taken")

@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from elasticctr_common.ports import free_ports
+from elasticctr_common.ports import free_ports, port_was_taken
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BUILD_TOOLS = REPO_ROOT / "tools" / "build-tools.sh"
@@ -580,7 +580,7 @@ class ControlPlane:
         while time.monotonic() < deadline:
             if server.proc is not None and server.proc.poll() is not None:
                 tail = log_tail(server.log)
-                error = PortTaken if "address already in use" in tail else ControlPlaneError
+                error = PortTaken if port_was_taken(tail) else ControlPlaneError
                 raise error(
                     f"{name} exited with code {server.proc.returncode}; {server.log}:\n{tail}"
                 )

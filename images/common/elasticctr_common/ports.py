@@ -80,3 +80,9 @@ def free_ports(count: int, range_file: Path = EPHEMERAL_RANGE) -> list[int]:
 def free_port() -> int:
     """One port, as free_ports(1)."""
     return free_ports(1)[0]
+
+
+def port_was_taken(error_or_log: str) -> bool:
+    """Whether a server's error or log says it could not bind its port: picked free, taken
+    by another process before the server bound it (a start worth trying on new ports)."""
+    return "address already in use" in error_or_log.lower()

@@ -6,9 +6,16 @@ from __future__ import annotations
 import socket
 from pathlib import Path
 
+import elasticctr_common.ports as port_picker
 import pytest
-from elasticctr_common import ports
-from elasticctr_common.ports import EPHEMERAL_RANGE, MIN_POOL, free_port, free_ports, pool
+from elasticctr_common.ports import (
+    EPHEMERAL_RANGE,
+    MIN_POOL,
+    free_port,
+    free_ports,
+    pool,
+    port_was_taken,
+)
 
 
 def test_a_free_port_can_be_bound():
@@ -38,8 +45,8 @@ def test_ports_are_above_the_range_outgoing_connections_take_ports_from():
 
 def test_a_port_bound_elsewhere_is_not_handed_out(tmp_path: Path, monkeypatch):
     # A pool of 16 ports, all but one held by "another process": that one comes out.
-    monkeypatch.setattr(ports, "MIN_POOL", 16)
-    monkeypatch.setattr(ports, "_HANDED_OUT", set())  # earlier tests' picks may be in it
+    monkeypatch.setattr(port_picker, "MIN_POOL", 16)
+    monkeypatch.setattr(port_picker, "_HANDED_OUT", set())  # earlier tests' picks may be in it
     range_file = tmp_path / "range"
     range_file.write_text("1024\t65519\n")
     candidates = pool(range_file)
@@ -84,3 +91,9 @@ def test_no_usable_range_falls_back_to_the_kernel(tmp_path: Path, text: str):
 
 def test_an_unreadable_range_falls_back_to_the_kernel(tmp_path: Path):
     assert pool(tmp_path / "absent") is None
+
+
+def test_a_lost_port_is_told_from_other_failures():
+    assert port_was_taken("listen tcp 127.0.0.1:2380: bind: address already in use")
+    assert port_was_taken("java.net.BindException: Address already in use")
+    assert not port_was_taken("etcd exited with code 1: no space left on device")
