@@ -206,11 +206,19 @@ class FeedbackLog:
     # the sending thread -------------------------------------------------------------------
 
     def _poll(self) -> None:
+        # A poll returns as soon as it has run a report, and a report comes a few
+        # milliseconds after each message: sending after every poll would send as often as
+        # the broker answers. The clock paces the messages instead.
+        due = time.monotonic() + SEND_SECONDS
         while not self._stopping.is_set():
             if self._fatal:
                 self._renew()
-            self.producer.poll(SEND_SECONDS)  # runs the delivery reports
+            left = due - time.monotonic()
+            if left > 0:
+                self.producer.poll(left)  # runs the delivery reports
+                continue
             self._send()
+            due = time.monotonic() + SEND_SECONDS
         self._send()
 
     def _send(self) -> None:

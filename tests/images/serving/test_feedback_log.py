@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 from elasticctr_common.feedback import FRAMED_MESSAGE, impression_records, impressions
-from elasticctr_serving.feedback import MESSAGE_BYTES, FeedbackLog
+from elasticctr_serving.feedback import MESSAGE_BYTES, SEND_SECONDS, FeedbackLog
 from elasticctr_serving.instances import Parsed
 from elasticctr_serving.metrics import ServingMetrics
 
@@ -19,30 +19,42 @@ SLOTS = (101, 102)
 
 
 class RecordingProducer:
-    """Keeps each produced value; `deliver` decides whether poll() acknowledges them."""
+    """Keeps each produced value; `deliver` decides whether poll() acknowledges them. Like
+    librdkafka's, a poll returns as soon as it has run a report, and a message's report
+    comes `ACK_SECONDS` after its produce."""
+
+    ACK_SECONDS = 0.002
 
     def __init__(self, config: dict[str, Any], deliver: bool = True) -> None:
         self.config = config
         self.deliver = deliver
         self.values: list[bytes] = []
-        self._pending: list[Any] = []
+        self._pending: list[tuple[float, Any]] = []
         self._lock = threading.Lock()
 
     def produce(self, topic: str, value: bytes, on_delivery: Any, key: str | None = None) -> None:
         with self._lock:
             self.values.append(value)
-            self._pending.append(on_delivery)
+            self._pending.append((time.monotonic() + self.ACK_SECONDS, on_delivery))
 
     def poll(self, timeout: float) -> int:
-        with self._lock:
-            pending, self._pending = (self._pending, []) if self.deliver else ([], self._pending)
-        for report in pending:
-            report(None, None)
-        time.sleep(timeout)
-        return len(pending)
+        until = time.monotonic() + timeout
+        while True:
+            now = time.monotonic()
+            with self._lock:
+                due = [r for at, r in self._pending if at <= now] if self.deliver else []
+                self._pending = self._pending[len(due) :]
+                first = self._pending[0][0] if self._pending and self.deliver else until
+            for report in due:
+                report(None, None)
+            if due or now >= until:
+                return len(due)
+            time.sleep(max(0.0, min(first, until) - now))
 
     def flush(self, timeout: float = 0) -> int:
-        self.poll(0)
+        until = time.monotonic() + timeout
+        while self._pending and self.deliver and time.monotonic() < until:
+            self.poll(until - time.monotonic())
         return len(self._pending)
 
     def purge(self) -> None:
@@ -110,3 +122,17 @@ def test_records_past_the_bound_are_dropped_and_counted_while_nothing_is_acknowl
     producer.deliver = True
     log.close()
     assert log.status()["waiting"] == 0 and log.status()["impressions"]["delivered"] == 5 * 3
+
+
+def test_messages_go_at_the_sending_period_not_at_each_acknowledgement() -> None:
+    log, producer = feedback_log()
+    started = time.monotonic()
+    for i in range(300):  # a request every ~1 ms, each acknowledged at the next poll
+        log.log_request(f"r-{i}", request(1, 2, i), SLOTS, 3, [0.5])
+        time.sleep(0.001)
+    elapsed = time.monotonic() - started
+    log.close()
+    periods = elapsed / SEND_SECONDS
+    assert 0 < len(producer.values) <= periods + 2, (len(producer.values), periods)
+    got = [impressions(r)[0].request_id for v in producer.values for r in impression_records(v)]
+    assert got == [f"r-{i}" for i in range(300)]
