@@ -238,6 +238,13 @@ def loadgen(
 
 
 # -- the benchmark ------------------------------------------------------------------------
+def renice(pid: int, nice: int) -> None:
+    """Every thread of `pid` to `nice` (a nice value is a thread's own on Linux; the threads
+    it starts later inherit it)."""
+    for task in os.listdir(f"/proc/{pid}/task"):
+        os.setpriority(os.PRIO_PROCESS, int(task), nice)
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -451,6 +458,13 @@ def main() -> int:
         "logging on once with each",
     )
     p.add_argument(
+        "--broker-nice",
+        type=int,
+        default=0,
+        help="--feedback: the broker's nice value (19: it runs on CPU serving and the load "
+        "generator leave, as on a node of its own; 0: it competes with them)",
+    )
+    p.add_argument(
         "--canary",
         type=float,
         default=0.0,
@@ -490,6 +504,9 @@ def main() -> int:
         from tests.support.services import KafkaBroker
 
         broker = KafkaBroker().start()
+        if args.broker_nice:
+            assert broker.proc is not None
+            renice(broker.proc.pid, args.broker_nice)
         create_topics(broker.bootstrap, {"elasticctr-impressions": 3, "elasticctr-clicks": 3})
         ons = [
             (f"on, {c}" if "," in args.compression else "on",
@@ -579,6 +596,7 @@ def main() -> int:
         f"{load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}; {os.cpu_count()} CPUs; model: "
         f"{args.slots} slots x 9, FC {args.fc}; {args.repeat} runs of {args.seconds:g} s per "
         f"cell (medians; p99 of each run in brackets)"
+        + (f"; the broker at nice {args.broker_nice}" if args.feedback else "")
     )
     summary: dict[str, list[dict[str, Any]]] = {}
     for label, tree, extra, env in variants:

@@ -5,8 +5,8 @@ Nothing here may slow or fail a prediction. On the event loop, after the answer 
 computed: the sampling decision, then the request's impressions packed as one record
 (elasticctr_common.feedback: the request's feasign, slot and count arrays copied out
 behind a small JSON head, ~15 µs at batch 64) and appended to a list. A thread of its own
-hands that list to librdkafka (confluent-kafka) as one framed message every few milliseconds
-(`SEND_SECONDS`, at most `MESSAGE_BYTES` each) and serves the delivery reports: one
+hands that list to librdkafka (confluent-kafka) as one framed message every `SEND_SECONDS`
+(at most `MESSAGE_BYTES` each) and serves the delivery reports: one
 `produce` and one report per request cost the event loop more than the record itself
 (docs/feedback.md). The records held (listed, or in librdkafka's buffer, until
 acknowledged) are bounded (`buffer_records`): a record that finds the bound reached is
@@ -55,7 +55,9 @@ log = logging.getLogger("elasticctr_serving.feedback")
 
 DEFAULT_BUFFER_RECORDS = 100_000
 # The sending thread's period: what the event loop logged since goes out as one message.
-SEND_SECONDS = 0.02
+# The broker's cost is mostly per message (at 2,000 requests/s, 100 ms cost it a third of
+# what 20 ms did); an impression waits at most this long, against a join window of minutes.
+SEND_SECONDS = 0.1
 # A message's records and frames stay within this (the broker's message.max.bytes
 # is 1 MiB by default); a record larger on its own goes alone.
 MESSAGE_BYTES = 512 * 1024
