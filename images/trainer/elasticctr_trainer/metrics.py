@@ -51,6 +51,28 @@ def auc(labels: NDArray[Any], scores: NDArray[Any]) -> float:
     return float((ranks[labels].sum() - positives * (positives + 1) / 2) / (positives * negatives))
 
 
+def expected_auc(probabilities: NDArray[Any], scores: NDArray[Any]) -> float:
+    """The AUC `scores` have in expectation over the clicks drawn from the true click
+    `probabilities` (each instance a click with weight p, a non-click with 1 - p; pairs of
+    an instance with itself left out; ties half). No click noise: on a few thousand
+    impressions it moves far less than the AUC on the clicks drawn, so two versions'
+    rankings can be compared on their own traffic. NaN when no pair has weight."""
+    p = np.asarray(probabilities, dtype=np.float64)
+    s = np.asarray(scores, dtype=np.float64)
+    if p.shape != s.shape:
+        raise ValueError(f"probabilities {p.shape} and scores {s.shape} differ in shape")
+    groups, group_of = np.unique(s, return_inverse=True)  # ascending scores
+    clicked = np.bincount(group_of, weights=p, minlength=len(groups))
+    unclicked = np.bincount(group_of, weights=1.0 - p, minlength=len(groups))
+    self_pairs = p * (1.0 - p)
+    tied_self = np.bincount(group_of, weights=self_pairs, minlength=len(groups))
+    unclicked_below = np.cumsum(unclicked) - unclicked
+    ordered = np.sum(clicked * unclicked_below)
+    tied = 0.5 * np.sum(clicked * unclicked - tied_self)
+    weight = p.sum() * (1.0 - p).sum() - self_pairs.sum()
+    return float((ordered + tied) / weight) if weight > 0 else float("nan")
+
+
 def _experiment_id(mlflow: Any, name: str) -> str:
     """The experiment's id, creating it if needed: every trainer starts at once, so
     creation races, and the loser must not end up in the Default experiment."""

@@ -13,7 +13,9 @@ Everything sent is kept in the simulator's own record (`--record`, JSON lines, o
 impression: request id, instance, serving's version and score, the true probability,
 features, click time or null, late or not, drifted or not). The summary (stdout, JSON)
 holds per served version the AUC of its scores on the clicks and the Bayes AUC (the
-true probabilities') of the same traffic.
+true probabilities') of the same traffic, and both in expectation over the clicks
+(`expected_auc`, `bayes_expected_auc`: against the true probabilities, without the clicks'
+noise).
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ import numpy as np
 from elasticctr_common.storage import open_store
 
 from .generate import SyntheticModel
-from .metrics import auc
+from .metrics import auc, expected_auc
 
 log = logging.getLogger(__name__)
 INFERENCE = "/ElasticCTRPredictionService/inference"
@@ -206,7 +208,7 @@ class Simulator:
 
 def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
     """Counts, and per served version (and drift phase) the AUC of the served scores and
-    of the true probabilities on the clicks."""
+    of the true probabilities, on the clicks and in expectation over them."""
     versions: dict[tuple[int, bool], list[dict[str, Any]]] = {}
     for r in records:
         versions.setdefault((r["v"], r["drifted"]), []).append(r)
@@ -215,11 +217,16 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         labels = np.array([r["click_at"] is not None for r in rs])
         row: dict[str, Any] = {"version": version, "drifted": is_drifted, "impressions": len(rs),
                                "clicks": int(labels.sum())}  # fmt: skip
+        scored = [r for r in rs if r["s"] is not None]
         if 0 < labels.sum() < len(rs):
-            scored = [r for r in rs if r["s"] is not None]
             row["auc"] = auc(np.array([r["click_at"] is not None for r in scored]),
                              np.array([r["s"] for r in scored]))  # fmt: skip
             row["bayes_auc"] = auc(labels, np.array([r["p"] for r in rs]))
+        if scored:
+            # The same two against the true probabilities instead of the clicks drawn.
+            probs = np.array([r["p"] for r in scored])
+            row["expected_auc"] = expected_auc(probs, np.array([r["s"] for r in scored]))
+            row["bayes_expected_auc"] = expected_auc(probs, probs)
         rows.append(row)
     return {
         "requests": len({r["rid"] for r in records}),
@@ -227,7 +234,31 @@ def summarize(records: list[dict[str, Any]]) -> dict[str, Any]:
         "clicks": sum(r["click_at"] is not None for r in records),
         "late_clicks": sum(bool(r["late"]) for r in records),
         "versions": rows,
+        "recovery": recovery(rows),
     }
+
+
+# A version's drifted traffic counts in the recovery once it is this large: the gap's
+# spread over resampled impressions is about 0.005 at 1,000 (docs/feedback.md).
+RECOVERY_IMPRESSIONS = 500
+
+
+def recovery(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """How far the served model came back after the drift: on the drifted traffic, the gap
+    between the truth's ranking and the served one (`bayes_expected_auc` - `expected_auc`)
+    of the first version to serve RECOVERY_IMPRESSIONS of it (the model as the drift found
+    it) and of the last one to (trained on the most drifted traffic), and by how much the
+    gap closed. None without a drift."""
+    drifted = [
+        {"version": r["version"], "impressions": r["impressions"],
+         "gap": r["bayes_expected_auc"] - r["expected_auc"]}
+        for r in rows
+        if r["drifted"] and "expected_auc" in r and r["impressions"] >= RECOVERY_IMPRESSIONS
+    ]  # fmt: skip
+    if not drifted:
+        return None
+    first, last = drifted[0], drifted[-1]
+    return {"first": first, "last": last, "gap_closed": first["gap"] - last["gap"]}
 
 
 def load_truth(uri: str) -> SyntheticModel:

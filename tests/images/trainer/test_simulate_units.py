@@ -1,6 +1,6 @@
 """The simulator's pieces without serving: the drift changes the truth as documented, the
 generated lines become the request instances serving reads, and the summary's AUCs are
-the served scores' and the true probabilities' on the clicks."""
+the served scores' and the true probabilities', on the clicks and in expectation over them."""
 
 from __future__ import annotations
 
@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 from elasticctr_trainer.generate import SyntheticModel
 from elasticctr_trainer.metrics import auc
-from elasticctr_trainer.simulate import NEW_ITEM, drifted, instances_of, summarize
+from elasticctr_trainer.simulate import (
+    NEW_ITEM,
+    RECOVERY_IMPRESSIONS,
+    drifted,
+    instances_of,
+    recovery,
+    summarize,
+)
 
 
 def test_the_drift_makes_a_new_item_popular_and_flips_a_slot():
@@ -54,3 +61,29 @@ def test_the_summary_per_version_and_drift_phase():
     assert rows[(1, False)]["auc"] == pytest.approx(auc(labels, np.array([r["s"] for r in first])))
     assert rows[(1, False)]["auc"] == pytest.approx(rows[(1, False)]["bayes_auc"])
     assert rows[(2, False)]["auc"] == pytest.approx(1 - rows[(2, False)]["bayes_auc"])
+    # In expectation over the clicks: scored as the truth ranks, a version is the Bayes
+    # ranking; scored the other way round, one minus it.
+    one, two = rows[(1, False)], rows[(2, True)]
+    assert one["expected_auc"] == pytest.approx(one["bayes_expected_auc"])
+    assert two["expected_auc"] == pytest.approx(1 - two["bayes_expected_auc"])
+    assert 0.5 < one["bayes_expected_auc"] < 1
+
+
+def test_the_recovery_compares_the_first_and_last_versions_on_drifted_traffic():
+    def row(version: int, drifted: bool, impressions: int, served: float) -> dict:
+        return {"version": version, "drifted": drifted, "impressions": impressions,
+                "expected_auc": served, "bayes_expected_auc": 0.83}  # fmt: skip
+
+    rows = [
+        row(3, False, 2000, 0.80),
+        row(3, True, RECOVERY_IMPRESSIONS - 1, 0.60),  # too little drifted traffic to count
+        row(4, True, 1900, 0.73),
+        row(5, True, 1200, 0.77),
+        row(6, True, 100, 0.81),  # served only in the last seconds
+    ]
+    found = recovery(rows)
+    assert found is not None
+    assert (found["first"]["version"], found["last"]["version"]) == (4, 5)
+    assert found["first"]["gap"] == pytest.approx(0.10)
+    assert found["gap_closed"] == pytest.approx(0.04)
+    assert recovery(rows[:1]) is None  # no drift

@@ -18,7 +18,7 @@ from elasticctr_common.storage import open_store
 from elasticctr_common.trainer_json import ConfigError, parse_config
 from elasticctr_trainer import BAD_DATA_EXIT_CODE
 from elasticctr_trainer.hours import hour_range, ready_hours, wait_for_hours
-from elasticctr_trainer.metrics import auc, auc_from_histograms
+from elasticctr_trainer.metrics import auc, auc_from_histograms, expected_auc
 from elasticctr_trainer.modelcheck import check_model
 from elasticctr_trainer.roles import RoleError, role_from_env
 from elasticctr_trainer.sync import PassSync, SyncTimeout
@@ -241,6 +241,32 @@ def test_auc_from_histograms_matches_exact_auc():
     pos = np.bincount(buckets[labels], minlength=4097)
     neg = np.bincount(buckets[~labels], minlength=4097)
     assert auc_from_histograms(pos, neg) == pytest.approx(auc(labels, scores), abs=2e-3)
+
+
+def test_expected_auc_is_the_mean_auc_over_clicks_drawn_from_the_probabilities():
+    # Three instances: every labelling enumerated, each weighted by its probability and
+    # its AUC counted where both classes are present, against the closed form.
+    p = np.array([0.9, 0.2, 0.5])
+    s = np.array([0.7, 0.1, 0.7])  # a tie between the first and the third
+    pairs = [(i, j) for i in range(3) for j in range(3) if i != j]
+    ordered = {(i, j): 1.0 if s[i] > s[j] else 0.5 if s[i] == s[j] else 0.0 for i, j in pairs}
+    numerator = sum(p[i] * (1 - p[j]) * ordered[i, j] for i, j in pairs)
+    denominator = sum(p[i] * (1 - p[j]) for i, j in pairs)
+    assert expected_auc(p, s) == pytest.approx(numerator / denominator)
+    # Scores that rank as the probabilities do are the Bayes ranking: no permutation of
+    # them does better, and reversing it gives one minus its value.
+    rng = np.random.default_rng(3)
+    p = rng.beta(1, 20, 5000)
+    best = expected_auc(p, p)
+    assert expected_auc(p, np.log(p)) == pytest.approx(best)
+    assert expected_auc(p, -p) == pytest.approx(1 - best)
+    assert expected_auc(p, p + rng.normal(0, 0.02, p.size)) < best
+    # Against clicks drawn many times, the AUC averages to it.
+    drawn = [auc(rng.random(p.size) < p, p) for _ in range(200)]
+    assert np.mean(drawn) == pytest.approx(best, abs=0.003)
+    assert np.isnan(expected_auc(np.zeros(4), np.arange(4.0)))  # no clicks at all
+    with pytest.raises(ValueError, match="differ in shape"):
+        expected_auc(p, p[:-1])
 
 
 @pytest.mark.parametrize("package", ["elasticctr_trainer", "elasticctr_serving"])
