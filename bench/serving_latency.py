@@ -18,9 +18,10 @@ went (its stage counters in /metrics).
 
 Variants compare serving configurations, or code, in the same run: each `--variant`
 starts one serving process (from TREE, another checkout, when given: `git worktree add`
-or `git archive` of the old commit), and every repetition runs every variant's cells in
-turn, so that all see the same machine. Without `--variant`, one variant runs this tree
-with `--workers` and `--max-wait-ms`. Medians over the repetitions are reported.
+or `git archive` of the old commit; its native request parser is built there first), and
+every repetition runs every variant's cells in turn, so that all see the same machine.
+Without `--variant`, one variant runs this tree with `--workers` and `--max-wait-ms`.
+Medians over the repetitions are reported.
 `--feedback` runs each variant twice, impression logging off and on (a real Kafka broker
 on loopback, tools/kafka-broker.sh; every answered instance one record): the cost of the
 feedback loop to serving, measured in one run; `--compression lz4,zstd` runs logging on
@@ -423,6 +424,22 @@ def bare_predictor(model_dir: Path, slots: int) -> dict[int, float]:
     return out
 
 
+def build_tree_parser(tree: Path) -> None:
+    """Another checkout's native request parser, built in that checkout (its target/ is
+    its own): without it that serving takes the Python parser, 2.5 times slower at batch
+    64, and the variants are not comparable."""
+    if tree == REPO:
+        return
+    if not (tree / "images" / "serving" / "elasticctr_serving" / "native.py").exists():
+        print(f"{tree}: no native request parser in this checkout (Python parser)", flush=True)
+        return
+    path = os.pathsep.join(str(tree / "images" / p) for p in ("serving", "common"))
+    build = "from elasticctr_serving.native import build_parser; build_parser()"
+    subprocess.run(
+        [sys.executable, "-c", build], cwd=tree, env={**os.environ, "PYTHONPATH": path}, check=True
+    )
+
+
 def parse_variant(spec: str) -> tuple[str, Path, list[str]]:
     """'LABEL[@TREE]:ARGS' -> (label, tree, serving args)."""
     head, _, rest = spec.partition(":")
@@ -495,6 +512,8 @@ def main() -> int:
     build_parser()
     own = ["--workers", str(args.workers), "--max-wait-ms", str(args.max_wait_ms)]
     plain = [parse_variant(v) for v in args.variant] or [("this tree", REPO, own)]
+    for tree in {tree for _, tree, _ in plain}:
+        build_tree_parser(tree)
     variants: list[tuple[str, Path, list[str], dict[str, str]]] = [
         (label, tree, extra, {}) for label, tree, extra in plain
     ]
