@@ -134,7 +134,7 @@ def feedback(
     """The joiner's partitions and each served version's online quality on joined
     feedback (elasticctr_common.online_eval)."""
     status = call("GET", joiner_url.rstrip("/") + "/status", None, timeout, None, "joiner", retry)
-    keep = ("state", "closed", "last_close", "waiting_clicks", "online")
+    keep = ("state", "closed", "last_close", "waiting_clicks", "online", "counts")
     return {k: status.get(k) for k in keep}
 
 
@@ -325,6 +325,15 @@ def render(report: dict[str, Any]) -> str:
                 else "none yet"
             )
             lines.append(f"feedback: joiner {joined['state']}, last partition closed {closed}")
+            counts = joined.get("counts")
+            if counts:  # the joiner's own since its start; what it skipped, by kind
+                bad = sum((counts.get("bad") or {}).values())
+                lines.append(
+                    f"  since its start: {counts['impressions']:,} impressions,"
+                    f" {counts['clicks']:,} clicks; skipped: {counts['late_clicks']:,} late"
+                    f" clicks, {counts['unknown_clicks']:,} unknown,"
+                    f" {counts['duplicate_clicks']:,} duplicate, {bad:,} bad records"
+                )
             for version, q in sorted((joined.get("online") or {}).items(), key=lambda i: int(i[0])):
                 lines.append(
                     f"  version {version} online: AUC {_figure(q['auc'], '.4f')}, calibration "

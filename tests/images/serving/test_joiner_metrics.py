@@ -143,6 +143,15 @@ def check_joiner(kafka, procs, tmp_path, start, rng, sent) -> None:
     assert f"  version 1 online: AUC {auc_1:.4f}, calibration" in text.stdout, text.stdout
     assert "on 300 examples" in text.stdout
     assert "feedback: joiner running, last partition closed 2" in text.stdout
+    assert (
+        f"  since its start: 600 impressions, {clicks:,} clicks; skipped: 0 late clicks,"
+        " 0 unknown, 0 duplicate, 1 bad records"
+    ) in text.stdout, text.stdout
     as_json = subprocess.run([*client, *joiner, "--json"], capture_output=True, text=True)
-    assert json.loads(as_json.stdout)["feedback"]["online"] == online
+    shown = json.loads(as_json.stdout)["feedback"]
+    assert shown["online"] == online
+    assert (shown["counts"]["impressions"], shown["counts"]["bad"]) == (
+        600,
+        {"impression:not_json": 1},
+    )
     assert procs.terminate("joiner") == 0  # SIGTERM: a clean stop
