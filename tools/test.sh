@@ -39,8 +39,9 @@ python -m pytest -m "cluster or beside_cluster" -p no:cacheprovider --durations=
   >"$cluster_log" 2>&1 &
 cluster_pid=$!
 set +m
-# Ctrl-C or CI's timeout: the cluster session tears its cluster down too.
-trap 'kill -INT "$cluster_pid" 2>/dev/null; wait "$cluster_pid"; cat "$cluster_log"; rm -f "$cluster_log"; exit 130' INT TERM
+# Ctrl-C or CI's timeout: the cluster session tears its cluster down too. `set -e` holds in
+# the trap: a session that already ended (kill fails) must not cut the log short.
+trap 'kill -INT "$cluster_pid" 2>/dev/null || true; wait "$cluster_pid" || true; cat "$cluster_log"; rm -f "$cluster_log"; exit 130' INT TERM
 status=0
 # The checks run while the cluster comes up; their failure fails the run all the same.
 checks || status=$?
