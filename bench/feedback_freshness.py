@@ -8,7 +8,7 @@ with `--drift-at`, also the served model's recovery when the simulator's truth d
     sudo -E .venv/bin/python bench/feedback_freshness.py --minutes 1 --seconds 600 \
         --qps 8 --batch 8 --drift-at 240 --bar 120                   # recovery after a drift
     sudo -E .venv/bin/python bench/feedback_freshness.py --minutes 1 --seconds 240 \
-        --qps 4 --batch 8 --drift-at 60                              # CI's phase 7
+        --qps 4 --batch 8 --drift-at 30                              # CI's phase 7
 
 Runs the lifecycle's phases 1-3 and 7 (tests/lifecycle: data in, the offline job, roll-out,
 then the feedback loop with the online Job, the joiner's and Kafka's pods deleted early on)
@@ -109,9 +109,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def quality_table(versions: list[dict[str, Any]]) -> list[str]:
     """The simulator's rows (version, drifted, impressions, auc, bayes_auc, and both in
-    expectation over the clicks) as lines, with
-    the gap to Bayes and, after a drift, how many versions the served model took to come
-    back to its AUC and within its gap before the drift (both weighted by impressions)."""
+    expectation over the clicks) as lines, with the gap to Bayes and, after a drift, how
+    many versions the served model took to come back to its AUC and within its gap before
+    the drift (both weighted by impressions)."""
     lines: list[str] = []
     scored = [row for row in versions if "auc" in row]  # rows with clicks and non-clicks
     for row in scored:
