@@ -16,6 +16,7 @@ fails.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -125,6 +126,14 @@ def hdfs_env(hdfs_cluster: HdfsMiniCluster, monkeypatch: pytest.MonkeyPatch) -> 
 # destroy, the check that the host is as it was before the cluster, then the README's
 # walkthrough (its own cluster: one at a time).
 LAST = ("destroys_the_stack", "restores_the_host", "walks_the_readme")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # A session started as a script's background job (tools/test.sh, CI's runner) inherits
+    # SIGINT ignored, and Python then installs no KeyboardInterrupt handler: Ctrl-C or CI's
+    # timeout could not stop it, and its fixtures (the cluster, the servers) would stay up.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -31,21 +31,38 @@ fi
 # everything else, two pytest processes on the two cores (docs/tooling.md, "CI time").
 # Its output follows the other's, whole. Each lists its slowest tests: where CI time goes.
 cluster_log="$(mktemp)"
-# Its own process group (set -m): a background job of a script ignores SIGINT otherwise,
-# and the trap below passes Ctrl-C on to it so that it takes its cluster down.
+# Each session is a job in its own process group (set -m), so that only the trap below
+# signals it, once: a terminal's Ctrl-C reaches this script alone. The script waits on
+# them with `wait`, which a trapped signal interrupts (a foreground command would hold the
+# trap back until it ended). Their SIGINT handler is restored by tests/conftest.py: a job
+# of a script started in the background (CI's runner) inherits SIGINT ignored.
 set -m
 # It also takes the tests marked beside_cluster: it ends well before the other otherwise.
 python -m pytest -m "cluster or beside_cluster" -p no:cacheprovider --durations=15 --cpu-top=15 \
   >"$cluster_log" 2>&1 &
 cluster_pid=$!
 set +m
-# Ctrl-C or CI's timeout: the cluster session tears its cluster down too. `set -e` holds in
-# the trap: a session that already ended (kill fails) must not cut the log short.
-trap 'kill -INT "$cluster_pid" 2>/dev/null || true; wait "$cluster_pid" || true; cat "$cluster_log"; rm -f "$cluster_log"; exit 130' INT TERM
+main_pid=""
+# Ctrl-C or CI's timeout (SIGTERM; SIGINT cannot be trapped in a script started with it
+# ignored): the sessions end their tests and take their servers and cluster down.
+# `set -e` holds in the trap: a session that already ended (kill fails) must not cut the
+# log short.
+stop_sessions() {
+  kill -INT "$cluster_pid" $main_pid 2>/dev/null || true
+  wait "$cluster_pid" $main_pid || true
+  cat "$cluster_log"
+  rm -f "$cluster_log"
+  exit 130
+}
+trap stop_sessions INT TERM
 status=0
 # The checks run while the cluster comes up; their failure fails the run all the same.
 checks || status=$?
-python -m pytest -m "not cluster and not beside_cluster" --durations=40 --cpu-top=40 || status=$?
+set -m
+python -m pytest -m "not cluster and not beside_cluster" --durations=40 --cpu-top=40 &
+main_pid=$!
+set +m
+wait "$main_pid" || status=$?
 wait "$cluster_pid" || status=$?
 trap - INT TERM
 echo "---- the cluster session (pytest -m cluster) ----"
