@@ -50,25 +50,9 @@ def generate(out: Path, cell: Any, seed: int, scale: float) -> dict[str, Any]:
 def trainer_config(data: Path, work: Path, summary: dict[str, Any], passes: int,
                    overrides: list[str]) -> Path:  # fmt: skip
     from elasticctr_common.trainer_json import apply_settings
+    from elasticctr_trainer.quality import trainer_json
 
-    config: dict[str, dict[str, Any]] = {
-        "runner": {
-            "train_data_uri": f"file://{data}/train",
-            "start_date_hr": summary["start"],
-            "end_date_hr": summary["end"],
-            "slot_conf": str(data / "slot.conf"),
-            "passes": passes,
-            "model_uri": f"file://{work}/models",
-            "checkpoint_uri": f"file://{work}/checkpoints",
-            "eval_data_uri": f"file://{data}/heldout",
-            "work_dir": str(work / "scratch"),
-            "data_wait_seconds": 0,
-        },
-        "hyper_parameters": {},
-    }
-    if summary["format"] != "elasticctr":
-        config["runner"]["data_format"] = summary["format"]
-        config["hyper_parameters"]["dense_features"] = summary["dense_features"]
+    config = trainer_json(summary, str(data), str(work), passes)
     apply_settings(config, overrides)
     path = work / "trainer.json"
     path.write_text(json.dumps(config, indent=1))

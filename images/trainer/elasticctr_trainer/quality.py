@@ -60,8 +60,10 @@ CELLS: dict[str, Cell] = {
     "criteo": Cell(synth.criteo(), 200_000, 50_000, first_slot=1, about="the Criteo profile"),
     "realistic": Cell(realistic.profile(), 240_000, 60_000, about="the realistic profile"),
     "large": _cell("the base at 1,000,000 examples", examples=1_000_000, heldout=100_000),
-    # Small cells for CI (tests/images/trainer/test_trainer_quality.py).
+    # Small cells for CI (tests/images/trainer/test_trainer_quality.py): slots of 300 ids
+    # at most, so that CI's 24,000 examples (--scale 0.24) cover the head and show a tail.
     "ci-base": _cell("CI: the base at 100,000 examples, 300 ids", 100_000, 20_000, max_vocab=300),
+    "ci-dense": _cell("CI: ci-base with 13 dense counts", 100_000, 20_000, max_vocab=300, dense=13),
 }
 MATRIX = [name for name in CELLS if not name.startswith("ci-")]
 
@@ -83,6 +85,31 @@ def generate_cell(out_uri: str, cell: Cell, seed: int, scale: float = 1.0) -> di
         "heldout_bayes_auc": data.bayes_auc,
         **baseline_aucs(data, SPARSE_DIM, model.crosses),
     }
+
+
+def trainer_json(summary: dict[str, Any], data: str, work: str, passes: int) -> dict[str, Any]:
+    """trainer.json for one offline job on a cell's data (`generate_cell` wrote it into the
+    directory `data`, `summary` is what it returned), the trainer's defaults otherwise;
+    models, checkpoints and scratch under the directory `work`."""
+    config: dict[str, Any] = {
+        "runner": {
+            "train_data_uri": f"file://{data}/train",
+            "start_date_hr": summary["start"],
+            "end_date_hr": summary["end"],
+            "slot_conf": f"{data}/slot.conf",
+            "passes": passes,
+            "model_uri": f"file://{work}/models",
+            "checkpoint_uri": f"file://{work}/checkpoints",
+            "eval_data_uri": f"file://{data}/heldout",
+            "work_dir": f"{work}/scratch",
+            "data_wait_seconds": 0,  # the data is all there
+        },
+        "hyper_parameters": {},
+    }
+    if summary["format"] != "elasticctr":
+        config["runner"]["data_format"] = summary["format"]
+        config["hyper_parameters"]["dense_features"] = summary["dense_features"]
+    return config
 
 
 def verdict(aucs: list[float], bayes: float, lr: float) -> bool:
