@@ -3,7 +3,7 @@
     .venv/bin/python bench/serving_latency.py [--batches 1,64] [--concurrency 1,8,32]
         [--seconds 5] [--warmup 1] [--repeat 3] [--slots 26] [--fc 400,400,400]
         [--workers 1] [--max-wait-ms 2] [--variant 'LABEL[@TREE]:SERVING ARGS']...
-        [--feedback [--compression none,lz4]] [--canary FRACTION]
+        [--feedback [--compression none,lz4] [--broker-nice 19]] [--canary FRACTION]
 
 Starts 3 cube-servers + agents + transfer and serving, publishes a synthetic model version
 with the production architecture (26 slots, embedding_dim 9, FC 400-400-400, 100,000
@@ -24,12 +24,15 @@ Without `--variant`, one variant runs this tree with `--workers` and `--max-wait
 Medians over the repetitions are reported.
 `--feedback` runs each variant twice, impression logging off and on (a real Kafka broker
 on loopback, tools/kafka-broker.sh; every answered instance one record): the cost of the
-feedback loop to serving, measured in one run; `--compression lz4,zstd` runs logging on
-once with each producer compression. `--canary F` runs each variant twice too:
-off (serving follows the cube-servers, no canary, nobody reads /metrics) and on (a
-version on trial scores the share F of requests, its lookups pinned to it, and a scraper
-reads serving's /metrics every second: faster than any stack's scrape interval), the
-transfer's canary kept on trial by a joiner stand-in without figures.
+feedback loop to serving, measured in one run (the broker at `--broker-nice`, 19 unless
+given: in a stack the broker's pod has CPU limits of its own and serving its CPU request, so
+the broker does not take serving's share as an equal process on these 2 cores would);
+`--compression lz4,zstd` runs logging on once with each producer compression.
+`--canary F` runs each variant twice too: off (serving follows the cube-servers, no
+canary, nobody reads /metrics) and on (a version on trial scores the share F of requests,
+its lookups pinned to it, and a scraper reads serving's /metrics every second: faster
+than any stack's scrape interval), the transfer's canary kept on trial by a joiner
+stand-in without figures.
 
 References measured in each repetition, so that the figures read as ratios on a busy
 machine: the bare predictor (Paddle Inference in this process, the same model and
@@ -477,9 +480,10 @@ def main() -> int:
     p.add_argument(
         "--broker-nice",
         type=int,
-        default=0,
-        help="--feedback: the broker's nice value (19: it runs on CPU serving and the load "
-        "generator leave, as on a node of its own; 0: it competes with them)",
+        default=19,
+        help="--feedback: the broker's nice value (19, the default: it runs on the CPU "
+        "serving and the load generator leave, as a broker pod does beside serving's CPU "
+        "request; 0: it competes with them as an equal)",
     )
     p.add_argument(
         "--canary",
