@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
+from elasticctr_common.trainer_json import dense_parameters
 from pulumi.runtime import invoke
 
 from infra.config import StackConfig
@@ -55,6 +56,8 @@ class Rule:
     value: Callable[[LoadedConfig], Any]  # None: the rule does not apply to this stack
     why: str
     instead: str
+    # A watched key whose change also changes this value: reported once, under that key.
+    follows: str = ""
 
 
 def _in_cluster_hdfs(config: StackConfig, value: str) -> str | None:
@@ -131,11 +134,26 @@ RULES = (
         _NEW_MODEL,
     ),
     Rule("slot_conf", lambda c: c.slots, _CHECKPOINTS, _NEW_MODEL),
+    # Watched with none too: adding dense features widens the network's first layer.
     Rule(
         "data.dense_features",
-        lambda c: [[f.name, f.dim] for f in c.stack.data.dense_features] or None,
+        lambda c: [[f.name, f.dim] for f in c.stack.data.dense_features],
         _CHECKPOINTS,
         _NEW_MODEL,
+    ),
+    # The network, as far as its dense parameters go: dnn, wide_deep and deepfm share
+    # theirs without dense features, so a change among them is safe then.
+    Rule(
+        "training.model",
+        lambda c: dense_parameters(
+            c.stack.training.model,
+            c.stack.training.network_module,
+            bool(c.stack.data.dense_features),
+        ),
+        "the job resumes from its checkpoint, whose dense parameters are another network's, "
+        "and would fail at restore",
+        _NEW_MODEL,
+        follows="data.dense_features",
     ),
 )
 
@@ -158,16 +176,18 @@ def shape(config: LoadedConfig) -> dict[str, Any]:
 
 def problems(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
     """One line per watched value that changed (keys either side lacks are no change)."""
-    found = []
-    for rule in RULES:
-        if rule.key in previous and rule.key in current:
-            was, now = previous[rule.key], current[rule.key]
-            if was != now:
-                found.append(
-                    f"{NAMESPACE}:{rule.key}: {_show(was)} -> {_show(now)}: "
-                    f"{rule.why}. Instead: {rule.instead}."
-                )
-    return found
+    changed = [
+        rule for rule in RULES
+        if rule.key in previous and rule.key in current
+        and previous[rule.key] != current[rule.key]
+    ]  # fmt: skip
+    keys = {rule.key for rule in changed}
+    return [
+        f"{NAMESPACE}:{rule.key}: {_show(previous[rule.key])} -> {_show(current[rule.key])}: "
+        f"{rule.why}. Instead: {rule.instead}."
+        for rule in changed
+        if rule.follows not in keys
+    ]
 
 
 def _show(value: Any) -> str:

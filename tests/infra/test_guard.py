@@ -22,6 +22,8 @@ def test_the_stack_records_what_the_guard_watches() -> None:
     assert shape["training.embedding_dim"] == 9 and shape["data.sparse_dim"] > 0
     assert shape["slot_conf"] == list(range(1, 27))  # stacks/slot.txt
     assert shape["hdfs.datanode_storage"]  # dev runs HDFS in the cluster
+    assert shape["data.dense_features"] == []
+    assert shape["training.model"] == "dnn or wide_deep or deepfm"  # no dense features
 
 
 @pytest.mark.parametrize(
@@ -32,6 +34,17 @@ def test_the_stack_records_what_the_guard_watches() -> None:
         ("elasticctr:training", {"sparse_optimizer": "adagrad"}, "fail at restore"),
         ("elasticctr:training", {"dense_transform": "none"}, "fail at restore"),
         ("elasticctr:data", {"sparse_dim": 77}, "fail at restore"),
+        ("elasticctr:training", {"model": "dcn"}, "dense parameters are another network's"),
+        (
+            "elasticctr:training",
+            {"model": "custom", "network_module": "tests/images/trainer/nets/two_tower.py"},
+            "dense parameters are another network's",
+        ),
+        (
+            "elasticctr:data",
+            {"dense_features": [{"name": "dense_feature", "dim": 13}], "format": "paddlerec"},
+            "fail at restore",
+        ),
         ("elasticctr:hdfs", {"datanode_storage": "99Gi"}, "take its old claims back"),
     ],
 )
@@ -66,12 +79,13 @@ def test_an_unsafe_change_is_refused_before_any_resource(key: str, value, words:
 
 def test_safe_changes_and_new_stacks_go_through() -> None:
     previous = {guard.SHAPE_OUTPUT: dev_shape()}
-    # The model's kind keeps the checkpoint's tables (wide_deep and dnn share them).
+    # Without dense features wide_deep, dnn and deepfm share their dense parameters.
     for overrides in (
         {"elasticctr:trainers": "4"},
         {"elasticctr:pservers": "3"},
         {"elasticctr:cube_shards": "3"},
         {"elasticctr:training": {"model": "dnn"}},
+        {"elasticctr:training": {"model": "deepfm"}},
         {"elasticctr:training": {"sparse_learning_rate": 0.01, "embedx_learning_rate": 0.1}},
     ):
         assert run_stack("dev", overrides, previous).resources

@@ -37,6 +37,24 @@ SPARSE_OPTIMIZERS: tuple[str, ...] = get_args(SparseOptimizer)
 DENSE_TRANSFORMS: tuple[str, ...] = get_args(DenseTransform)
 
 
+# Networks whose dense parameters are the same when there are no dense features: the DNN's
+# layers alone (wide_deep and deepfm add parameters only for dense features). A checkpoint
+# of one restores into another; any other change of network does not.
+_SHARED_WITHOUT_DENSE = ("dnn", "wide_deep", "deepfm")
+
+
+def dense_parameters(model: str, network_module: str, dense_features: bool) -> str:
+    """What the network adds to the names and shapes of the dense parameters: for two
+    settings with the same dense features (data.dense_features is watched on its own),
+    equal exactly when a checkpoint of one restores into the other. Tested against the
+    networks as Paddle builds them (test_trainer_networks.py)."""
+    if model in _SHARED_WITHOUT_DENSE and not dense_features:
+        return " or ".join(_SHARED_WITHOUT_DENSE)
+    if model == "custom":
+        return f"custom ({network_module})"
+    return model
+
+
 class ConfigError(ValueError):
     """trainer.json is invalid; the message names the key."""
 

@@ -123,9 +123,9 @@ LAYOUT_KEYS = {
 # What a checkpoint whose dense size differs says (one that records no layout, or a model
 # change the record does not cover).
 LAYOUT_CHANGED = (
-    "the model's layout changed (hyper_parameters.fc_sizes, hyper_parameters.embedding_dim or "
-    "the slots of slot_conf): set it back, or train a new model from scratch with a new "
-    "runner.checkpoint_uri"
+    "the model's layout changed (hyper_parameters.model or network_module, dense_features, "
+    "fc_sizes, embedding_dim or the slots of slot_conf): set it back, or train a new model "
+    "from scratch with a new runner.checkpoint_uri"
 )
 
 

@@ -132,3 +132,40 @@ def test_a_bad_network_module_fails_the_job_at_start(module, problem, criteo, tm
     assert any(expected in log for log in logs.values()), logs
     assert "exited with 3" in job.output()
     assert not (tmp_path / "models").exists()
+
+
+def dense_parameter_shapes(model: str, module: str, dense: bool) -> dict[str, tuple[int, ...]]:
+    """The dense parameters a checkpoint of this network holds (trainer.dense_in_scope)."""
+    import paddle
+    from elasticctr_trainer.model import build_ctr_model
+    from elasticctr_trainer.networks import load_network
+    from elasticctr_trainer.program import dense_parameter_names
+
+    paddle.enable_static()
+    main, startup = paddle.static.Program(), paddle.static.Program()
+    features = [("dense_feature", 13)] if dense else []
+    with paddle.static.program_guard(main, startup), paddle.utils.unique_name.guard():
+        build_ctr_model(4, 1000, 9, [16, 8], load_network(model, module or None), features)
+    shapes = {p.name: tuple(p.shape) for p in main.all_parameters()}
+    return {name: shapes[name] for name in dense_parameter_names(main)}
+
+
+def test_the_program_knows_which_networks_share_their_dense_parameters():
+    """elasticctr_common's dense_parameters (the program's guard refuses a change of it on a
+    running stack) is equal for two settings with the same dense features exactly when
+    their dense parameters are: the names and shapes a checkpoint restores by."""
+    from elasticctr_common.trainer_json import MODELS, dense_parameters
+
+    settings = [
+        (model, str(NETS / "two_tower.py") if model == "custom" else "", dense)
+        for model in MODELS
+        for dense in (False, True)
+    ]
+    built = {s: dense_parameter_shapes(*s) for s in settings}
+    for a in settings:
+        for b in (s for s in settings if s[2] == a[2]):
+            same = built[a] == built[b]
+            assert (dense_parameters(*a) == dense_parameters(*b)) == same, (a, b, same)
+    # The change the guard lets through is a real one: wide_deep and deepfm compute other
+    # logits from those parameters.
+    assert dense_parameters("wide_deep", "", False) == dense_parameters("deepfm", "", False)
