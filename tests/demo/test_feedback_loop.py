@@ -32,7 +32,7 @@ def test_the_loop_holds_every_impression_once_across_a_joiner_and_a_broker_kill(
         [
             sys.executable, str(REPO / "tools" / "feedback_loop.py"),
             "--work-dir", str(tmp_path / "work"), "--report", str(report_path),
-            "--seconds", "240", "--drift-at", "90",
+            "--seconds", "240", "--drift-at", "60",
             "--kill-joiner-at", "70", "--kill-broker-at", "140", "--broker-down", "30",
             "--bad-at", "200",
         ],
