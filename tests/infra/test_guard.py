@@ -23,7 +23,7 @@ def test_the_stack_records_what_the_guard_watches() -> None:
     assert shape["slot_conf"] == list(range(1, 27))  # stacks/slot.txt
     assert shape["hdfs.datanode_storage"]  # dev runs HDFS in the cluster
     assert shape["data.dense_features"] == []
-    assert shape["training.model"] == "dnn or wide_deep or deepfm"  # no dense features
+    assert shape["training.model"] == "dnn layers only"  # wide_deep, no dense features
 
 
 @pytest.mark.parametrize(

@@ -41,6 +41,9 @@ DENSE_TRANSFORMS: tuple[str, ...] = get_args(DenseTransform)
 # layers alone (wide_deep and deepfm add parameters only for dense features). A checkpoint
 # of one restores into another; any other change of network does not.
 _SHARED_WITHOUT_DENSE = ("dnn", "wide_deep", "deepfm")
+# What dense_parameters says for them: running stacks record it (the guard), so it stays
+# the same when a network joins the group.
+DNN_LAYERS_ONLY = "dnn layers only"
 
 
 def dense_parameters(model: str, network_module: str, dense_features: bool) -> str:
@@ -49,7 +52,7 @@ def dense_parameters(model: str, network_module: str, dense_features: bool) -> s
     equal exactly when a checkpoint of one restores into the other. Tested against the
     networks as Paddle builds them (test_trainer_networks.py)."""
     if model in _SHARED_WITHOUT_DENSE and not dense_features:
-        return " or ".join(_SHARED_WITHOUT_DENSE)
+        return DNN_LAYERS_ONLY
     if model == "custom":
         return f"custom ({network_module})"
     return model
