@@ -9,17 +9,22 @@ export PATH="$PWD/.venv/bin:$PATH:$(./tools/build-tools.sh --print-path)"
 # Every check runs and reports, whatever failed before it (it is called in a list, where
 # `set -e` does not apply): the status says whether any failed.
 checks() {
-  local failed=0
+  local failed=0 cache="${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}"
   ruff check . || failed=1
   ruff format --check . || failed=1
   # A cache outside the clone: a cold run reads all of pulumi-aws (about 2 minutes).
-  mypy --cache-dir "${ELASTICCTR_CACHE:-$HOME/.cache/elasticctr}/mypy" || failed=1
+  mypy --cache-dir "$cache/mypy" || failed=1
   # The Rust crates (the native cube-server): format, lints as errors, their own tests.
+  # Their debug builds go to a cache outside the clone too, so a clean clone compiles the
+  # crates alone, not their dependencies again (the release builds that tests and images
+  # use stay in each crate's target/).
+  local manifest
   for manifest in images/*/*/Cargo.toml; do
     cargo fmt --manifest-path "$manifest" --check || failed=1
-    cargo clippy --manifest-path "$manifest" --locked --all-targets --quiet -- -D warnings \
-      || failed=1
-    cargo test --manifest-path "$manifest" --locked --quiet || failed=1
+    CARGO_TARGET_DIR="$cache/cargo-debug" cargo clippy --manifest-path "$manifest" --locked \
+      --all-targets --quiet -- -D warnings || failed=1
+    CARGO_TARGET_DIR="$cache/cargo-debug" cargo test --manifest-path "$manifest" --locked \
+      --quiet || failed=1
   done
   return "$failed"
 }
