@@ -48,6 +48,11 @@ python -m pytest -m "cluster or beside_cluster" -p no:cacheprovider --durations=
 cluster_pid=$!
 set +m
 main_pid=""
+cluster_output() {
+  echo "---- the cluster session (pytest -m cluster) ----"
+  cat "$cluster_log"
+  rm -f "$cluster_log"
+}
 # Ctrl-C or CI's timeout (SIGTERM; SIGINT cannot be trapped in a script started with it
 # ignored): the sessions end their tests and take their servers and cluster down.
 # `set -e` holds in the trap: a session that already ended (kill fails) must not cut the
@@ -55,8 +60,7 @@ main_pid=""
 stop_sessions() {
   kill -INT "$cluster_pid" $main_pid 2>/dev/null || true
   wait "$cluster_pid" $main_pid || true
-  cat "$cluster_log"
-  rm -f "$cluster_log"
+  cluster_output
   exit 130
 }
 trap stop_sessions INT TERM
@@ -70,7 +74,5 @@ set +m
 wait "$main_pid" || status=$?
 wait "$cluster_pid" || status=$?
 trap - INT TERM
-echo "---- the cluster session (pytest -m cluster) ----"
-cat "$cluster_log"
-rm -f "$cluster_log"
+cluster_output
 exit "$status"
