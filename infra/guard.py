@@ -5,12 +5,14 @@ new cube layout is built beside the old one (components/cube.py). A few would lo
 or leave a job that cannot start, and nothing in the preview's diff says so. For those the
 program exports the values they concern (`stack_shape`); each run reads the stack's last
 outputs from the engine (`pulumi:pulumi:readStackOutputs`, the call StackReference makes,
-here synchronous) and refuses a change of any of them with why and what to do instead.
-A new stack has no outputs: nothing to compare.
+here synchronous) and refuses a change of any of them with why and what to do instead;
+a change that may or may not be safe (an edit of the user's network file) is a warning in
+the preview instead. A new stack has no outputs: nothing to compare.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -58,10 +60,21 @@ class Rule:
     instead: str
     # A watched key whose change also changes this value: reported once, under that key.
     follows: str = ""
+    # Only a warning in the preview: the change may be safe, and the program cannot tell.
+    warn_only: bool = False
 
 
 def _in_cluster_hdfs(config: StackConfig, value: str) -> str | None:
     return value if config.hdfs.mode == "in-cluster" else None
+
+
+def _network_file_digest(config: LoadedConfig) -> str | None:
+    """The start of the sha256 of the user's network file, when one is shipped: an edit
+    to it may rename or reshape its layers, which only building it with Paddle would show
+    (the program does not import Paddle)."""
+    if config.network_text is None:
+        return None
+    return "sha256 " + hashlib.sha256(config.network_text.encode()).hexdigest()[:16]
 
 
 RULES = (
@@ -155,6 +168,16 @@ RULES = (
         _NEW_MODEL,
         follows="data.dense_features",
     ),
+    Rule(
+        "training.network_module",
+        _network_file_digest,
+        "the file changed; the job resumes from its checkpoint, and if the network's layers "
+        "now have other names or shapes it fails at restore (serving keeps its version)",
+        "if the layers changed, " + _NEW_MODEL + "; an edit that keeps every layer's name "
+        "and shape resumes as before",
+        follows="training.model",
+        warn_only=True,
+    ),
 )
 
 
@@ -175,7 +198,17 @@ def shape(config: LoadedConfig) -> dict[str, Any]:
 
 
 def problems(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """One line per watched value that changed (keys either side lacks are no change)."""
+    """One line per watched value that changed and is refused (keys either side lacks are
+    no change)."""
+    return _changes(previous, current, warn_only=False)
+
+
+def warnings(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """One line per watched value that changed and is only warned about."""
+    return _changes(previous, current, warn_only=True)
+
+
+def _changes(previous: Mapping[str, Any], current: Mapping[str, Any], warn_only: bool) -> list[str]:
     changed = [
         rule for rule in RULES
         if rule.key in previous and rule.key in current
@@ -186,7 +219,7 @@ def problems(previous: Mapping[str, Any], current: Mapping[str, Any]) -> list[st
         f"{NAMESPACE}:{rule.key}: {_show(previous[rule.key])} -> {_show(current[rule.key])}: "
         f"{rule.why}. Instead: {rule.instead}."
         for rule in changed
-        if rule.follows not in keys
+        if rule.follows not in keys and rule.warn_only == warn_only
     ]
 
 
@@ -221,9 +254,13 @@ def previous_shape() -> dict[str, Any]:
 
 
 def check(config: LoadedConfig) -> dict[str, Any]:
-    """Raise UnsafeChange for a refused change; the shape to export otherwise."""
+    """Raise UnsafeChange for a refused change; the shape to export otherwise (after a
+    preview warning for each change that may be unsafe)."""
     current = shape(config)
-    found = problems(previous_shape(), current)
+    previous = previous_shape()
+    found = problems(previous, current)
     if found:
         raise UnsafeChange(found)
+    for line in warnings(previous, current):
+        pulumi.log.warn(line)
     return current

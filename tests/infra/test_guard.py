@@ -3,13 +3,17 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+import pulumi
 import pytest
 
 from infra import guard
 from tests.support import pulumi_harness as harness
 from tests.support.stacks import graph, run_stack
+
+CUSTOM = {"model": "custom", "network_module": "tests/images/trainer/nets/two_tower.py"}
 
 
 def dev_shape() -> dict:
@@ -35,11 +39,7 @@ def test_the_stack_records_what_the_guard_watches() -> None:
         ("elasticctr:training", {"dense_transform": "none"}, "fail at restore"),
         ("elasticctr:data", {"sparse_dim": 77}, "fail at restore"),
         ("elasticctr:training", {"model": "dcn"}, "dense parameters are another network's"),
-        (
-            "elasticctr:training",
-            {"model": "custom", "network_module": "tests/images/trainer/nets/two_tower.py"},
-            "dense parameters are another network's",
-        ),
+        ("elasticctr:training", CUSTOM, "dense parameters are another network's"),
         (
             "elasticctr:data",
             {"dense_features": [{"name": "dense_feature", "dim": 13}], "format": "paddlerec"},
@@ -92,6 +92,36 @@ def test_safe_changes_and_new_stacks_go_through() -> None:
     # A stack with no outputs yet (new), or outputs of a version without the shape.
     assert run_stack("dev", {"elasticctr:namespace": "other"}, {}).resources
     assert run_stack("dev", {"elasticctr:namespace": "other"}, {"namespace": "x"}).resources
+
+
+def test_an_edit_of_the_network_file_is_a_preview_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whether an edit keeps the layers' names and shapes only Paddle could tell: the stack
+    records the file's digest, and a changed one goes through with a warning."""
+    from tests.support.stacks import config_with_secrets
+
+    base, _ = config_with_secrets("dev")
+    overrides = {"elasticctr:training": {**base.get("elasticctr:training", {}), **CUSTOM}}
+    warned: list[str] = []
+    monkeypatch.setattr(pulumi.log, "warn", lambda message, *a, **k: warned.append(message))
+    shape = dict(run_stack("dev", overrides, {}).stack_outputs[guard.SHAPE_OUTPUT])
+    digest = shape["training.network_module"]
+    assert re.fullmatch(r"sha256 [0-9a-f]{16}", digest), digest
+    assert run_stack("dev", overrides, {guard.SHAPE_OUTPUT: shape}).resources
+    assert not [w for w in warned if "network_module" in w], warned
+    edited = {**shape, "training.network_module": "sha256 0123456789abcdef"}
+    assert run_stack("dev", overrides, {guard.SHAPE_OUTPUT: edited}).resources
+    (line,) = [w for w in warned if "network_module" in w]
+    assert line.startswith(
+        f'elasticctr:training.network_module: "sha256 0123456789abcdef" -> "{digest}": '
+        "the file changed;"
+    ), line
+    assert "fails at restore" in line and "Instead: if the layers changed" in line, line
+    # A built-in network ships no file: nothing recorded, nothing to warn about.
+    assert "training.network_module" not in dev_shape()
+    # Another file is another network: refused (training.model), not warned about twice.
+    other = {**edited, "training.model": "custom (tests/images/trainer/nets/other.py)"}
+    lines = guard.problems(other, shape) + guard.warnings(other, shape)
+    assert [line.split(":", 2)[1] for line in lines] == ["training.model"], lines
 
 
 def test_the_message_names_the_change_and_what_to_do() -> None:
