@@ -36,6 +36,9 @@ fi
 # everything else, two pytest processes on the two cores (docs/tooling.md, "CI time").
 # Its output follows the other's, whole. Each lists its slowest tests: where CI time goes.
 cluster_log="$(mktemp)"
+# The lifecycle's phase times and figures (the feedback loop's recovery among them) follow
+# that log: pytest shows a passing test's output nowhere. A file the caller names is kept.
+lifecycle_report="${ELASTICCTR_LIFECYCLE_REPORT:-$(mktemp)}"
 # Each session is a job in its own process group (set -m), so that only the trap below
 # signals it, once: a terminal's Ctrl-C reaches this script alone. The script waits on
 # them with `wait`, which a trapped signal interrupts (a foreground command would hold the
@@ -43,8 +46,9 @@ cluster_log="$(mktemp)"
 # of a script started in the background (CI's runner) inherits SIGINT ignored.
 set -m
 # It also takes the tests marked beside_cluster: it ends well before the other otherwise.
-python -m pytest -m "cluster or beside_cluster" -p no:cacheprovider --durations=15 --cpu-top=15 \
-  >"$cluster_log" 2>&1 &
+ELASTICCTR_LIFECYCLE_REPORT="$lifecycle_report" \
+  python -m pytest -m "cluster or beside_cluster" -p no:cacheprovider --durations=15 \
+  --cpu-top=15 >"$cluster_log" 2>&1 &
 cluster_pid=$!
 set +m
 main_pid=""
@@ -52,6 +56,13 @@ cluster_output() {
   echo "---- the cluster session (pytest -m cluster) ----"
   cat "$cluster_log"
   rm -f "$cluster_log"
+  if [ -s "$lifecycle_report" ]; then
+    echo "---- the lifecycle's phases (s) and figures ($lifecycle_report) ----"
+    cat "$lifecycle_report"
+  fi
+  if [ -z "${ELASTICCTR_LIFECYCLE_REPORT:-}" ]; then
+    rm -f "$lifecycle_report"
+  fi
 }
 # Ctrl-C or CI's timeout (SIGTERM; SIGINT cannot be trapped in a script started with it
 # ignored): the sessions end their tests and take their servers and cluster down.
