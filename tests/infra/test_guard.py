@@ -11,13 +11,19 @@ import pytest
 
 from infra import guard
 from tests.support import pulumi_harness as harness
-from tests.support.stacks import graph, run_stack
+from tests.support.stacks import config_with_secrets, graph, run_stack
 
 CUSTOM = {"model": "custom", "network_module": "tests/images/trainer/nets/two_tower.py"}
 
 
 def dev_shape() -> dict:
     return dict(graph("dev").stack_outputs[guard.SHAPE_OUTPUT])
+
+
+def dev_with_section(key: str, values: dict) -> dict[str, Any]:
+    """The dev stack's own section `key` with `values` changed in it."""
+    base, _ = config_with_secrets("dev")
+    return {key: {**base.get(key, {}), **values}}
 
 
 def test_the_stack_records_what_the_guard_watches() -> None:
@@ -50,12 +56,8 @@ def test_the_stack_records_what_the_guard_watches() -> None:
 )
 def test_an_unsafe_change_is_refused_before_any_resource(key: str, value, words: str) -> None:
     from infra.program import main
-    from tests.support.stacks import config_with_secrets
 
-    overrides = {key: value}
-    if isinstance(value, dict):  # a section: the stack's own values with this one changed
-        base, _ = config_with_secrets("dev")
-        overrides = {key: {**base.get(key, {}), **value}}
+    overrides = dev_with_section(key, value) if isinstance(value, dict) else {key: value}
     config, secrets = config_with_secrets("dev", overrides)
     registered = harness.Graph()
     with pytest.raises(guard.UnsafeChange) as raised:
@@ -97,10 +99,7 @@ def test_safe_changes_and_new_stacks_go_through() -> None:
 def test_an_edit_of_the_network_file_is_a_preview_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whether an edit keeps the layers' names and shapes only Paddle could tell: the stack
     records the file's digest, and a changed one goes through with a warning."""
-    from tests.support.stacks import config_with_secrets
-
-    base, _ = config_with_secrets("dev")
-    overrides = {"elasticctr:training": {**base.get("elasticctr:training", {}), **CUSTOM}}
+    overrides = dev_with_section("elasticctr:training", CUSTOM)
     warned: list[str] = []
     monkeypatch.setattr(pulumi.log, "warn", lambda message, *a, **k: warned.append(message))
     shape = dict(run_stack("dev", overrides, {}).stack_outputs[guard.SHAPE_OUTPUT])
