@@ -163,8 +163,9 @@ def local_cluster() -> Iterator[Any]:
 
 @pytest.fixture(scope="session")
 def local_stack(local_cluster: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """`pulumi up --stack local` on the local cluster, as a user runs it (awaiting on); the
-    stack is destroyed by the test that checks destroy, or here at the end."""
+    """`pulumi up --stack local` on the local cluster, as a user runs it (awaiting on), with
+    a user's own network and a held-out set (cluster.LocalStack.up); the stack is destroyed
+    by the test that checks destroy, or here at the end."""
     from tests.support import cluster
 
     deployed = cluster.LocalStack.up(local_cluster, tmp_path_factory.mktemp("local-stack"))

@@ -1,6 +1,7 @@
 """The ElasticCTR lifecycle in pods, on the local cluster, as a user runs it: data in with
-the client's `upload`, the offline job trained by Volcano, version 1 rolled out by cube and
-served, `predict`/`status`/`logs`, then changes under a load generator's requests: a
+the client's `upload`, the offline job trained by Volcano on the user's own network (the
+session's stack ships one: tests/support/cluster.py), version 1 rolled out by cube and
+served as trainer 0 predicted it, `predict`/`status`/`logs`, then changes under a load generator's requests: a
 rescale to 3 trainers with a second pass, cube_shards 2 -> 3 -> 2, pservers 1 -> 2 with a
 third pass (none may fail a request), pods deleted, a bad data hour, online mode. The
 phases run in order on the session's stack; each is timed (printed, and written to
@@ -10,6 +11,7 @@ $ELASTICCTR_LIFECYCLE_REPORT when set).
 from __future__ import annotations
 
 import functools
+import io
 import json
 import os
 import re
@@ -26,7 +28,7 @@ import numpy as np
 import pytest
 
 from tests.support import grpc_client
-from tests.support.cluster import LocalStack, pods, unschedulable, wait_for
+from tests.support.cluster import EVAL_PATH, LocalStack, pods, unschedulable, wait_for
 from tests.support.lifecycle import (
     LoadGenerator,
     Timings,
@@ -125,6 +127,12 @@ def test_1_data_in(life: Lifecycle) -> None:
     )  # fmt: skip
     life.truth = json.loads(generated.stdout.strip().splitlines()[-1])
     assert (data / "slot.conf").read_text().split() == Path("stacks/slot.txt").read_text().split()
+    from elasticctr_common.storage import open_store
+
+    # The held-out set first: trainer 0 evaluates every version on it (training.eval_path).
+    namenode = pod_ip(life.stack, "app.kubernetes.io/component=hdfs-namenode")
+    heldout = open_store(f"hdfs://{namenode}:8020{EVAL_PATH}")
+    heldout.write_bytes(life.heldout().name, life.heldout().read_bytes())
     uploaded = _upload(life, data / "train")
     assert f"{HOURS} hours ready" in uploaded.stdout + uploaded.stderr, uploaded.stderr
     life.done("1 data in", started)
@@ -227,14 +235,27 @@ def test_3_roll_out_and_predict(life: Lifecycle) -> None:
     life.timings.phase("3a roll out version 1 (job complete to serving it)", started)
     urls = life.urls()
     token_args = ["--token", life.token] if life.token else []
+    answers = life.work / "predictions.tsv"
     predicted = run_module(
         "elasticctr_client", *token_args, "predict", str(life.heldout()),
-        "--serving-url", urls["serving"], "--no-progress",
+        "--serving-url", urls["serving"], "--no-progress", "--output", str(answers),
     )  # fmt: skip
     auc = float(predicted.stdout.split("AUC: ")[1].split()[0])
     bayes = float(life.truth["heldout_bayes_auc"])
-    life.timings.figures["auc"] = {"model": auc, "bayes_optimal": round(bayes, 4)}
+    # The user's network, served with no change to serving: each held-out example's
+    # probability is trainer 0's own prediction for it (its evaluation of version 1).
+    served = np.loadtxt(answers, usecols=(2, 3), ndmin=2)
+    trainer = np.loadtxt(io.StringIO(_model_file(life, "1/eval/predictions.txt")), ndmin=1)
+    meta = json.loads(_model_file(life, "1/dense/meta.json"))
+    difference = float(np.max(np.abs(served[:, 0] - trainer))) if len(trainer) else None
+    life.timings.figures["auc"] = {
+        "model": auc, "bayes_optimal": round(bayes, 4), "network": meta["network_module"],
+        "trainer_eval_auc": meta.get("eval_auc"), "served_vs_trainer_max_abs": difference,
+    }  # fmt: skip
     assert "model version 1" in predicted.stdout
+    assert meta["model"] == "custom", meta
+    assert len(served) == len(trainer) == HELDOUT and set(served[:, 1]) == {1}
+    assert difference is not None and difference <= 1e-5, difference
     assert auc >= bayes - 0.03, f"AUC {auc:.4f}, Bayes-optimal {bayes:.4f}"
     _grpc_scores_are_predicts(life, urls["serving"])
     with port_forward(life.stack, "svc/mlflow", 5000) as mlflow:
@@ -726,14 +747,14 @@ def test_5_online_mode_follows_a_new_hour(life: Lifecycle) -> None:
 
 
 # The feedback phase: minute partitions, clicks joined for 15 s after a partition's end,
-# the simulator's traffic for 4 minutes (32 impressions a second) with the joiner's pod
+# the simulator's traffic for 4 minutes (64 impressions a second) with the joiner's pod
 # deleted at 40 s and Kafka's at 90 s, its truth drifting at 30 s: the partitions after
 # Kafka's outage are all drifted traffic, and their versions serve before the end.
 # bench/feedback_freshness.py runs it with longer partitions and traffic.
 FEEDBACK_MINUTES = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_MINUTES", "1"))
 FEEDBACK_SECONDS = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_SECONDS", "240"))
 FEEDBACK_QPS = float(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_QPS", "4"))
-FEEDBACK_BATCH = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_BATCH", "8"))
+FEEDBACK_BATCH = int(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_BATCH", "16"))
 FEEDBACK_DRIFT_AT = float(os.environ.get("ELASTICCTR_LIFECYCLE_FEEDBACK_DRIFT_AT", "30"))
 KILL_JOINER_AT, KILL_KAFKA_AT = 40, 90
 
@@ -1173,7 +1194,6 @@ def _train_here(life: Lifecycle, name: str, mlflow: str, shuffle: bool) -> int:
     from scratch on the generated hours, labels shuffled across examples or not, publishing
     into the stack's model store and registry through a loosened gate (any held-out AUC
     passes); the version it published."""
-    import base64
     import random
 
     from kubernetes import client
@@ -1197,7 +1217,11 @@ def _train_here(life: Lifecycle, name: str, mlflow: str, shuffle: bool) -> int:
                 lines = [f"{f[0]} {c} {f[2]}" for f, c in zip(fields, clicks, strict=True)]
             (target / part.name).write_text("\n".join(lines) + "\n" if lines else part.read_text())
     hours = sorted(str(p.relative_to(data)) for p in data.glob("*/*"))
-    config = json.loads(core.read_namespaced_config_map("training-config", NS).data["trainer.json"])
+    shipped = core.read_namespaced_config_map("training-config", NS).data
+    config = json.loads(shipped["trainer.json"])
+    if "network.py" in shipped:  # the stack's own network, here as in its pods
+        (work / "network.py").write_text(shipped["network.py"])
+        config["hyper_parameters"]["network_module"] = str(work / "network.py")
     config["runner"].update(
         train_data_uri=f"file://{data}", mode="offline", start_date_hr=hours[0],
         end_date_hr=hours[-1], passes=1, slot_conf=str(life.work / "data" / "slot.conf"),
@@ -1206,20 +1230,50 @@ def _train_here(life: Lifecycle, name: str, mlflow: str, shuffle: bool) -> int:
         data_wait_seconds=0,
     )  # fmt: skip
     (work / "trainer.json").write_text(json.dumps(config))
-    secret = core.read_namespaced_secret("storage-training", NS).data["credentials"]
-    credentials = work / "credentials"
-    credentials.write_bytes(base64.b64decode(secret))
-    minio = pod_ip(life.stack, "app.kubernetes.io/component=minio")
+    storage = _storage_env(life, work)
     env = {
-        "AWS_ENDPOINT_URL": f"http://{minio}:9000",
-        "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
-        "AWS_DEFAULT_REGION": "us-east-1",
-        "MLFLOW_S3_ENDPOINT_URL": f"http://{minio}:9000",
+        **storage,
+        "MLFLOW_S3_ENDPOINT_URL": storage["AWS_ENDPOINT_URL"],
         "MLFLOW_TRACKING_URI": mlflow,
     }
     job = run_job(work / "trainer.json", work / "logs", 1, 1, env=env)
     (version,) = [e["version"] for e in job.events("trainer-0", "version") if e["published"]]
     return int(version)
+
+
+def _storage_env(life: Lifecycle, work: Path) -> dict[str, str]:
+    """boto3's environment for the stack's MinIO with the training workload's keys (its
+    Secret, written to a file in `work`), at the MinIO pod's address."""
+    import base64
+
+    from kubernetes import client
+
+    core = client.CoreV1Api(life.stack.api())
+    secret = core.read_namespaced_secret("storage-training", NS).data["credentials"]
+    credentials = work / "credentials"
+    credentials.parent.mkdir(parents=True, exist_ok=True)
+    credentials.write_bytes(base64.b64decode(secret))
+    minio = pod_ip(life.stack, "app.kubernetes.io/component=minio")
+    return {
+        "AWS_ENDPOINT_URL": f"http://{minio}:9000",
+        "AWS_SHARED_CREDENTIALS_FILE": str(credentials),
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+
+
+def _model_file(life: Lifecycle, path: str) -> str:
+    """A file of the stack's model store (trainer.json's `model_uri`), read as trainer 0
+    wrote it."""
+    from unittest import mock
+
+    from elasticctr_common.storage import open_store
+    from kubernetes import client
+
+    core = client.CoreV1Api(life.stack.api())
+    shipped = core.read_namespaced_config_map("training-config", NS).data
+    models = json.loads(shipped["trainer.json"])["runner"]["model_uri"]
+    with mock.patch.dict(os.environ, _storage_env(life, life.work / "storage")):
+        return open_store(models).read_text(path)
 
 
 def _canary_decided(life: Lifecycle, version: int, result: str) -> dict[str, Any]:

@@ -26,6 +26,12 @@ from tools.localcluster.cluster import BUILT, LocalCluster, State
 from tools.localcluster.settings import BRIDGE, POD_CIDR, SERVICE_CIDR, Layout
 
 ROOT = Path(__file__).resolve().parents[2]
+# The local stack's deployment in the cluster tests: a user's network module (a fixture
+# written as a user would) at this path of the project, and a held-out set at EVAL_PATH of
+# its HDFS (tests/lifecycle uploads it).
+USER_NETWORK_FIXTURE = "tests/images/trainer/nets/cross_v2.py"
+USER_NETWORK = "nets/cross_v2.py"
+EVAL_PATH = "/heldout"
 
 # Kernel values that move on their own (counters, randomness, per-boot state).
 VOLATILE_SYSCTLS = re.compile(
@@ -367,6 +373,19 @@ class LocalStack:
         if missing:
             unavailable(missing)
         project = pulumi_cli.Project.create(work, "local", path, kubeconfig=cluster.kubeconfig)
+        # As a team with its own network and held-out set runs it: the network a file of
+        # the project, shipped in the training ConfigMap; every version evaluated on the
+        # held-out set (trainer 0's predictions beside it) and published, better or not.
+        module = project.dir / USER_NETWORK
+        module.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / USER_NETWORK_FIXTURE, module)
+        for key, value in {
+            "training.model": "custom",
+            "training.network_module": USER_NETWORK,
+            "training.eval_path": EVAL_PATH,
+            "training.publish_every_version": "true",
+        }.items():
+            project.config_set(key, value, path=True)
         stack = cls(project, cluster)
         started = time.monotonic()
         project.run("up", "--yes", "--skip-preview", timeout=1200)
