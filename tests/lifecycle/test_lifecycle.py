@@ -30,8 +30,12 @@ import pytest
 from tests.support import grpc_client
 from tests.support.cluster import EVAL_PATH, LocalStack, pods, unschedulable, wait_for
 from tests.support.lifecycle import (
+    HELDOUT,
+    HOURS,
+    START,
     LoadGenerator,
     Timings,
+    generate_argv,
     get_json,
     instances_of,
     pod_ip,
@@ -49,11 +53,6 @@ from tests.support.trainer import RECOVERY_GAP_CLOSED
 pytestmark = [pytest.mark.cluster, pytest.mark.lifecycle, pytest.mark.slow]
 NS = LocalStack.NAMESPACE
 JOB = "elasticctr-train"
-# The local stack's hours (stacks/Pulumi.local.yaml data.start..end) and its slot.conf.
-START, HOURS = "20191221/00", 6
-# Enough examples that one pass comes within 0.03 of Bayes with room to spare (0.023 at
-# 10,000 per hour, 3 runs).
-EXAMPLES_PER_HOUR, HELDOUT = 20000, 4000
 
 
 class Lifecycle:
@@ -119,12 +118,7 @@ def in_order(life: Lifecycle) -> Any:
 def test_1_data_in(life: Lifecycle) -> None:
     started = time.monotonic()
     data = life.work / "data"
-    generated = run_module(
-        "elasticctr_trainer", "generate", "--out", f"file://{data}", "--slots", "26",
-        "--first-slot", "1", "--vocab", "50", "--start", START, "--hours", str(HOURS),
-        "--examples-per-hour", str(EXAMPLES_PER_HOUR), "--files-per-hour", "2",
-        "--heldout", str(HELDOUT),
-    )  # fmt: skip
+    generated = run_module("elasticctr_trainer", *generate_argv(data))
     life.truth = json.loads(generated.stdout.strip().splitlines()[-1])
     assert (data / "slot.conf").read_text().split() == Path("stacks/slot.txt").read_text().split()
     from elasticctr_common.storage import open_store
