@@ -141,15 +141,17 @@ class LocalCluster:
                 "one cluster per machine: `tools/cluster.py down` it first"
             )
         assert self._lock is not None
+        # The owner is named before anything else: a `down` of another directory meanwhile
+        # must see that this one holds the machine, not a lock with a stale or empty name.
+        self._lock.seek(0)
+        self._lock.truncate()
+        self._lock.write(f"{self.layout.dir} pid {os.getpid()}\n")
+        self._lock.flush()
         if self.layout.state_file.exists() or self.layout.host_record.exists():
             say("cleaning up an earlier cluster in the same directory")
             self._down(say)
         start = time.monotonic()
         self.layout.dir.mkdir(parents=True, exist_ok=True)
-        self._lock.seek(0)
-        self._lock.truncate()
-        self._lock.write(f"{self.layout.dir} pid {os.getpid()}\n")
-        self._lock.flush()
         host.HostRecord.take().save(self.layout.host_record)
         node_ip = self._node_ip or detect_node_ip()
         name = node_name()
@@ -316,10 +318,14 @@ class LocalCluster:
             raise ClusterError("the local cluster needs root (containerd, iptables, mounts)")
         if not self._take_lock():
             # Held by this cluster's provisioner (or another cluster's): ours is stopped
-            # below; another one's is not ours to stop.
+            # below; another one's is not ours to stop, and neither is an unnamed holder's
+            # (restoring the host under a running cluster takes its network away).
             owner = LOCK_FILE.read_text().split(" ")[0] if LOCK_FILE.exists() else ""
-            if owner and Path(owner) != self.layout.dir:
-                raise ClusterError(f"the running cluster is {owner}, not {self.layout.dir}")
+            if not owner or Path(owner) != self.layout.dir:
+                raise ClusterError(
+                    f"the running cluster is {owner or 'unnamed'} (it holds {LOCK_FILE}), "
+                    f"not {self.layout.dir}: it is not this `down`'s to stop"
+                )
         return self._down(say)
 
     def _down(self, say: Callable[[str], None]) -> list[str]:
