@@ -26,6 +26,9 @@ RELEASE = "volcano"
 # The chart's admission webhook: its Service, and the image of its Deployment (and hook Job).
 ADMISSION_SERVICE = f"{RELEASE}-admission-service"
 ADMISSION_IMAGE = f"volcanosh/vc-webhook-manager:v{CHART_VERSION}"
+# Volcano's queues: cluster-wide objects, the status of which the webhook checks.
+QUEUE_GROUP = "scheduling.volcano.sh"
+QUEUE_RESOURCE = "queues"
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,8 @@ class VolcanoArgs:
     # Where the chart's images (volcanosh/vc-scheduler:v1.15.0, ...) are pulled from.
     image_registry: str = "docker.io"
     image_pull_policy: str = "IfNotPresent"
+    # The queue the training Job is submitted to: ready means Volcano admits jobs to it.
+    queue: str = "default"
 
 
 class Volcano(pulumi.ComponentResource):
@@ -90,22 +95,32 @@ class Volcano(pulumi.ComponentResource):
     def _admission_answers(
         self, name: str, args: VolcanoArgs, release: k8s.helm.v3.Release
     ) -> k8s.batch.v1.Job:
-        """A Job that ends once the admission webhook completes a TLS handshake.
+        """A Job that ends once the admission webhook completes a TLS handshake and the
+        training queue is Open.
 
         The chart's webhook Deployment has no readiness probe: it counts as ready before it
         listens, and a Volcano Job created then fails ("failed calling webhook ...
-        connection refused"). Pulumi waits for a Job to complete, so everything depending
-        on this waits for the webhook itself. It runs the webhook's own image (openssl is
-        in it for the chart's certificate hook)."""
+        connection refused"). The webhook then refuses jobs to a queue until the controller
+        has marked it Open (on a fresh, busy cluster, seconds after the webhook answers:
+        "queue `default` status is ``"). Pulumi waits for a Job to complete, so everything
+        depending on this waits for both. It runs the webhook's own image (openssl and
+        kubectl are in it for the chart's certificate hook), with a token that may read
+        that one queue and nothing else."""
         host = f"{ADMISSION_SERVICE}.{NAMESPACE}.svc:443"
+        state = (
+            f"kubectl get {QUEUE_RESOURCE}.{QUEUE_GROUP} {args.queue} --cache-dir /tmp/kube "
+            "-o jsonpath='{.status.state}'"
+        )
         probe = (
-            f"until openssl s_client -connect {host} </dev/null >/dev/null 2>&1; do sleep 1; done"
+            f"until openssl s_client -connect {host} </dev/null >/dev/null 2>&1 "
+            f'&& [ "$({state})" = Open ]; do sleep 1; done'
         )
         # The stack's pod conventions (non-root, read-only, requests = limits, own account),
         # in Volcano's namespace.
         target = KubeTarget(args.provider, NAMESPACE, args.image_pull_policy)
         component = "volcano-admission-ready"
         account = kube.service_account(target, component, component, self)
+        reader = self._queue_reader(component, args, account)
         container = kube.container(
             target,
             "probe",
@@ -125,7 +140,41 @@ class Volcano(pulumi.ComponentResource):
                     [container],
                     service_account=account.metadata["name"],
                     restart_policy="Never",
+                    api_access=True,
                 ),
             },
-            opts=target.opts(self, depends_on=[release]),
+            opts=target.opts(self, depends_on=[release, reader]),
+        )
+
+    def _queue_reader(
+        self, component: str, args: VolcanoArgs, account: k8s.core.v1.ServiceAccount
+    ) -> k8s.rbac.v1.ClusterRoleBinding:
+        """`get` on the training queue alone (queues are cluster-wide: a ClusterRole)."""
+        metadata = {"name": component, "labels": kube.object_labels(component)}
+        opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
+        role = k8s.rbac.v1.ClusterRole(
+            component,
+            metadata=metadata,
+            rules=[
+                {
+                    "api_groups": [QUEUE_GROUP],
+                    "resources": [QUEUE_RESOURCE],
+                    "resource_names": [args.queue],
+                    "verbs": ["get"],
+                }
+            ],
+            opts=opts,
+        )
+        return k8s.rbac.v1.ClusterRoleBinding(
+            component,
+            metadata=metadata,
+            role_ref={
+                "api_group": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role.metadata["name"],
+            },
+            subjects=[
+                {"kind": "ServiceAccount", "name": account.metadata["name"], "namespace": NAMESPACE}
+            ],
+            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role])),
         )

@@ -154,6 +154,7 @@ def main() -> None:
                 chart_path=volcano_chart,
                 image_registry=config.volcano.image_registry,
                 image_pull_policy=config.images.pull_policy,
+                queue=config.training.queue,
             ),
         )
         scheduler = (volcano.ready,)
