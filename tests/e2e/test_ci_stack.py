@@ -44,9 +44,12 @@ def test_ci_declares_what_dev_declares_but_the_volcano_chart() -> None:
     assert dev - ci == {
         ("elasticctr:volcano:Volcano", "volcano"),
         ("kubernetes:helm.sh/v3:Release", "volcano-release"),
-        # The Job that waits for Volcano's webhook to answer, and its account.
+        # The Job that waits for Volcano's webhook to answer and the training queue to be
+        # Open, its account, and what lets it read that queue.
         ("kubernetes:batch/v1:Job", "volcano-admission-ready"),
         ("kubernetes:core/v1:ServiceAccount", "volcano-admission-ready"),
+        ("kubernetes:rbac.authorization.k8s.io/v1:ClusterRole", "volcano-admission-ready"),
+        ("kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding", "volcano-admission-ready"),
     }
     assert ci - dev == set()
     # Every pod of ci skips the readiness wait (nothing runs on the control plane).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -20,7 +21,7 @@ def lock_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "run" / "elasticctr-cluster.lock"
     monkeypatch.setattr(cluster, "LOCK_FILE", path)
     # Root or not, `down` gets as far as the lock; what it would stop is recorded, not run.
-    monkeypatch.setattr(cluster.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     return path
 
 
