@@ -79,7 +79,8 @@ def test_dev_stack_resource_counts(dev_graph: harness.Graph) -> None:
         # default-deny ingress and egress, DNS egress; NetworkPolicies: an egress policy
         # per component that opens connections (docs/architecture.md, "Security")
         "elasticctr:namespace:Namespace": 8,
-        "elasticctr:volcano:Volcano": 3,  # the release, the webhook gate Job and its account
+        # the release, the gate Job (webhook answers, queue Open), its account, its queue grant
+        "elasticctr:volcano:Volcano": 5,
         # MinIO: root keys (2) and their Secret; per workload (5) two keys and a Secret;
         # account, Service, StatefulSet, policies ConfigMap, set-up Job, two NetworkPolicies
         "elasticctr:storage:ObjectStorage": 25,
