@@ -28,6 +28,7 @@ sys.path[:0] = [str(REPO)] + [str(REPO / "images" / p) for p in ("trainer", "com
 
 from local_job import local_job_command, trainer_env  # noqa: E402 (a module beside this script)
 
+from components.training import CONFIG_MAP  # noqa: E402
 from tests.support.cluster import USER_NETWORK_FIXTURE  # noqa: E402
 from tests.support.lifecycle import generate_argv  # noqa: E402
 from tests.support.pulumi_harness import stack_config  # noqa: E402
@@ -44,7 +45,7 @@ def rendered(training: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     (config_map,) = [
         m
         for m in graph.manifests()
-        if m["kind"] == "ConfigMap" and m["metadata"]["name"] == "training-config"
+        if m["kind"] == "ConfigMap" and m["metadata"]["name"] == CONFIG_MAP
     ]
     return json.loads(config_map["data"]["trainer.json"]), config_map["data"].get("network.py")
 

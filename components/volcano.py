@@ -120,7 +120,7 @@ class Volcano(pulumi.ComponentResource):
         target = KubeTarget(args.provider, NAMESPACE, args.image_pull_policy)
         component = "volcano-admission-ready"
         account = kube.service_account(target, component, component, self)
-        reader = self._queue_reader(component, args, account)
+        reader = self._queue_reader(target, component, args.queue, account)
         container = kube.container(
             target,
             "probe",
@@ -147,11 +147,14 @@ class Volcano(pulumi.ComponentResource):
         )
 
     def _queue_reader(
-        self, component: str, args: VolcanoArgs, account: k8s.core.v1.ServiceAccount
+        self,
+        target: KubeTarget,
+        component: str,
+        queue: str,
+        account: k8s.core.v1.ServiceAccount,
     ) -> k8s.rbac.v1.ClusterRoleBinding:
         """`get` on the training queue alone (queues are cluster-wide: a ClusterRole)."""
         metadata = {"name": component, "labels": kube.object_labels(component)}
-        opts = pulumi.ResourceOptions(parent=self, provider=args.provider)
         role = k8s.rbac.v1.ClusterRole(
             component,
             metadata=metadata,
@@ -159,12 +162,13 @@ class Volcano(pulumi.ComponentResource):
                 {
                     "api_groups": [QUEUE_GROUP],
                     "resources": [QUEUE_RESOURCE],
-                    "resource_names": [args.queue],
+                    "resource_names": [queue],
                     "verbs": ["get"],
                 }
             ],
-            opts=opts,
+            opts=target.opts(self),
         )
+        # The role's name is an output of it: the binding waits for the role.
         return k8s.rbac.v1.ClusterRoleBinding(
             component,
             metadata=metadata,
@@ -176,5 +180,5 @@ class Volcano(pulumi.ComponentResource):
             subjects=[
                 {"kind": "ServiceAccount", "name": account.metadata["name"], "namespace": NAMESPACE}
             ],
-            opts=pulumi.ResourceOptions.merge(opts, pulumi.ResourceOptions(depends_on=[role])),
+            opts=target.opts(self),
         )
