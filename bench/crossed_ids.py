@@ -5,8 +5,9 @@ appends to every line, training and held-out, one feasign for each crossed slot 
 two slots are both present in it (a 64-bit mix of the pair's first ids), in a slot of its
 own numbered from --first-slot and added to slot.conf; summary.json is copied as it is, so
 model_quality.py, given the copy's parent as --data, reuses the data and reports the
-original data's Bayes AUC and baselines (docs/trainer.md, "crossed ids"). ElasticCTR lines
-only (`show click feasign:slot ...`).
+original data's Bayes AUC and baselines (docs/trainer.md, "crossed ids"). Lines are read
+with the project's parser in the data's own format (summary.json's `format`), and the
+crossed tokens written in it: `feasign:slot` (ElasticCTR) or `slot:feasign` (PaddleRec).
 
     .venv/bin/python bench/crossed_ids.py /work/mq/data/base-1-1 /work/mq/crossed/base-1-1 \\
         --smallest 101 102 103 104 105 106 107
@@ -16,26 +17,28 @@ from __future__ import annotations
 
 import argparse
 import itertools
+import json
 import shutil
 from pathlib import Path
+
+from elasticctr_common.lines import DenseFeature, LineFormat
 
 MASK = (1 << 64) - 1
 
 
-def crossed_line(line: str, pairs: dict[tuple[int, int], int]) -> str:
-    """`line` with a `feasign:slot` token for each pair of `pairs` (slot pair -> crossed
-    slot) whose slots both have an id in it; a multi-hot slot crosses its first id."""
-    tokens = line.split()
+def crossed_line(line: str, line_format: LineFormat, pairs: dict[tuple[int, int], int]) -> str:
+    """`line` with a token for each pair of `pairs` (slot pair -> crossed slot) whose slots
+    both have an id in it; a multi-hot slot crosses its first id."""
     first: dict[int, int] = {}
-    for token in tokens[2:]:
-        feasign, slot = token.rsplit(":", 1)
-        first.setdefault(int(slot), int(feasign))
-    extra = [
-        f"{(first[a] * 1_000_003 + first[b] * 7_919 + crossed) & MASK}:{crossed}"
-        for (a, b), crossed in pairs.items()
-        if a in first and b in first
-    ]
-    return " ".join(tokens + extra)
+    for feasign, slot in line_format.split(line).features:
+        first.setdefault(slot, feasign)
+    paddlerec = line_format.name == "paddlerec"
+    extra = []
+    for (a, b), crossed in pairs.items():
+        if a in first and b in first:
+            feasign = (first[a] * 1_000_003 + first[b] * 7_919 + crossed) & MASK
+            extra.append(f"{crossed}:{feasign}" if paddlerec else f"{feasign}:{crossed}")
+    return " ".join([line, *extra])
 
 
 def main() -> None:
@@ -51,11 +54,14 @@ def main() -> None:
     a = parser.parse_args()
     slot_pairs = a.pair or list(itertools.combinations(a.smallest, 2))
     pairs = {(x, y): a.first_slot + i for i, (x, y) in enumerate(slot_pairs)}
+    summary = json.loads((a.source / "summary.json").read_text())
+    dense = tuple(DenseFeature(d["name"], d["dim"]) for d in summary["dense_features"])
+    line_format = LineFormat(summary["format"], dense)
     shutil.copytree(a.source, a.target)
     files = sorted(a.target.glob("train/*/*/part-*")) + sorted(a.target.glob("heldout/part-*"))
     for path in files:
         lines = path.read_text().splitlines()
-        path.write_text("".join(crossed_line(line, pairs) + "\n" for line in lines))
+        path.write_text("".join(crossed_line(line, line_format, pairs) + "\n" for line in lines))
     with open(a.target / "slot.conf", "a") as conf:
         conf.writelines(f"{slot}\n" for slot in pairs.values())
     print(f"{len(files)} files, {len(pairs)} crossed slots from {a.first_slot}")
