@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 from elasticctr_common import alerts, canary
 from elasticctr_common.contract import CUBE_BASE_EVERY, CUBE_KEEP_VERSIONS, CUBE_MAX_CHAIN_FRACTION
+from elasticctr_common.crosses import cross_problems
 from elasticctr_common.cube.conf import CubeConf, LoadBalancer
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, PARTITION_MINUTES
 from elasticctr_common.lines import LABEL, MAX_DENSE_DIM
@@ -610,6 +611,14 @@ def _dense_names(features: list[Any]) -> list[Any]:
     if problems:
         raise Problems(problems)
     return features
+
+
+def _crosses(crosses: list[list[int]]) -> list[list[int]]:
+    # Whether the slots are slot_conf's is checked with the file (infra/load_config.py).
+    problems = cross_problems(crosses)
+    if problems:
+        raise Problems([Problem("", problem) for problem in problems])
+    return crosses
 
 
 class DataConfig(Section):
@@ -1303,6 +1312,12 @@ class TrainingConfig(Section):
     # at 1 the table has no embedding vectors at all.
     embedding_dim: int = Field(
         HyperParameters.embedding_dim, ge=2, le=1024, description="sparse embedding width"
+    )
+    crosses: Annotated[list[list[int]], AfterValidator(_crosses)] = Field(
+        [],
+        description="pairs of slot_conf's slots, e.g. [[101, 102]]: each pair's ids crossed "
+        "into one more id per example (trainer and serving form them; clients send the "
+        'slots as before), for clicks that depend on the pair (docs/trainer.md, "Crossed ids")',
     )
     max_bad_line_fraction: float = Field(
         Runner.max_bad_line_fraction,

@@ -16,6 +16,7 @@ from typing import Any, get_args, get_origin
 
 import pulumi
 import yaml
+from elasticctr_common.crosses import cross_problems
 from elasticctr_common.slotconf import SLOT_CONF_SUFFIXES, SlotConfError, parse_slot_conf
 from pulumi.runtime import config as runtime_config
 from pydantic import BaseModel, SecretStr, ValidationError
@@ -73,6 +74,11 @@ def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     problems += [line for line in written if line.split(" ", 1)[0] not in refused]
     slot_conf = known.get("slot_conf") if ("slot_conf",) not in failed else None
     slots, slot_text = _read_slots(stack.slot_conf if stack else slot_conf, project_dir, problems)
+    if stack is not None and slots:
+        problems += [
+            f"{NAMESPACE}:training.crosses {problem} (slot_conf {stack.slot_conf})"
+            for problem in cross_problems(stack.training.crosses, slots)
+        ]
     network = stack.training.network_module if stack else ""
     network_text = _read_network(network, project_dir, problems)
     if problems or stack is None:

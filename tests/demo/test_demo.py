@@ -107,8 +107,8 @@ def test_demo_runs_the_pipeline_and_prints_the_auc(tmp_path):
 
 def test_demo_trains_and_serves_your_own_data(tmp_path):
     """`--data DIR` as README shows it: the user's hour directories, slot.conf and
-    settings; the version is trained on the hours asked for, served with the slots and
-    sparse_dim of its metadata, and every held-out example is answered."""
+    settings; the version is trained on the hours asked for, served with the slots,
+    crosses and sparse_dim of its metadata, and every held-out example is answered."""
     from elasticctr_trainer.generate import generate_simple
 
     data = tmp_path / "mine"
@@ -121,10 +121,13 @@ def test_demo_trains_and_serves_your_own_data(tmp_path):
         work, "--data", str(data), "--start", "20200229/23", "--end", "20200301/00",
         "--passes", "1", "--set", "hyper_parameters.sparse_dim=200003",
         "--set", "hyper_parameters.model=deepfm", "--set", "hyper_parameters.embedx_threshold=5",
+        "--set", "training.crosses=[[301, 302], [304, 301]]",
     )  # fmt: skip
     meta = json.loads((work / "models" / "1" / "dense" / "meta.json").read_text())
     assert meta["hours"] == ["20200229/23", "20200301/00"]  # not 20200301/01
     assert meta["slots"] == [301, 302, 303, 304] and meta["sparse_dim"] == 200003
+    # The crosses are inputs of their own; the client sends the slots, serving crosses them.
+    assert meta["crosses"] == [[301, 302], [304, 301]] and len(meta["feed_names"]) == 6
     trained = json.loads((work / "trainer.json").read_text())["hyper_parameters"]
     assert trained["model"] == "deepfm" and trained["embedx_threshold"] == 5
     rows = np.loadtxt(work / "predictions.tsv", usecols=(0, 1, 2, 3))

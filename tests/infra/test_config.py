@@ -666,6 +666,33 @@ def test_plain_values_pulumi_stores_are_read(key: str, value: str) -> None:
     harness.run(main, {f"elasticctr:{key}": value})
 
 
+@pytest.mark.parametrize(
+    ("crosses", "expected"),
+    [
+        ([[1, 1]], "elasticctr:training.crosses cross [1, 1]: a slot crossed with itself"),
+        ([[1, 2], [2, 1]], "elasticctr:training.crosses cross [2, 1]: this pair is given twice"),
+        (
+            [[1, 2, 3]],
+            "elasticctr:training.crosses cross [1, 2, 3]: expected a pair of slot ids, e.g. "
+            "[101, 102]",
+        ),
+        (
+            [[1, 99]],
+            "elasticctr:training.crosses cross [1, 99]: slot 99 is not in slot.conf (slot_conf "
+            "stacks/slot.txt)",
+        ),
+    ],
+)
+def test_bad_crosses_are_refused_before_any_resource(crosses: list[Any], expected: str) -> None:
+    assert problems_of({"elasticctr:training": {"crosses": crosses}}) == [expected]
+
+
+def test_crosses_reach_trainer_json() -> None:
+    graph = harness.run(main, {"elasticctr:training": {"crosses": [[1, 2], [3, 1]]}})
+    data = graph.one("kubernetes:core/v1:ConfigMap", "training-config").inputs["data"]
+    assert json.loads(data["trainer.json"])["hyper_parameters"]["crosses"] == [[1, 2], [3, 1]]
+
+
 def test_the_readme_example_is_what_the_program_prints() -> None:
     """README's two-line example: a bad field and a check across fields, together."""
     readme = (harness.ROOT / "README.md").read_text(encoding="utf-8")

@@ -43,6 +43,7 @@ def test_the_stack_records_what_the_guard_watches() -> None:
         ("elasticctr:training", {"embedding_dim": 16}, "fail at restore"),
         ("elasticctr:training", {"sparse_optimizer": "adagrad"}, "fail at restore"),
         ("elasticctr:training", {"dense_transform": "none"}, "fail at restore"),
+        ("elasticctr:training", {"crosses": [[1, 2]]}, "fail at restore"),
         ("elasticctr:data", {"sparse_dim": 77}, "fail at restore"),
         ("elasticctr:training", {"model": "dcn"}, "dense parameters are another network's"),
         ("elasticctr:training", CUSTOM, "dense parameters are another network's"),

@@ -236,8 +236,9 @@ def test_3_roll_out_and_predict(life: Lifecycle) -> None:
     )  # fmt: skip
     auc = float(predicted.stdout.split("AUC: ")[1].split()[0])
     bayes = float(life.truth["heldout_bayes_auc"])
-    # The user's network, served with no change to serving: each held-out example's
-    # probability is trainer 0's own prediction for it (its evaluation of version 1).
+    # The user's network and a crossed pair, served with no change to serving or the
+    # client: each held-out example's probability is trainer 0's own prediction for it
+    # (its evaluation of version 1).
     served = np.loadtxt(answers, usecols=(2, 3), ndmin=2)
     trainer = np.loadtxt(io.StringIO(_model_file(life, "1/eval/predictions.txt")), ndmin=1)
     meta = json.loads(_model_file(life, "1/dense/meta.json"))
@@ -247,7 +248,7 @@ def test_3_roll_out_and_predict(life: Lifecycle) -> None:
         "trainer_eval_auc": meta.get("eval_auc"), "served_vs_trainer_max_abs": difference,
     }  # fmt: skip
     assert "model version 1" in predicted.stdout
-    assert meta["model"] == "custom", meta
+    assert meta["model"] == "custom" and meta["crosses"] == [[1, 2]], meta
     assert len(served) == len(trainer) == HELDOUT and set(served[:, 1]) == {1}
     assert difference is not None and difference <= 1e-5, difference
     assert auc >= bayes - 0.03, f"AUC {auc:.4f}, Bayes-optimal {bayes:.4f}"

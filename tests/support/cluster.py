@@ -374,14 +374,18 @@ class LocalStack:
             unavailable(missing)
         project = pulumi_cli.Project.create(work, "local", path, kubeconfig=cluster.kubeconfig)
         # As a team with its own network and held-out set runs it: the network a file of
-        # the project, shipped in the training ConfigMap; every version evaluated on the
-        # held-out set (trainer 0's predictions beside it) and published, better or not.
+        # the project, shipped in the training ConfigMap; a pair of slots crossed (formed
+        # by the trainer's native pipe and by serving, never by the client); every version
+        # evaluated on the held-out set (trainer 0's predictions beside it) and published,
+        # better or not.
         module = project.dir / USER_NETWORK
         module.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / USER_NETWORK_FIXTURE, module)
         for key, value in {
             "training.model": "custom",
             "training.network_module": USER_NETWORK,
+            "training.crosses[0][0]": "1",
+            "training.crosses[0][1]": "2",
             "training.eval_path": EVAL_PATH,
             "training.publish_every_version": "true",
         }.items():

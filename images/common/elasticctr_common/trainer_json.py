@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
 
 from .contract import DATA_DIR, HOUR_FORMAT
+from .crosses import cross_problems
 from .feedback import PARTITION_MINUTES, parse_partition
 from .lines import FORMATS, DenseFeature, LineFormat, dense_feature_problems
 
@@ -117,6 +118,9 @@ class HyperParameters:
     # Dense features of PaddleRec's slot format, [{"name": ..., "dim": ...}], in the order
     # the network gets them; each line must carry every one in full.
     dense_features: list[DenseFeature] = field(default_factory=list)
+    # Pairs of slot.conf's slots, each crossed into one more sparse input (elasticctr_common
+    # .crosses): [[101, 102], ...]. Part of the model's layout (a checkpoint records them).
+    crosses: list[list[int]] = field(default_factory=list)
     # Applied in the model's graph (so the exported model applies it too): counts and other
     # heavy-tailed values squashed before the first layer. Unset, like sparse_optimizer:
     # NEW_MODEL_DENSE_TRANSFORM for a new model, a resumed one keeps its own (checkpoint
@@ -205,7 +209,7 @@ def _type_problem(annotation: Any, value: Any) -> str:
     if origin is list:
         [item] = get_args(annotation)
         good = isinstance(value, list) and not any(_type_problem(item, v) for v in value)
-        return "" if good else f"a list of {PLURALS[item]}"
+        return "" if good else f"a list of {_plural(item)}"
     if annotation is bool:
         return "" if isinstance(value, bool) else "true or false"
     if annotation is int:
@@ -216,6 +220,12 @@ def _type_problem(annotation: Any, value: Any) -> str:
     if annotation is str:
         return "" if isinstance(value, str) else "a string"
     return ""
+
+
+def _plural(annotation: Any) -> str:
+    if get_origin(annotation) is list:
+        return f"lists of {_plural(get_args(annotation)[0])}"
+    return PLURALS[annotation]
 
 
 def _build(cls: type, section: str, data: Any) -> tuple[Any, list[str]]:
@@ -393,6 +403,9 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
             "hyper_parameters.dense_features: need runner.data_format paddlerec (ElasticCTR "
             "lines have no place for dense features)"
         )
+    cross_errors = cross_problems(hyper.crosses)
+    if cross_errors:
+        raise ConfigError(f"hyper_parameters.crosses: {'; '.join(cross_errors)}")
     for key in ("embedx_threshold", "nonclk_coeff", "click_coeff", "delete_threshold", "dense_l2"):
         if getattr(hyper, key) is not None and getattr(hyper, key) < 0:
             raise ConfigError(f"hyper_parameters.{key}: must be >= 0, got {getattr(hyper, key)}")

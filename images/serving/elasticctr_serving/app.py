@@ -380,11 +380,13 @@ class ServingApp:
                 raise Unavailable("no model version is loaded yet", NO_MODEL)
             parse_started = time.perf_counter()
             parsed = parse(body, model)
-            self.feasigns.observe(model.space.sparse_dim, len(parsed.keys), parsed.largest_feasign)
+            sent = len(parsed.keys) - parsed.crossed  # the crossed ids are serving's
+            self.feasigns.observe(model.space.sparse_dim, sent, parsed.largest_feasign)
             self.metrics.stage_seconds.inc(time.perf_counter() - parse_started, "parse")
             if len(parsed.keys) > self.batcher.max_keys:
+                crossed = f" and {parsed.crossed} crossed ids" if parsed.crossed else ""
                 raise BadRequest(
-                    f"{len(parsed.keys)} feasigns in one request, more than the limit "
+                    f"{sent} feasigns{crossed} in one request, more than the limit "
                     f"{self.batcher.max_keys} (the keys cube takes in one lookup)",
                     413,
                 )

@@ -90,7 +90,7 @@ class Prediction:
 @dataclass
 class _Pending:
     parsed: Parsed
-    model: DenseModel  # the model the request was parsed for (its slots)
+    model: DenseModel  # the model the request was parsed for (its slots and crosses)
     future: asyncio.Future[Prediction]  # of the event loop that queued it
     queued: float = field(default_factory=time.monotonic)
 
@@ -102,8 +102,9 @@ def pool(
     slot_count: int,
     count: int,
 ) -> NDArray[np.float32]:
-    """Sum the vectors of each (slot, instance): float32 [slot_count, count, dim], each
-    slot's block contiguous, as the predictor's inputs want them."""
+    """Sum the vectors of each (sparse input, instance): float32 [slot_count, count, dim]
+    (slot_count: the sparse inputs, slots and crosses), each input's block contiguous, as
+    the predictor's inputs want them."""
     dim = keys_values.shape[1]
     cells = slot_count * count
     index = slots.astype(np.int64) * count + rows
@@ -320,7 +321,7 @@ class Batcher:
             )
         self.metrics.cube_keys.inc(len(unique))
         self.metrics.missing_keys.inc(result.missing)
-        slot_count = len(model.space.slots)
+        slot_count = model.space.inputs  # the slots, then the crosses
         if not len(unique):
             pooled = np.zeros((slot_count, count, model.embedding_dim), dtype=np.float32)
         elif native is not None:
@@ -358,28 +359,28 @@ def _nonfinite_inputs(
     rows: NDArray[np.int32],
 ) -> dict[int, InstanceFailure]:
     """A failure for each instance whose pooled inputs are not finite, naming its first
-    non-finite vector's key, else the slot whose sum overflows float32; their inputs are
-    zeroed in `pooled`, never fed to the model: with oneDNN's matrix product, ReLU made a
-    NaN input a finite, meaningless score (only the batch-1 predictor gave NaN)."""
-    finite = np.isfinite(pooled).all(axis=2)  # [slot, instance]
+    non-finite vector's key, else the slot (or cross) whose sum overflows float32; their
+    inputs are zeroed in `pooled`, never fed to the model: with oneDNN's matrix product,
+    ReLU made a NaN input a finite, meaningless score (only the batch-1 predictor gave NaN)."""
+    finite = np.isfinite(pooled).all(axis=2)  # [sparse input, instance]
     bad_rows = ~finite.all(axis=0)
     failures: dict[int, InstanceFailure] = {}
     bad_keys = ~np.isfinite(values).all(axis=1)
     for at in np.flatnonzero(bad_keys[inverse]).tolist():
         row = int(rows[at])
         if row not in failures:
-            slot = model.space.slots[int(slots[at])]
+            named = model.space.describe_input(int(slots[at]))
             failures[row] = InstanceFailure(
                 NONFINITE_EMBEDDING,
-                f"the embedding of sparse key {int(unique[inverse[at]])} (slot {slot}) in cube "
+                f"the embedding of sparse key {int(unique[inverse[at]])} ({named}) in cube "
                 f"version {model.version} is not finite (NaN or infinite)",
             )
     for row in np.flatnonzero(bad_rows).tolist():
         if row not in failures:  # finite vectors whose sum is not
-            slot = model.space.slots[int(np.argmin(finite[:, row]))]
+            named = model.space.describe_input(int(np.argmin(finite[:, row])))
             failures[row] = InstanceFailure(
                 NONFINITE_POOLED,
-                f"the sum of the embeddings of slot {slot} in cube version {model.version} "
+                f"the sum of the embeddings of {named} in cube version {model.version} "
                 "overflows float32",
             )
     pooled[:, bad_rows] = 0

@@ -1,13 +1,13 @@
 """One input instead of one per slot: a rewrite of the exported program at load.
 
-The trainer exports one [n, dim] input per slot, concatenated by the program's first op
-(`feed` x26 + `concat`, axis 1). Feeding 26 inputs costs 55 µs per call whatever the batch
-(one `copy_from_cpu` each: 0.4 of a batch-1 call), one [n, 26 * dim] input ~2 µs. When the
-program has exactly that shape (every feed goes only into one `concat` along axis 1, in
-meta.json's feed order), the feeds and the concat are replaced by one feed of the concat's
-output; any other program (e.g. the wide model, which also slices the pooled inputs) is
-served as exported. The arithmetic is unchanged: the rows are the concat's, built by a
-transpose in numpy (`flatten`).
+The trainer exports one [n, dim] input per slot (and per cross), concatenated by the
+program's first op (`feed` x26 + `concat`, axis 1). Feeding 26 inputs costs 55 µs per call
+whatever the batch (one `copy_from_cpu` each: 0.4 of a batch-1 call), one [n, 26 * dim]
+input ~2 µs. When the program has exactly that shape (every feed goes only into one
+`concat` along axis 1, in meta.json's feed order), the feeds and the concat are replaced by
+one feed of the concat's output; any other program (e.g. the wide model, which also slices
+the pooled inputs) is served as exported. The arithmetic is unchanged: the rows are the
+concat's, built by a transpose in numpy (`flatten`).
 """
 
 from __future__ import annotations
@@ -57,9 +57,9 @@ def fuse_inputs(program: bytes, feed_names: list[str]) -> tuple[bytes, str] | No
 
 
 def flatten(pooled: NDArray[np.float32]) -> NDArray[np.float32]:
-    """[slots, n, dim] -> [n, slots * dim], each row slot-major as the concat made it."""
-    slots, n, dim = pooled.shape
-    return np.ascontiguousarray(pooled.transpose(1, 0, 2)).reshape(n, slots * dim)
+    """[inputs, n, dim] -> [n, inputs * dim], each row input-major as the concat made it."""
+    inputs, n, dim = pooled.shape
+    return np.ascontiguousarray(pooled.transpose(1, 0, 2)).reshape(n, inputs * dim)
 
 
 def _only(variables: object, parameter: str) -> str:

@@ -15,6 +15,12 @@ the padding key, whose vector is zero: it is never looked up. A slot given twice
 instance is summed, as repeated `feasign:slot` tokens are in training lines. Errors are
 `BadRequest` with a message that names the instance, the slot and the value.
 
+A model trained with crosses (meta.json `crosses`, pairs of its slots) has one more sparse
+input per cross, after its slots: serving forms its keys from the feasigns sent for the
+two slots by the trainer's rule (elasticctr_common.crosses), in `parsed_keys`, where every
+request form ends. A request names slots only, never a cross; what it sent (`Parsed.raw`,
+which impressions record) holds no crossed id: the trainer forms them again.
+
 Three paths, one answer: the native parser (native.py) reads well-formed bodies without
 creating Python objects; a body it does not take is loaded with orjson and parsed by the
 quick path, which collects every feasign into one list and converts it with one numpy
@@ -25,6 +31,7 @@ one. Property tests check that all three agree.
 from __future__ import annotations
 
 import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import chain
 from operator import itemgetter
@@ -32,6 +39,7 @@ from typing import Any
 
 import numpy as np
 import orjson
+from elasticctr_common.crosses import GOLDEN, MAX_CROSSED_IDS, pair_seed
 from elasticctr_common.lines import F32_OVERFLOW, DenseFeature
 from numpy.typing import NDArray
 
@@ -53,10 +61,12 @@ class BadRequest(Exception):
 @dataclass
 class Parsed:
     count: int  # instances
-    keys: NDArray[np.uint64]  # sparse keys, padding (0) removed
-    slots: NDArray[np.int32]  # slot index (model input order) of each key
+    # sparse keys, padding (0) removed: the feasigns sent, then the crossed ids (cross by
+    # cross, each in instance order)
+    keys: NDArray[np.uint64]
+    slots: NDArray[np.int32]  # sparse input index (model input order) of each key
     rows: NDArray[np.int32]  # instance index of each key
-    largest_feasign: int = 0  # before the mapping (feasign_check.py)
+    largest_feasign: int = 0  # of those sent, before the mapping (feasign_check.py)
     # [count, the dense features' dims summed] float32, in the model's order; None without
     dense: NDArray[np.float32] | None = None
     # Every feasign as sent (padding included) with its slot index and instance, in
@@ -64,23 +74,29 @@ class Parsed:
     raw: NDArray[np.uint64] | None = None
     raw_slots: NDArray[np.int32] | None = None
     raw_rows: NDArray[np.int32] | None = None
+    crossed: int = 0  # how many of `keys` are crossed ids (not sent)
 
 
 class SlotSpace:
     """What parsing needs from the model being served: its slots (input order), sparse_dim,
-    its dense features (input order)."""
+    its dense features (input order), its crosses (each the input indices of its two
+    slots). Its sparse inputs are the slots, then one per cross."""
 
     def __init__(
         self,
         slots: list[int] | tuple[int, ...],
         sparse_dim: int,
         dense: tuple[DenseFeature, ...] = (),
+        crosses: Sequence[tuple[int, int]] = (),
     ) -> None:
         self.slots = tuple(slots)
         self.sparse_dim = sparse_dim
         self.dense = tuple(dense)
         self.dense_dim = sum(f.dim for f in self.dense)
-        self.index = {str(s): i for i, s in enumerate(self.slots)}
+        self.crosses = tuple((int(first), int(second)) for first, second in crosses)
+        self.inputs = len(self.slots) + len(self.crosses)  # sparse inputs
+        self.crossing = Crossing(self.slots, self.crosses, sparse_dim) if self.crosses else None
+        self.index = {str(s): i for i, s in enumerate(self.slots)}  # what a request may name
         self.dense_index = {f.name: f for f in self.dense}
         self.names = "\n".join(str(s) for s in self.slots).encode()  # for the native parser
 
@@ -88,16 +104,91 @@ class SlotSpace:
         if not isinstance(other, SlotSpace):
             return NotImplemented
         mine, theirs = (
-            (self.slots, self.sparse_dim, self.dense),
-            (other.slots, other.sparse_dim, other.dense),
+            (self.slots, self.sparse_dim, self.dense, self.crosses),
+            (other.slots, other.sparse_dim, other.dense, other.crosses),
         )
         return mine == theirs
 
     def __hash__(self) -> int:
-        return hash((self.slots, self.sparse_dim, self.dense))
+        return hash((self.slots, self.sparse_dim, self.dense, self.crosses))
+
+    @property
+    def cross_slots(self) -> list[list[int]]:
+        """The crosses as meta.json writes them: [[slot, slot], ...]."""
+        return [[self.slots[first], self.slots[second]] for first, second in self.crosses]
+
+    def describe_input(self, index: int) -> str:
+        """Sparse input `index` as messages name it: "slot 101" or "cross [101, 102]"."""
+        if index < len(self.slots):
+            return f"slot {self.slots[index]}"
+        return f"cross {self.cross_slots[index - len(self.slots)]}"
 
     def describe_dense(self) -> str:
         return ", ".join(f"{f.name}[{f.dim}]" for f in self.dense) or "none"
+
+
+class Crossing:
+    """A model's crosses, ready to form their keys for a request's instances: for every
+    cross and instance, elasticctr_common.crosses.crossed_keys of the pair's seed and the
+    two slots' feasigns, in whole-array operations (no Python loop per cross or key)."""
+
+    def __init__(
+        self, slots: tuple[int, ...], crosses: tuple[tuple[int, int], ...], sparse_dim: int
+    ) -> None:
+        crossed = sorted({index for cross in crosses for index in cross})
+        # Each slot's place in the table of first ids (_first_ids), -1: no cross uses it.
+        self.place = np.full(len(slots), -1, dtype=np.int64)
+        self.place[crossed] = np.arange(len(crossed))
+        self.crossed_slots = len(crossed)
+        self.first = self.place[[first for first, _ in crosses]]
+        self.second = self.place[[second for _, second in crosses]]
+        seeds = [pair_seed(slots[first], slots[second]) for first, second in crosses]
+        self.seeds = np.array(seeds, dtype=np.uint64)
+        self.first_input = len(slots)  # the crosses' inputs follow the slots'
+        self.sparse_dim = np.uint64(sparse_dim)
+
+    def keys(
+        self,
+        count: int,
+        feasigns: NDArray[np.uint64],
+        slots: NDArray[np.int32],
+        rows: NDArray[np.int32],
+    ) -> tuple[NDArray[np.uint64], NDArray[np.int32], NDArray[np.int32]]:
+        """(keys, input index, instance) of the crosses' keys, cross by cross, each in
+        instance order. `feasigns`: those whose key is not the padding key, in instance
+        order (each slot's in the order sent), with their slot index and instance."""
+        ids, given = self._first_ids(count, feasigns, slots, rows)
+        # Every (cross, instance, x, y) with both ids, in that order: crossed_keys' x-major.
+        both = given[self.first][:, :, :, None] & given[self.second][:, :, None, :]
+        cross, row, x, y = np.nonzero(both)
+        xs, ys = ids[self.first[cross], row, x], ids[self.second[cross], row, y]
+        crossed = crossed_feasigns(self.seeds[cross], xs, ys) % self.sparse_dim
+        real = crossed != 0
+        inputs = (cross[real] + self.first_input).astype(np.int32)
+        return crossed[real], inputs, row[real].astype(np.int32)
+
+    def _first_ids(
+        self,
+        count: int,
+        feasigns: NDArray[np.uint64],
+        slots: NDArray[np.int32],
+        rows: NDArray[np.int32],
+    ) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
+        """The first MAX_CROSSED_IDS feasigns of each crossed slot in each instance, as a
+        [crossed slots, count, MAX_CROSSED_IDS] table, and which of its cells hold one."""
+        place = self.place[slots]
+        mine = np.flatnonzero(place >= 0)
+        mine = mine[np.argsort(place[mine], kind="stable")]  # by slot, each in instance order
+        cell = place[mine] * count + rows[mine]  # (slot, instance): sorted
+        order = np.arange(len(cell)) - np.searchsorted(cell, cell)  # among the cell's ids
+        first = order < MAX_CROSSED_IDS
+        cell, order, mine = cell[first], order[first], mine[first]
+        ids = np.zeros((self.crossed_slots * count, MAX_CROSSED_IDS), dtype=np.uint64)
+        given = np.zeros((self.crossed_slots * count, MAX_CROSSED_IDS), dtype=bool)
+        ids[cell, order] = feasigns[mine]
+        given[cell, order] = True
+        shape = (self.crossed_slots, count, MAX_CROSSED_IDS)
+        return ids.reshape(shape), given.reshape(shape)
 
 
 def parse_request(body: bytes, space: SlotSpace, max_instances: int, plain: bool) -> Parsed:
@@ -327,17 +418,52 @@ def parsed_keys(
     rows: NDArray[np.int32],
     space: SlotSpace,
 ) -> Parsed:
-    """Raw feasigns (with their slot index and instance) -> a Parsed: sparse keys, the
-    padding key dropped."""
+    """Raw feasigns (with their slot index and instance, in instance order as every request
+    form gives them) -> a Parsed: sparse keys, the padding key dropped, and the crossed ids
+    after them when the model has crosses. Every request form ends here."""
     keys = raw % np.uint64(space.sparse_dim)
     real = keys != 0
     kept_slots, kept_rows = slots, rows
     if not real.all():
         keys, kept_slots, kept_rows = keys[real], slots[real], rows[real]
     largest = int(raw.max()) if raw.size else 0
-    return Parsed(
+    parsed = Parsed(
         count, keys, kept_slots, kept_rows, largest, raw=raw, raw_slots=slots, raw_rows=rows
     )
+    if space.crossing is not None:
+        sent = raw[real] if len(keys) < len(raw) else raw
+        crossed_keys, crossed_inputs, crossed_rows = space.crossing.keys(
+            count, sent, kept_slots, kept_rows
+        )
+        parsed.keys = np.concatenate([keys, crossed_keys])
+        parsed.slots = np.concatenate([kept_slots, crossed_inputs])
+        parsed.rows = np.concatenate([kept_rows, crossed_rows])
+        parsed.crossed = len(crossed_keys)
+    return parsed
+
+
+_GOLDEN = np.uint64(GOLDEN)
+_MIX_1, _MIX_2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
+_SHIFT_1, _SHIFT_2, _SHIFT_3 = np.uint64(30), np.uint64(27), np.uint64(31)
+
+
+def splitmix64_array(values: NDArray[np.uint64]) -> NDArray[np.uint64]:
+    """elasticctr_common.crosses.splitmix64 of each value: uint64 array arithmetic wraps
+    as its `& MASK` does (and silently, unlike numpy's scalars: keep these arrays)."""
+    z = values + _GOLDEN
+    z ^= z >> _SHIFT_1
+    z *= _MIX_1
+    z ^= z >> _SHIFT_2
+    z *= _MIX_2
+    z ^= z >> _SHIFT_3
+    return z
+
+
+def crossed_feasigns(
+    seeds: NDArray[np.uint64], xs: NDArray[np.uint64], ys: NDArray[np.uint64]
+) -> NDArray[np.uint64]:
+    """elasticctr_common.crosses.crossed_feasign of each (seed, x, y), elementwise."""
+    return splitmix64_array(splitmix64_array(seeds ^ xs) ^ ys)
 
 
 def _as_uint64(feasigns: list[Any]) -> NDArray[np.uint64] | None:
@@ -397,4 +523,5 @@ def merge(parts: list[Parsed]) -> Parsed:
         rows,
         max(p.largest_feasign for p in parts),
         np.concatenate(dense) if dense else None,
+        crossed=sum(p.crossed for p in parts),
     )

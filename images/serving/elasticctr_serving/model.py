@@ -2,8 +2,9 @@
 
 The trainer exports `<model_uri>/<V>/dense/{model.pdmodel, model.pdiparams, meta.json}`;
 the program's inputs are the pooled slot embeddings (`meta.feed_names`, one [n, dim] input
-per slot in slot.conf order), then one [n, dim] input per dense feature (`meta
-.dense_features`, none for a model without), and its output the softmax [n, 2]
+per slot in slot.conf order, then one per cross of two slots, `meta.crosses`, none for a
+model without: instances.py forms their keys), then one [n, dim] input per dense feature
+(`meta.dense_features`, none for a model without), and its output the softmax [n, 2]
 (`meta.fetch_name`).
 
 Files are read into memory and handed to Paddle as buffers. Paddle crashes the whole
@@ -42,6 +43,7 @@ from typing import Any
 
 import numpy as np
 import paddle.inference as paddle_infer
+from elasticctr_common.crosses import cross_indices
 from elasticctr_common.lines import DenseFeature
 from elasticctr_common.storage import Store
 from elasticctr_common.versions import MODEL_FILE, MODEL_META, PARAMS_FILE, dense_path
@@ -80,8 +82,9 @@ class DenseModel:
     def predict(
         self, worker: int, pooled: NDArray[np.float32], dense: NDArray[np.float32] | None = None
     ) -> NDArray[np.float32]:
-        """[slots, n, dim] pooled embeddings and [n, dense dims summed] dense values (None
-        for a model without dense features) -> [n, 2] class probabilities."""
+        """[sparse inputs, n, dim] pooled embeddings (the slots', then the crosses') and
+        [n, dense dims summed] dense values (None for a model without dense features) ->
+        [n, 2] class probabilities."""
         one = pooled.shape[1] == 1 and bool(self.single)
         predictor = self.single[worker] if one else self.predictors[worker]
         handles = self._handles.get((worker, one))
@@ -91,7 +94,7 @@ class DenseModel:
             handles = self._handles[worker, one] = (inputs, output)
         inputs, output = handles
         fed: list[NDArray[np.float32]] | NDArray[np.float32]
-        if self.fused_input:  # the concat's order: the slots, then the dense features
+        if self.fused_input:  # the concat's order: the sparse inputs, then the dense ones
             flat = flatten(pooled)
             fed = [flat if dense is None else np.ascontiguousarray(np.hstack([flat, dense]))]
         elif dense is None:
@@ -150,11 +153,11 @@ def load_model(
             f"version {version}: trained with sparse_dim {meta['sparse_dim']}, "
             f"serving maps feasigns with {sparse_dim}"
         )
-    dense = dense_features(version, meta)
-    if len(meta["feed_names"]) != len(model_slots) + len(dense):
+    space = model_space(version, meta)
+    if len(meta["feed_names"]) != space.inputs + len(space.dense):
         raise ModelError(
             f"version {version}: {len(meta['feed_names'])} feed names for {len(model_slots)} "
-            f"slots and {len(dense)} dense features"
+            f"slots, {len(space.crosses)} crosses and {len(space.dense)} dense features"
         )
     try:
         program = models.read_bytes(dense_path(version, meta.get("model_file", MODEL_FILE)))
@@ -172,7 +175,7 @@ def load_model(
     model = DenseModel(
         version=version,
         meta=meta,
-        space=SlotSpace(model_slots, int(meta["sparse_dim"]), dense),
+        space=space,
         embedding_dim=int(meta["embedding_dim"]),
         predictors=predictors,
         loaded_at=time.time(),
@@ -195,6 +198,30 @@ ONEDNN_FUSES = (
     "conv_activation_mkldnn_fuse_pass",
     "operator_scale_onednn_fuse_pass",
 )
+
+
+def model_space(version: int, meta: dict[str, Any]) -> SlotSpace:
+    """What parsing needs from the version's meta.json (its slots, sparse_dim, dense
+    features, crosses); ModelError when a part of it is not valid."""
+    slots = [int(s) for s in meta["slots"]]
+    dense = dense_features(version, meta)
+    return SlotSpace(slots, int(meta["sparse_dim"]), dense, crosses_of(version, meta, slots))
+
+
+def crosses_of(version: int, meta: dict[str, Any], slots: list[int]) -> list[tuple[int, int]]:
+    """The version's crosses as input indices of their slots (meta.json `crosses`, pairs of
+    its slots; none before they existed)."""
+    crosses = meta.get("crosses")
+    if crosses is None:
+        return []
+    if not isinstance(crosses, list):
+        raise ModelError(
+            f"version {version}: meta.json crosses is not a list of slot pairs: {crosses!r}"
+        )
+    try:
+        return cross_indices(crosses, slots)
+    except ValueError as err:
+        raise ModelError(f"version {version}: meta.json crosses: {err}") from None
 
 
 def dense_features(version: int, meta: dict[str, Any]) -> tuple[DenseFeature, ...]:
@@ -258,7 +285,7 @@ def _smoke_test(model: DenseModel) -> None:
     if absent:
         raise ModelError(f"version {model.version}: the program has no input(s) {absent}")
     for n in (2, 1):  # both predictors: batch 1 runs on its own
-        probe = np.zeros((len(model.space.slots), n, model.embedding_dim), dtype=np.float32)
+        probe = np.zeros((model.space.inputs, n, model.embedding_dim), dtype=np.float32)
         dense = np.zeros((n, model.space.dense_dim), np.float32) if model.space.dense else None
         try:
             out = model.predict(0, probe, dense)
@@ -349,9 +376,7 @@ def _child_main(directory: str, version: int) -> None:
     model = DenseModel(
         version,
         meta,
-        SlotSpace(
-            [int(s) for s in meta["slots"]], int(meta["sparse_dim"]), dense_features(version, meta)
-        ),
+        model_space(version, meta),
         int(meta["embedding_dim"]),
         [predictor],
         time.time(),

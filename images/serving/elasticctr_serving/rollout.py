@@ -300,6 +300,7 @@ class ModelManager:
         return {
             "version": active.version if active else None,
             "slots": list(active.space.slots) if active else None,
+            "crosses": active.space.cross_slots if active else None,
             "sparse_dim": active.space.sparse_dim if active else None,
             "dense_features": (
                 [{"name": f.name, "dim": f.dim} for f in active.space.dense] if active else None

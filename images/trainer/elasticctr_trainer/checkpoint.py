@@ -23,7 +23,7 @@ import json
 import logging
 import os
 import time
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,13 +69,15 @@ class ModelLayout:
     sparse_optimizer: SparseOptimizer = UNRECORDED_SPARSE_OPTIMIZER
     # The dense weights were learnt on the transformed values.
     dense_transform: DenseTransform = UNRECORDED_DENSE_TRANSFORM
+    # The crossed slot pairs (more inputs, rows of crossed ids); unrecorded: none.
+    crosses: list[list[int]] = field(default_factory=list)
 
     @classmethod
     def of(cls, hyper: HyperParameters, slots: list[int]) -> ModelLayout:
         optimizer, _, _ = hyper.sparse_rule()
         return cls(
             hyper.sparse_dim, hyper.embedding_dim, list(slots), list(hyper.fc_sizes), optimizer,
-            hyper.dense_rule(),
+            hyper.dense_rule(), [list(pair) for pair in hyper.crosses],
         )  # fmt: skip
 
 
@@ -117,6 +119,7 @@ LAYOUT_KEYS = {
     "fc_sizes": "hyper_parameters.fc_sizes",
     "sparse_optimizer": "hyper_parameters.sparse_optimizer (stack: training.sparse_optimizer)",
     "dense_transform": "hyper_parameters.dense_transform (stack: training.dense_transform)",
+    "crosses": "hyper_parameters.crosses (stack: training.crosses)",
 }
 
 
@@ -124,8 +127,8 @@ LAYOUT_KEYS = {
 # change the record does not cover).
 LAYOUT_CHANGED = (
     "the model's layout changed (hyper_parameters.model or network_module, dense_features, "
-    "fc_sizes, embedding_dim or the slots of slot_conf): set it back, or train a new model "
-    "from scratch with a new runner.checkpoint_uri"
+    "fc_sizes, embedding_dim, crosses or the slots of slot_conf): set it back, or train a new "
+    "model from scratch with a new runner.checkpoint_uri"
 )
 
 

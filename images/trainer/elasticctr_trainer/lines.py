@@ -2,8 +2,9 @@
 or PaddleRec's slot format with dense features (elasticctr_common.lines reads both).
 
 A feasign becomes the sparse key `feasign % sparse_dim`; a slot with no feasign in an
-example gets the padding key 0. Malformed lines raise `BadLine` with a short reason that
-the per-file report counts.
+example gets the padding key 0. Each configured cross of two slots is one more input after
+the slots, its keys formed from theirs (elasticctr_common.crosses). Malformed lines raise
+`BadLine` with a short reason that the per-file report counts.
 
 A data file's lines (text, or compressed text) come from `elasticctr_common.datafiles`,
 which raises `BadFile` for a file that is not lines of text: a bad file, not a file with
@@ -16,6 +17,7 @@ import io
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from elasticctr_common.crosses import cross_indices, crossed_keys, pair_seed
 from elasticctr_common.datafiles import data_lines
 from elasticctr_common.lines import MAX_FEASIGN, MAX_SHOW, BadLine, LineFormat
 from elasticctr_common.storage import Store
@@ -38,7 +40,8 @@ PADDING_KEY = 0
 class Example:
     show: int
     click: int
-    keys: list[list[int]]  # per slot, in slot.conf order; [PADDING_KEY] for an empty slot
+    # per slot, in slot.conf order, then per cross; [PADDING_KEY] for an empty one
+    keys: list[list[int]]
     dense: tuple[str, ...] = ()  # the dense features' values as written, in format order
 
     @property
@@ -51,9 +54,16 @@ def is_blank(line: str) -> bool:
 
 
 class LineParser:
-    """Parses lines of one format for one slot.conf and sparse_dim."""
+    """Parses lines of one format for one slot.conf, sparse_dim and crosses (pairs of
+    slot.conf's slots)."""
 
-    def __init__(self, slots: list[int], sparse_dim: int, form: LineFormat | None = None) -> None:
+    def __init__(
+        self,
+        slots: list[int],
+        sparse_dim: int,
+        form: LineFormat | None = None,
+        crosses: list[list[int]] | None = None,
+    ) -> None:
         if sparse_dim < 2:
             raise ValueError(f"sparse_dim must be >= 2 (key 0 is padding), got {sparse_dim}")
         self.slots = slots
@@ -61,11 +71,18 @@ class LineParser:
         self.slot_index = {slot: i for i, slot in enumerate(slots)}
         self.form = form or LineFormat()
         self.dense_dims = [feature.dim for feature in self.form.dense]
+        crosses = crosses or []
+        # (first slot's index, second's, the pair's seed) of each cross
+        self.crosses = [
+            (i, j, pair_seed(a, b))
+            for (i, j), (a, b) in zip(cross_indices(crosses, slots), crosses, strict=True)
+        ]
 
     def parse(self, line: str) -> Example:
         """The example of one line (the shared reading, elasticctr_common.lines)."""
         parsed = self.form.split(line)
         keys: list[list[int]] = [[] for _ in self.slots]
+        feasigns: list[list[int]] = [[] for _ in self.slots] if self.crosses else []
         for feasign, slot in parsed.features:
             index = self.slot_index.get(slot)
             if index is None:  # named as the line's format writes it
@@ -74,6 +91,10 @@ class LineParser:
                 )
                 raise BadLine("unknown slot", named)
             keys[index].append(feasign % self.sparse_dim)
+            if feasigns:
+                feasigns[index].append(feasign)
+        for i, j, seed in self.crosses:
+            keys.append(crossed_keys(seed, feasigns[i], feasigns[j], self.sparse_dim))
         return Example(parsed.show, parsed.click, [k or [PADDING_KEY] for k in keys], parsed.dense)
 
     def multislot(self, example: Example) -> str:

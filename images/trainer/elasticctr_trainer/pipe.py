@@ -12,7 +12,7 @@ counts it as a bad file. So is a file on which the pipe itself failed (the repor
 written, then the error raised), and a file without a report (the pipe was killed).
 
     python -m elasticctr_trainer.pipe --slot-conf slot.conf --sparse-dim N --report-dir DIR
-        [--format elasticctr|paddlerec] [--dense NAME:DIM ...]
+        [--format elasticctr|paddlerec] [--dense NAME:DIM ...] [--cross A:B ...]
 
 Where `ELASTICCTR_PIPE_BIN` names the native pipe (images/trainer/pipe, installed by the
 image), the trainer runs that instead: same rules, same output, same report, ~0.09 of the
@@ -32,7 +32,7 @@ from typing import IO, Any, BinaryIO
 
 from elasticctr_common.cargo import cargo_build
 from elasticctr_common.datafiles import BadFile, data_lines
-from elasticctr_common.lines import DenseFeature, LineFormat
+from elasticctr_common.lines import DenseFeature, LineFormat, parse_int
 from elasticctr_common.slotconf import read_slot_conf
 
 from .lines import BadLine, LineParser, is_blank
@@ -115,12 +115,16 @@ def main(argv: list[str] | None = None) -> None:
     args.add_argument(
         "--dense", action="append", default=[], metavar="NAME:DIM", help="a dense feature"
     )
+    args.add_argument(
+        "--cross", action="append", default=[], metavar="A:B", help="a cross of two slots"
+    )
     opts = args.parse_args(argv)
     report: dict[str, Any] = {"path": stdin_name()}
     try:
         dense = [DenseFeature(n, int(d)) for n, _, d in (f.rpartition(":") for f in opts.dense)]
         form = LineFormat(opts.format, tuple(dense))
-        parser = LineParser(read_slot_conf(opts.slot_conf), opts.sparse_dim, form)
+        crosses = [[parse_int(s) for s in cross.split(":", 1)] for cross in opts.cross]
+        parser = LineParser(read_slot_conf(opts.slot_conf), opts.sparse_dim, form, crosses)
         stdin = open(sys.stdin.fileno(), "rb", closefd=False)  # noqa: SIM115
         out = open(sys.stdout.fileno(), "w", encoding="utf-8", buffering=1 << 20, closefd=False)  # noqa: SIM115
         with stdin, out:

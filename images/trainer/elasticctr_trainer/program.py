@@ -34,10 +34,11 @@ def build_training_program(hyper: HyperParameters, slot_count: int, pservers: in
     """The training program of `hyper`'s network; a user's network module is checked on a
     probe batch first (networks.NetworkError if it cannot be used)."""
     paddle.enable_static()
-    network = checked_network(hyper, slot_count)
+    inputs = slot_count + len(hyper.crosses)  # each cross is one more sparse input
+    network = checked_network(hyper, inputs)
     dense = [(feature.name, feature.dim) for feature in hyper.dense_features]
     net = build_ctr_model(
-        slot_count, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes, network, dense,
+        inputs, hyper.sparse_dim, hyper.embedding_dim, hyper.fc_sizes, network, dense,
         hyper.dense_l2, hyper.dense_rule(),
     )  # fmt: skip
     accessor = AccessorParams(

@@ -200,6 +200,8 @@ def pipe_command(config: TrainerConfig, slots: list[int], report_dir: str) -> st
     format_args = [] if form.name == "elasticctr" else ["--format", form.name]
     for feature in form.dense:
         format_args += ["--dense", f"{feature.name}:{feature.dim}"]
+    for a, b in config.hyper_parameters.crosses:
+        format_args += ["--cross", f"{a}:{b}"]
     native = native_pipe()
     if native:
         args = [native, "--slots", ",".join(map(str, slots)), "--sparse-dim", sparse_dim,
@@ -222,9 +224,8 @@ class Trainer:
         self.config = config
         self.role = role
         self.slots = read_slot_conf(config.runner.slot_conf)
-        self.parser = LineParser(
-            self.slots, config.hyper_parameters.sparse_dim, line_format(config)
-        )
+        hyper = config.hyper_parameters
+        self.parser = LineParser(self.slots, hyper.sparse_dim, line_format(config), hyper.crosses)
         self.models = open_store(config.runner.model_uri)
         self.checkpoints = open_store(config.runner.checkpoint_uri)
         self.data = open_store(config.runner.train_data_uri)
@@ -504,6 +505,7 @@ class Trainer:
             "network_module": hyper.network_module,
             "data_format": self.config.runner.data_format,
             "dense_features": [asdict(feature) for feature in hyper.dense_features],
+            "crosses": hyper.crosses,  # serving forms them from the slots it is sent
         }
         predictions = None
         if self.config.runner.eval_data_uri:

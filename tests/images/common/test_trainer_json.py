@@ -41,6 +41,14 @@ from tests.support.trainer_json import RUNNER
             'hyper_parameters.model: expected wide_deep or dnn or deepfm or dcn or custom, got "xgboost"',
         ),
         ({"embedding_dim": 1}, "hyper_parameters.embedding_dim: must be >= 2, got 1"),
+        (
+            {"crosses": [101, 102]},
+            "hyper_parameters.crosses: expected a list of lists of integers, got [101, 102]",
+        ),
+        (
+            {"crosses": [[101, 101]]},
+            "hyper_parameters.crosses: cross [101, 101]: a slot crossed with itself",
+        ),
         ({"learning_rate": 0}, "hyper_parameters.learning_rate: must be > 0, got 0"),
         (
             {"sparse_learning_rate": -1},

@@ -1,5 +1,5 @@
-"""Request parsing (native and Python), pooling and metrics text, in-process (no Paddle, no
-servers)."""
+"""Request parsing (native and Python), crossed ids, pooling and metrics text, in-process (no
+Paddle, no servers)."""
 
 from __future__ import annotations
 
@@ -7,27 +7,42 @@ import json
 from functools import partial
 
 import numpy as np
+import orjson
 import pytest
+from elasticctr_common.crosses import (
+    CROSS_VECTORS,
+    MAX_CROSSED_IDS,
+    cross_indices,
+    crossed_keys,
+    pair_seed,
+    splitmix64,
+)
 from elasticctr_common.lines import DenseFeature
 from elasticctr_serving.batcher import pool
 from elasticctr_serving.instances import (
     BadRequest,
+    Parsed,
     SlotSpace,
+    crossed_feasigns,
     load_json,
     merge,
     parse_elasticctr,
     parse_plain,
     parse_request,
     parsed_keys,
+    splitmix64_array,
 )
 from elasticctr_serving.metrics import ServingMetrics
+from elasticctr_serving.v2 import decode, to_parsed
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.support.serving import metric_sample
+from tests.support.serving import metric_sample, slot_arrays
 
 SPACE = SlotSpace([101, 102, 103], 1000)
+# SPACE's slots with two crosses, the second of its slots in the other order
+CROSSED_SPACE = SlotSpace([101, 102, 103], 1000, crosses=[(0, 1), (2, 0)])
 
 
 def elasticctr(*instances: dict) -> dict:
@@ -90,12 +105,12 @@ instance = st.one_of(
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.lists(instance, min_size=1, max_size=4))
-def test_quick_and_careful_parsing_give_the_same_answer(instances):
+@given(st.lists(instance, min_size=1, max_size=4), st.sampled_from([SPACE, CROSSED_SPACE]))
+def test_quick_and_careful_parsing_give_the_same_answer(instances, space):
     results: list[tuple[object, ...]] = []
     for quick in (True, False):
         try:
-            p = parse_elasticctr({"instances": instances}, SPACE, 10, quick=quick)
+            p = parse_elasticctr({"instances": instances}, space, 10, quick=quick)
             results.append((p.count, p.keys.tolist(), p.slots.tolist(), p.rows.tolist()))
         except BadRequest as err:
             results.append(("error", err.status, str(err)))
@@ -190,24 +205,24 @@ def test_metrics_text_format():
 
 
 # -- the native parser, unique and pool (images/serving/parser) ------------------------------
-def python_parse(body: bytes, plain: bool):
+def python_parse(body: bytes, plain: bool, space: SlotSpace = SPACE):
     """What serving answers without the native parser: (count, keys, slots, rows) or the
     error (status, message)."""
     quick = b"true" not in body and b"false" not in body
     try:
         parse = parse_plain if plain else parse_elasticctr
-        p = parse(load_json(body), SPACE, 10, quick)
+        p = parse(load_json(body), space, 10, quick)
     except BadRequest as err:
         return ("error", err.status, str(err))
     return (p.count, p.keys.tolist(), p.slots.tolist(), p.rows.tolist())
 
 
-def native_parse(native, body: bytes, plain: bool):
-    got = native.parse(body, SPACE.names, plain, 10)
+def native_parse(native, body: bytes, plain: bool, space: SlotSpace = SPACE):
+    got = native.parse(body, space.names, plain, 10)
     if got is None:
         return None
     count, raw, slots, rows = got
-    p = parsed_keys(count, raw, slots, rows, SPACE)
+    p = parsed_keys(count, raw, slots, rows, space)
     return (p.count, p.keys.tolist(), p.slots.tolist(), p.rows.tolist())
 
 
@@ -221,8 +236,11 @@ def spellings(request) -> list[bytes]:
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(instance, min_size=0, max_size=4), st.data())
-def test_native_parser_answers_as_python_or_leaves_the_body_to_it(native_parser, instances, data):
+@given(st.lists(instance, min_size=0, max_size=4), st.sampled_from([SPACE, CROSSED_SPACE]),
+       st.data())  # fmt: skip
+def test_native_parser_answers_as_python_or_leaves_the_body_to_it(
+    native_parser, instances, space, data
+):
     plain_instances = [
         {e["slot_name"]: e["feasigns"] for e in i["slots"] if isinstance(e.get("slot_name"), str)}
         if isinstance(i, dict) and isinstance(i.get("slots"), list)
@@ -239,9 +257,9 @@ def test_native_parser_answers_as_python_or_leaves_the_body_to_it(native_parser,
             at = data.draw(st.integers(0, len(body) - 1))
             mutated = body[:at] + bytes([data.draw(st.integers(0, 255))]) + body[at + 1 :]
             for b in (body, mutated):
-                native = native_parse(native_parser, b, plain)
+                native = native_parse(native_parser, b, plain, space)
                 if native is not None:
-                    assert native == python_parse(b, plain), b
+                    assert native == python_parse(b, plain, space), b
 
 
 def test_native_parser_takes_the_usual_requests(native_parser):
@@ -366,3 +384,196 @@ def test_no_dense_part_for_a_model_without_dense_features():
             10,
             plain=False,
         )
+
+
+# -- crossed ids (elasticctr_common.crosses) -------------------------------------------------
+CROSSED_SLOTS = [101, 102, 103, 104, 105]  # 105 is in no cross
+CROSSES = [[101, 102], [103, 101], [102, 104]]
+FILLER = {"slot_name": "105", "feasigns": [1]}  # a real key in a slot no cross reads
+
+
+def crossed_space(sparse_dim: int) -> SlotSpace:
+    return SlotSpace(CROSSED_SLOTS, sparse_dim, crosses=cross_indices(CROSSES, CROSSED_SLOTS))
+
+
+@pytest.mark.filterwarnings("error")  # numpy warns of overflow in scalar, not array, arithmetic
+def test_splitmix64_of_arrays_is_the_rules():
+    edges = [0, 1, 2**32, 2**63 - 1, 2**63, 2**64 - 2, 2**64 - 1]
+    randoms = np.random.default_rng(3).integers(0, 2**64, 2000, dtype=np.uint64).tolist()
+    values = np.array(edges + randoms, dtype=np.uint64)
+    assert splitmix64_array(values).tolist() == [splitmix64(v) for v in edges + randoms]
+
+
+@pytest.mark.filterwarnings("error")
+def test_crossed_feasigns_are_the_rules_fixed_points():
+    seeds = np.array([pair_seed(a, b) for a, b, *_ in CROSS_VECTORS], dtype=np.uint64)
+    xs, ys = (np.array([v[i] for v in CROSS_VECTORS], dtype=np.uint64) for i in (2, 3))
+    assert crossed_feasigns(seeds, xs, ys).tolist() == [v[4] for v in CROSS_VECTORS]
+
+
+def sent_by_slot(instance: dict) -> dict[str, list[int]]:
+    """An ElasticCTR instance's feasigns per slot, a slot given twice its lists in order."""
+    lists: dict[str, list[int]] = {}
+    for entry in instance["slots"]:
+        lists.setdefault(entry["slot_name"], []).extend(entry["feasigns"])
+    return lists
+
+
+def expected_keys(instances: list[dict], sparse_dim: int) -> dict[tuple[int, int], list[int]]:
+    """(instance, sparse input) -> its keys, in order: each slot's as sent, then each cross's
+    by the rule's own crossed_keys."""
+    want = {}
+    for row, instance in enumerate(instances):
+        sent = sent_by_slot(instance)
+        for i, slot in enumerate(CROSSED_SLOTS):
+            keys = [f % sparse_dim for f in sent.get(str(slot), []) if f % sparse_dim]
+            if keys:
+                want[row, i] = keys
+        for n, (a, b) in enumerate(CROSSES):
+            xs, ys = sent.get(str(a), []), sent.get(str(b), [])
+            keys = crossed_keys(pair_seed(a, b), xs, ys, sparse_dim)
+            if keys:
+                want[row, len(CROSSED_SLOTS) + n] = keys
+    return want
+
+
+def keys_by_input(parsed: Parsed) -> dict[tuple[int, int], list[int]]:
+    got: dict[tuple[int, int], list[int]] = {}
+    columns = (parsed.keys.tolist(), parsed.slots.tolist(), parsed.rows.tolist())
+    for key, index, row in zip(*columns, strict=True):
+        got.setdefault((row, index), []).append(key)
+    return got
+
+
+def every_path(instances: list[dict], space: SlotSpace, native) -> dict[str, Parsed]:
+    """The instances as every request form and path parses them: ElasticCTR's form (quick,
+    careful, native), the plain one (Python, native), v2 tensors and v2 lines."""
+    request = {"instances": instances}
+    plain = {"instances": [sent_by_slot(i) for i in instances]}
+    tensors = [
+        {"name": slot, "datatype": "UINT64", "shape": list(array.shape), "data": array.tolist()}
+        for slot, array in slot_arrays({"slots": space.slots}, instances)
+    ]
+    lines = [
+        "1 0 " + " ".join(f"{f}:{e['slot_name']}" for e in i["slots"] for f in e["feasigns"])
+        for i in instances
+    ]
+    v2_lines = {"inputs": [{"name": "lines", "datatype": "BYTES", "shape": [len(lines)],
+                            "data": lines}]}  # fmt: skip
+    paths = {
+        "quick": parse_elasticctr(request, space, 1000),
+        "careful": parse_elasticctr(request, space, 1000, quick=False),
+        "plain": parse_plain(plain, space, 1000),
+        "v2 tensors": to_parsed(decode(orjson.dumps({"inputs": tensors}), None), space, "", 1000),
+        "v2 lines": to_parsed(decode(orjson.dumps(v2_lines), None), space, "elasticctr", 1000),
+    }
+    for path, body, is_plain in (("native", request, False), ("native plain", plain, True)):
+        got = native.parse(json.dumps(body).encode(), space.names, is_plain, 1000)
+        if got is not None:  # else a body the native parser leaves to the Python code
+            count, raw, slots, rows = got
+            paths[path] = parsed_keys(count, raw, slots, rows, space)
+    return paths
+
+
+def check_crossed(instances: list[dict], sparse_dim: int, native) -> dict[str, Parsed]:
+    """Every path gives the rule's keys per instance and input, the sent keys before the
+    crossed ones; what was sent (raw: impressions) is what a model without crosses sees."""
+    space = crossed_space(sparse_dim)
+    want = expected_keys(instances, sparse_dim)
+    paths = every_path(instances, space, native)
+    uncrossed = every_path(instances, SlotSpace(CROSSED_SLOTS, sparse_dim), native)
+    for path, parsed in paths.items():
+        assert keys_by_input(parsed) == want, path
+        sent = len(parsed.keys) - parsed.crossed
+        assert (parsed.slots[:sent] < len(CROSSED_SLOTS)).all(), path
+        assert (parsed.slots[sent:] >= len(CROSSED_SLOTS)).all(), path
+        plain = uncrossed[path]
+        assert parsed.largest_feasign == plain.largest_feasign, path
+        for field in ("raw", "raw_slots", "raw_rows"):
+            assert np.array_equal(getattr(parsed, field), getattr(plain, field)), (path, field)
+    return paths
+
+
+@st.composite
+def crossed_requests(draw) -> tuple[int, list[dict]]:
+    """(sparse_dim, instances): multi-hot slots (more ids than a cross takes), slots given
+    twice, empty ones, padding feasigns, ids near 2**64; each instance with a real key."""
+    sparse_dim = draw(st.sampled_from([7, 1000, 2**64 - 1]))  # 7: crossed keys of 0 too
+    feasign = st.one_of(
+        st.integers(0, 2**64 - 1),
+        st.integers(2**64 - 20, 2**64 - 1),
+        st.integers(1, 12),  # the same ids in several slots and instances
+        st.sampled_from([0, sparse_dim]),  # padding
+    )
+    names = st.sampled_from([str(s) for s in CROSSED_SLOTS])
+    entry = st.fixed_dictionaries({"slot_name": names, "feasigns": st.lists(feasign, max_size=7)})
+    instances = []
+    for slots in draw(st.lists(st.lists(entry, max_size=6), min_size=1, max_size=5)):
+        # each form refuses an instance without a key, in its own words
+        real = any(f % sparse_dim for e in slots for f in e["feasigns"])
+        instances.append({"slots": slots if real else [*slots, FILLER]})
+    return sparse_dim, instances
+
+
+@settings(max_examples=150, deadline=None)
+@given(crossed_requests())
+def test_every_request_path_forms_the_crossed_ids_of_the_rule(native_parser, generated):
+    sparse_dim, instances = generated
+    check_crossed(instances, sparse_dim, native_parser)
+
+
+def test_crossed_ids_of_many_instances(native_parser):
+    rng = np.random.default_rng(17)
+    near_top = 2**64 - rng.integers(1, 1000, 5000).astype(np.uint64)
+    pools = [rng.integers(1, 50, 5000), rng.integers(0, 2**64, 5000, np.uint64), near_top]
+    instances = []
+    for _ in range(400):
+        slots = [
+            {"slot_name": str(slot), "feasigns": [int(f) for f in rng.choice(pools[slot % 3], n)]}
+            for slot in CROSSED_SLOTS
+            for n in [int(rng.choice([0, 1, 1, 2, MAX_CROSSED_IDS + 3]))]
+        ]
+        instances.append({"slots": [*slots, FILLER]})
+    paths = check_crossed(instances, 1_000_003, native_parser)
+    assert {"native", "native plain"} <= set(paths)  # the usual bodies: the native parser's
+    assert paths["quick"].crossed > 400
+
+
+def test_a_request_names_slots_never_a_cross():
+    space = crossed_space(1000)
+    for name in ("101x102", "[101, 102]", "106"):
+        body = json.dumps({"instances": [{name: [5]}]}).encode()
+        with pytest.raises(BadRequest) as caught:
+            parse_request(body, space, 10, plain=True)
+        assert str(caught.value) == (
+            f"instance 0: unknown slot {name!r} (the model's slots: 101, 102, 103, 104, 105)"
+        )
+
+
+def test_the_crosses_are_part_of_the_space():
+    """A request parsed for a model of other crosses is not batched with this model's."""
+    assert crossed_space(1000) == crossed_space(1000)
+    assert hash(crossed_space(1000)) == hash(crossed_space(1000))
+    assert crossed_space(1000) != SlotSpace(CROSSED_SLOTS, 1000)
+    assert crossed_space(1000) != SlotSpace(CROSSED_SLOTS, 1000, crosses=[(0, 1)])
+    space = crossed_space(1000)
+    assert space.inputs == 8 and space.cross_slots == CROSSES
+    assert [space.describe_input(i) for i in (4, 5, 7)] == [
+        "slot 105", "cross [101, 102]", "cross [102, 104]"
+    ]  # fmt: skip
+
+
+def test_merge_and_pool_take_the_crosses_inputs():
+    space = crossed_space(1000)
+    a = parse_plain({"instances": [{"101": [1, 2], "102": [3]}]}, space, 10)
+    b = parse_plain({"instances": [{"103": [4]}, {"103": [5], "101": [6]}]}, space, 10)
+    merged = merge([a, b])
+    assert merged.crossed == a.crossed + b.crossed == 3  # 2 x 1 in a, 1 x 1 in b's second
+    crossed = merged.slots >= len(CROSSED_SLOTS)
+    assert merged.rows[crossed].tolist() == [0, 0, 2]
+    assert merged.slots[crossed].tolist() == [5, 5, 6]
+    values = np.ones((len(merged.keys), 2), dtype=np.float32)
+    pooled = pool(values, merged.slots, merged.rows, space.inputs, merged.count)
+    assert pooled.shape == (8, 3, 2)
+    assert pooled[5, :, 0].tolist() == [2, 0, 0] and pooled[6, :, 0].tolist() == [0, 0, 1]
+    assert pooled[7].sum() == 0  # no request gave slot 104

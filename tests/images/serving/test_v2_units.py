@@ -227,3 +227,15 @@ def test_model_metadata_lists_slots_and_dense_features():
         ("101", "UINT64", [-1, -1]), ("102", "UINT64", [-1, -1]), ("103", "UINT64", [-1, -1]),
         ("age", "FP32", [-1, 1]), ("ctx", "FP32", [-1, 3]),
     ]  # fmt: skip
+
+
+def test_a_models_crosses_are_no_inputs_of_its_metadata():
+    """Serving forms the crossed ids from the slots' tensors (instances.py): a client sends
+    the slots, as to a model without crosses."""
+    crossed = SlotSpace([101, 102, 103], 1000, DENSE, crosses=[(0, 2)])
+    assert model_metadata(3, crossed) == model_metadata(3, SPACE)
+    with pytest.raises(BadRequest, match=r"^unknown input '101x102'"):
+        parse({"inputs": [one("101x102", "UINT64", [1, 1], [5]), AGE, CTX]}, space=crossed)
+    got = parse({"inputs": tensors(PLAIN)}, space=crossed)
+    assert canonical(got) == canonical(parse_plain({"instances": PLAIN}, crossed, 1000))
+    assert got.crossed == 2  # instance 0: 5 and 1001 of slot 101, each with 2**64 - 1 of 103

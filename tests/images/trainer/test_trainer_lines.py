@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from elasticctr_common.crosses import crossed_feasign, pair_seed
 from elasticctr_common.datafiles import NOT_READ
 from elasticctr_common.storage import open_store
 from elasticctr_trainer.lines import MAX_SHOW, BadLine, LineParser, multislot_line
@@ -44,6 +45,22 @@ def test_a_line_may_come_with_its_line_end():
 def test_multislot_line_is_label_show_click_then_slots():
     example = parser().parse("2 0 1005:101 7:102 8:103")
     assert multislot_line(example) == "1 0 1 2 1 0 1 5 1 7 1 8"
+
+
+def test_crosses_are_inputs_after_the_slots():
+    crossing = LineParser(SLOTS, 1000, crosses=[[103, 101], [101, 102]])
+    example = crossing.parse("1 1 1005:101 2005:101 3000:101 8:103")
+    seed = pair_seed(103, 101)
+    # 3000 is slot 101's padding key: no id to cross; slot 102 is empty: its cross is too.
+    expected = [crossed_feasign(seed, 8, x) % 1000 for x in (1005, 2005)]
+    assert example.keys == [[5, 5, 0], [0], [8], [k for k in expected if k] or [0], [0]]
+    line = multislot_line(example)
+    assert line.endswith(f" 1 8 {len(example.keys[3])} {' '.join(map(str, example.keys[3]))} 1 0")
+
+
+def test_a_cross_of_slots_not_in_slot_conf_is_refused():
+    with pytest.raises(ValueError, match=r"slot 104 is not in slot\.conf"):
+        LineParser(SLOTS, 1000, crosses=[[101, 104]])
 
 
 @pytest.mark.parametrize(

@@ -64,7 +64,7 @@ def run_both(
     native: str, tmp_path: Path, data: bytes, form: list[str] | None = None
 ) -> tuple[tuple, tuple]:
     """(stdout, report) of the Python and the native pipe, each run as Paddle runs it;
-    `form`: the format's arguments (default: ElasticCTR lines)."""
+    `form`: the format's and crosses' arguments (default: ElasticCTR lines, no cross)."""
     (tmp_path / "slot.conf").write_text("".join(f"{s}\n" for s in SLOTS))
     path = tmp_path / "part-00000"
     path.write_bytes(data)
@@ -167,6 +167,64 @@ def test_same_output_and_report_for_random_hostile_slot_format_lines(native, tmp
     assert 50 < len(python[0].splitlines()) < 2950 and len(python[1]["reasons"]) >= 5
 
 
+CROSSES = ["--cross", "101:102", "--cross", "7:101", "--cross", "103:7"]
+CROSS_GOOD = [
+    "1 0 5:101 7:102 9:7 11:103",  # single-hot: one key per cross
+    "2 1 " + " ".join(f"{f}:101" for f in range(11, 18)) + " "
+    + " ".join(f"{f}:102" for f in (1000, 21, 22, 23, 24, 25)) + " 9:7",  # more than 4: capped
+    "1 1 5:101 5:101 7:102 7:102 9:7",  # repeated ids cross as often as given
+    "1 0 1000:101 2000:101 7:102 9:7",  # a side of padding keys only: the cross is empty
+    "1 0 9:103", "3 0 18446744073709551615:101 18446744073709551615:102 1:7",
+]  # fmt: skip
+
+
+def test_same_output_and_report_with_crosses(native, tmp_path):
+    lines = CROSS_GOOD + GOOD + BAD + CROSS_GOOD
+    python, ours = run_both(native, tmp_path, "\n".join(lines).encode() + b"\n", CROSSES)
+    assert ours == python
+    out = python[0].splitlines()
+    assert len(out) == 2 * len(CROSS_GOOD) + len(GOOD)
+    assert out[0].startswith(b"1 0 1 1 1 0 1 5 1 7 1 11 1 9 1 ")  # then the 3 crosses
+    assert out[1].split()[-24] == b"16"  # 4 x 4 keys (of 7 and 5 ids), 4 x 1, none
+
+
+@pytest.mark.parametrize("seed", [4, 5])
+def test_same_output_and_report_for_random_hostile_lines_with_crosses(native, tmp_path, seed):
+    rng = random.Random(seed)
+    lines = [random_line(rng) for _ in range(3000)]
+    data = "".join(line + "\n" for line in lines).encode()
+    python, ours = run_both(native, tmp_path, data, CROSSES)
+    assert ours == python
+
+
+def test_same_output_for_slot_format_lines_with_crosses(native, tmp_path):
+    rng = random.Random(6)
+    lines = SLOT_GOOD + [random_slot_line(rng) for _ in range(2000)]
+    data = "".join(line + "\n" for line in lines).encode()
+    python, ours = run_both(native, tmp_path, data, SLOT_FORMAT + CROSSES)
+    assert ours == python
+    assert python[0].splitlines()[0] == (
+        b"1 1 1 1 1 1 2 5 8 1 0 1 7 1 0 1 0 1 0 1 0 2 0.5 -1e3 1 30"
+    )
+
+
+@pytest.mark.parametrize(
+    "cross", ["101:101", "101:999", "101", "101:x", "101:+102", "101:102 --cross 102:101"]
+)
+def test_both_refuse_a_bad_cross(native, tmp_path, cross):
+    """The Python pipe fails (its report says why), the native one refuses its arguments:
+    neither converts a line."""
+    (tmp_path / "slot.conf").write_text("".join(f"{s}\n" for s in SLOTS))
+    crosses = [arg for c in cross.split(" --cross ") for arg in ("--cross", c)]
+    for command in (
+        [sys.executable, "-m", "elasticctr_trainer.pipe", "--slot-conf", str(tmp_path / "slot.conf")],
+        [native, "--slots", ",".join(map(str, SLOTS))],
+    ):  # fmt: skip
+        command += ["--sparse-dim", str(SPARSE_DIM), "--report-dir", str(tmp_path / "r"), *crosses]
+        done = subprocess.run(command, input=b"1 0 5:101\n", capture_output=True, env=trainer_env())
+        assert done.returncode != 0 and done.stdout == b"", (command, done.stderr.decode())
+
+
 @pytest.mark.parametrize(
     "data",
     [
@@ -251,12 +309,16 @@ def test_the_trainer_runs_the_native_pipe_where_the_image_installed_it(
     assert command == f"{native} --slots 101,102 --sparse-dim 77 --report-dir /r"
     slot_format = load_config(write_config(tmp_path / "slot.json", {
         **config.runner.__dict__, "data_format": "paddlerec",
-    }, {"sparse_dim": 77, "dense_features": [{"name": "dense_feature", "dim": 13}]}))  # fmt: skip
+    }, {"sparse_dim": 77, "dense_features": [{"name": "dense_feature", "dim": 13}],
+        "crosses": [[102, 101]]}))  # fmt: skip
     command = pipe_command(slot_format, [101, 102], "/r")
     assert command == (
         f"{native} --slots 101,102 --sparse-dim 77 --report-dir /r --format paddlerec "
-        "--dense dense_feature:13"
+        "--dense dense_feature:13 --cross 102:101"
     )
+    monkeypatch.delenv(NATIVE_PIPE_ENV)
+    assert pipe_command(slot_format, [101, 102], "/r").endswith("--cross 102:101")
+    monkeypatch.setenv(NATIVE_PIPE_ENV, native)
     monkeypatch.setenv(NATIVE_PIPE_ENV, str(tmp_path / "missing"))
     with pytest.raises(FileNotFoundError, match=f"{NATIVE_PIPE_ENV}=.*missing"):
         pipe_command(config, [101, 102], "/r")

@@ -206,6 +206,20 @@ def test_another_layout_is_refused_naming_each_difference(tmp_path):
     assert f"removing file://{tmp_path}/index" in message
 
 
+def test_other_crosses_are_refused_and_old_lines_had_none(tmp_path):
+    store = open_store(f"file://{tmp_path}")
+    crossed = replace(LAYOUT, crosses=[[1, 2]])
+    checkpoint = Checkpoint(3, None, 3, pservers=2, trainers=2, layout=crossed)
+    store.write_text("index", checkpoint.to_line() + "\n")
+    assert latest(store) == checkpoint
+    with pytest.raises(CheckpointMismatch) as err:
+        check_layout(store, checkpoint, LAYOUT)
+    assert "hyper_parameters.crosses (stack: training.crosses) was [[1, 2]], this job has []" in (
+        str(err.value)
+    )
+    assert Checkpoint.from_line(OLD_LINE).layout.crosses == []  # type: ignore[union-attr]
+
+
 # An index line from before checkpoints recorded the sparse rule and the dense transform.
 OLD_LINE = json.dumps(
     {"pass_id": 2, "hour": None, "version": 2, "pservers": 2, "trainers": 2,

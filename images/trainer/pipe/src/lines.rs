@@ -3,6 +3,7 @@
 //! (docs/architecture.md): the same lines are good, the same bad ones get the same reason
 //! and detail, good ones the same MultiSlot line.
 //! tests/images/trainer/test_trainer_native_pipe.py runs both on the same inputs.
+//! Crossed ids are `elasticctr_common/crosses.py`'s rule (crossed_feasign below).
 
 /// show and click reach Paddle as float32: above 2^24 they are no longer exact integers.
 pub const MAX_SHOW: i128 = 1 << 24;
@@ -15,6 +16,49 @@ const PADDING_KEY: u64 = 0;
 const LABEL: &str = "click";
 /// A decimal at or above this in magnitude rounds to infinity as a float32 (2^128 - 2^103).
 const F32_OVERFLOW: f64 = 340_282_356_779_733_661_637_539_395_458_142_568_448.0;
+/// Of each slot of a cross, its first this many ids (feasigns whose key is not padding).
+pub const MAX_CROSSED_IDS: usize = 4;
+/// Crosses one pipe takes at most (crosses.py's MAX_CROSSES).
+pub const MAX_CROSSES: usize = 64;
+
+/// splitmix64's finaliser over uint64 (crosses.py's `splitmix64`): wrapping arithmetic.
+pub const fn splitmix64(value: u64) -> u64 {
+    let mut z = value.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// What distinguishes the cross of slots a and b from every other pair's.
+pub const fn pair_seed(a: u64, b: u64) -> u64 {
+    splitmix64(splitmix64(a) ^ b)
+}
+
+/// The crossed id of feasigns x (of the pair's first slot) and y (of its second).
+pub const fn crossed_feasign(seed: u64, x: u64, y: u64) -> u64 {
+    splitmix64(splitmix64(seed ^ x) ^ y)
+}
+
+/// A cross of the line being parsed: its two slots' indices in slot.conf and their seed.
+struct Cross {
+    a: usize,
+    b: usize,
+    seed: u64,
+}
+
+/// A slot's ids for its crosses in the line being parsed: the first MAX_CROSSED_IDS of
+/// its feasigns whose key is not the padding key, in line order.
+#[derive(Clone, Copy, Default)]
+struct Side {
+    ids: [u64; MAX_CROSSED_IDS],
+    len: usize,
+}
+
+impl Side {
+    fn ids(&self) -> &[u64] {
+        &self.ids[..self.len]
+    }
+}
 
 /// A line that is not an example: a short, countable reason and what it was about.
 #[derive(Debug, PartialEq, Eq)]
@@ -138,14 +182,26 @@ pub struct LineParser {
     keys: Vec<Vec<u64>>,
     fields: Vec<(usize, usize)>,
     features: Vec<(u64, i128, usize)>,
+    /// The crosses, in the order given: one more sparse input each, after the slots'.
+    crosses: Vec<Cross>,
+    /// Per slot, its ids for the crosses (empty without crosses), and one cross's keys:
+    /// kept from line to line as well.
+    sides: Vec<Side>,
+    crossed: Vec<u64>,
 }
 
 const SMALL_SLOT: u64 = 1 << 16;
 
 impl LineParser {
     /// `dense`: Some for PaddleRec's slot format (with these dense features), None for
-    /// ElasticCTR lines.
-    pub fn new(slots: &[u64], sparse_dim: u64, dense: Option<Vec<Dense>>) -> LineParser {
+    /// ElasticCTR lines. `crosses`: pairs of slot ids, each two different slots of `slots`
+    /// (the arguments' check).
+    pub fn new(
+        slots: &[u64],
+        sparse_dim: u64,
+        dense: Option<Vec<Dense>>,
+        crosses: &[(u64, u64)],
+    ) -> LineParser {
         let mut small_slots = vec![
             None;
             slots
@@ -164,6 +220,21 @@ impl LineParser {
         }
         large_slots.sort_unstable();
         let dense_count = dense.as_ref().map_or(0, Vec::len);
+        let index = |slot: u64| {
+            slots
+                .iter()
+                .position(|&s| s == slot)
+                .expect("a cross of slots of slot.conf")
+        };
+        let crosses: Vec<Cross> = crosses
+            .iter()
+            .map(|&(a, b)| Cross {
+                a: index(a),
+                b: index(b),
+                seed: pair_seed(a, b),
+            })
+            .collect();
+        let sides = if crosses.is_empty() { 0 } else { slots.len() };
         LineParser {
             dense,
             dense_values: vec![Vec::new(); dense_count],
@@ -173,6 +244,9 @@ impl LineParser {
             keys: vec![Vec::new(); slots.len()],
             fields: Vec::new(),
             features: Vec::new(),
+            crosses,
+            sides: vec![Side::default(); sides],
+            crossed: Vec::with_capacity(MAX_CROSSED_IDS * MAX_CROSSED_IDS),
         }
     }
 
@@ -186,7 +260,9 @@ impl LineParser {
 
     /// Appends the MultiSlot line of `line` (without its line end) and `\n` to `out`:
     /// label, show, click, per slot in slot.conf order its keys (`feasign % sparse_dim`;
-    /// the padding key for an empty slot), then each dense feature's values as written.
+    /// the padding key for an empty slot), per cross its keys (crosses.py's
+    /// `crossed_keys`; the padding key for none), then each dense feature's values as
+    /// written.
     pub fn convert(&mut self, line: &str, out: &mut Vec<u8>) -> Result<(), BadLine> {
         let (show, click) = if self.dense.is_some() {
             self.split_slot_format(line)?
@@ -201,17 +277,20 @@ impl LineParser {
         out.extend_from_slice(b" 1 ");
         push_number(out, click as u64);
         for keys in &self.keys {
-            out.push(b' ');
-            if keys.is_empty() {
-                out.extend_from_slice(b"1 0");
-                debug_assert_eq!(PADDING_KEY, 0);
-                continue;
+            push_keys(out, keys);
+        }
+        for cross in &self.crosses {
+            self.crossed.clear();
+            let ys = self.sides[cross.b].ids();
+            for &x in self.sides[cross.a].ids() {
+                for &y in ys {
+                    let key = crossed_feasign(cross.seed, x, y) % self.sparse_dim;
+                    if key != PADDING_KEY {
+                        self.crossed.push(key);
+                    }
+                }
             }
-            push_number(out, keys.len() as u64);
-            for &key in keys {
-                out.push(b' ');
-                push_number(out, key);
-            }
+            push_keys(out, &self.crossed);
         }
         for spans in &self.dense_values {
             out.push(b' ');
@@ -258,6 +337,10 @@ impl LineParser {
         for keys in &mut self.keys {
             keys.clear();
         }
+        for side in &mut self.sides {
+            side.len = 0;
+        }
+        let crossing = !self.sides.is_empty();
         let slot_format = self.dense.is_some();
         for &(feasign, slot, i) in &self.features {
             let Some(index) = self.slot_index(slot) else {
@@ -276,7 +359,15 @@ impl LineParser {
                 };
                 return Err(BadLine::new("unknown slot", named));
             };
-            self.keys[index].push(feasign % self.sparse_dim);
+            let key = feasign % self.sparse_dim;
+            self.keys[index].push(key);
+            if crossing && key != PADDING_KEY {
+                let side = &mut self.sides[index];
+                if side.len < MAX_CROSSED_IDS {
+                    side.ids[side.len] = feasign;
+                    side.len += 1;
+                }
+            }
         }
         Ok(())
     }
@@ -472,6 +563,22 @@ fn exact_slot(feasign_text: &str, slot_text: &str) -> Option<String> {
         .then(|| significant.to_string())
 }
 
+/// Appends ` <count> <key>...` of one sparse input: the padding key alone when `keys` is
+/// empty.
+fn push_keys(out: &mut Vec<u8>, keys: &[u64]) {
+    out.push(b' ');
+    if keys.is_empty() {
+        out.extend_from_slice(b"1 0");
+        debug_assert_eq!(PADDING_KEY, 0);
+        return;
+    }
+    push_number(out, keys.len() as u64);
+    for &key in keys {
+        out.push(b' ');
+        push_number(out, key);
+    }
+}
+
 /// Appends `value` in decimal.
 pub fn push_number(out: &mut Vec<u8>, mut value: u64) {
     let mut digits = [0u8; 20];
@@ -493,12 +600,13 @@ mod tests {
 
     fn convert(line: &str) -> Result<String, BadLine> {
         let mut out = Vec::new();
-        LineParser::new(&[101, 102, 103], 1000, None).convert(line, &mut out)?;
+        LineParser::new(&[101, 102, 103], 1000, None, &[]).convert(line, &mut out)?;
         Ok(String::from_utf8(out).unwrap())
     }
 
-    fn convert_slot_format(line: &str) -> Result<String, BadLine> {
-        let dense = vec![
+    /// The slot-format tests' dense features: `d` of 2 values, `age` of 1.
+    fn test_dense() -> Vec<Dense> {
+        vec![
             Dense {
                 name: "d".into(),
                 dim: 2,
@@ -507,9 +615,13 @@ mod tests {
                 name: "age".into(),
                 dim: 1,
             },
-        ];
+        ]
+    }
+
+    fn convert_slot_format(line: &str) -> Result<String, BadLine> {
+        let dense = test_dense();
         let mut out = Vec::new();
-        LineParser::new(&[1, 2, 3], 1000, Some(dense)).convert(line, &mut out)?;
+        LineParser::new(&[1, 2, 3], 1000, Some(dense), &[]).convert(line, &mut out)?;
         Ok(String::from_utf8(out).unwrap())
     }
 
@@ -578,6 +690,103 @@ mod tests {
         assert_eq!(
             check_dense_value("3.4028236e38"),
             Err("non-finite dense value")
+        );
+    }
+
+    /// crosses.py's CROSS_VECTORS, (a, b, x, y, crossed feasign): the contract's fixed
+    /// points, the same for the Python parsers and serving.
+    const CROSS_VECTORS: [(u64, u64, u64, u64, u64); 6] = [
+        (101, 102, 1, 2, 5749521250910205319),
+        (101, 102, 2, 1, 15789894203959822817),
+        (0, 0, 0, 0, 2391539541053276776),
+        (u64::MAX, 5, u64::MAX, u64::MAX, 14880215314564804982),
+        (7, 3, 123456789012345678, 987654321, 3475289505882875014),
+        (26, 1, 18446744073709551557, 42, 13249862372824029802),
+    ];
+
+    #[test]
+    fn crossed_feasigns_are_crosses_py_s() {
+        for (a, b, x, y, want) in CROSS_VECTORS {
+            assert_eq!(
+                crossed_feasign(pair_seed(a, b), x, y),
+                want,
+                "{a} {b} {x} {y}"
+            );
+        }
+    }
+
+    fn convert_crossed(line: &str, sparse_dim: u64, crosses: &[(u64, u64)]) -> String {
+        let mut parser = LineParser::new(&[101, 102, 103], sparse_dim, None, crosses);
+        let mut out = Vec::new();
+        parser.convert(line, &mut out).unwrap();
+        // the parser's buffers carry nothing from one line to the next
+        parser.convert(line, &mut out).unwrap();
+        let out = String::from_utf8(out).unwrap();
+        let (first, second) = out.split_at(out.len() / 2);
+        assert_eq!(first, second);
+        first.to_string()
+    }
+
+    /// Expected lines: what crosses.py's crossed_keys gives for them (the Python pipe's).
+    #[test]
+    fn crosses_follow_the_slots_with_their_crossed_keys() {
+        let crosses = [(101, 102), (103, 101), (102, 101)];
+        for (line, want) in [
+            // single-hot: one key per cross; a cross's order of its slots matters
+            (
+                "1 0 5:101 7:102",
+                "1 0 1 1 1 0 1 5 1 7 1 0 1 279 1 0 1 248\n",
+            ),
+            // more than 4 ids a side: each side's first 4 (after the padding ones)
+            (
+                "2 1 1000:101 11:101 12:101 13:101 14:101 15:101 16:101 \
+                 21:102 22:102 23:102 24:102 25:102 2000:102",
+                "1 1 1 2 1 1 7 0 11 12 13 14 15 16 6 21 22 23 24 25 0 1 0 \
+                 16 239 46 61 949 765 443 298 600 252 961 114 487 522 911 634 393 1 0 \
+                 16 562 379 920 393 796 176 285 794 650 38 636 712 332 984 429 201\n",
+            ),
+            // a repeated id crosses as often as it is given
+            (
+                "1 1 5:101 5:101 7:102 9:103",
+                "1 1 1 1 1 1 2 5 5 1 7 1 9 2 279 279 2 998 998 2 248 248\n",
+            ),
+            // a side whose only feasign has the padding key: no crossed keys
+            (
+                "1 0 1000:101 7:102 8:102",
+                "1 0 1 1 1 0 1 0 2 7 8 1 0 1 0 1 0 1 0\n",
+            ),
+            // a side with no feasign
+            ("1 0 9:103", "1 0 1 1 1 0 1 0 1 0 1 9 1 0 1 0 1 0\n"),
+            (
+                "3 0 18446744073709551615:101 1:102",
+                "1 0 1 3 1 0 1 615 1 1 1 0 1 114 1 0 1 388\n",
+            ),
+        ] {
+            assert_eq!(convert_crossed(line, 1000, &crosses), want, "{line:?}");
+        }
+        // crossed keys that are the padding key are dropped (3 of the 9 here)
+        let line = "1 0 1:101 3:101 5:101 7:101 1:102 3:102 5:102 7:102 9:102";
+        assert_eq!(
+            convert_crossed(line, 3, &[(101, 102)]),
+            "1 0 1 1 1 0 4 1 0 2 1 5 1 0 2 1 0 1 0 6 2 2 2 1 2 1\n"
+        );
+        // no crosses: the line as ever
+        assert_eq!(
+            convert_crossed("1 0 5:101 7:102", 1000, &[]),
+            "1 0 1 1 1 0 1 5 1 7 1 0\n"
+        );
+    }
+
+    #[test]
+    fn crosses_come_before_the_dense_features() {
+        let dense = test_dense();
+        let mut parser = LineParser::new(&[1, 2, 3], 1000, Some(dense), &[(1, 3), (3, 2)]);
+        let mut out = Vec::new();
+        let line = "click:1 d:0.5 age:30 d:-1e3 1:1005 3:7 1:8";
+        parser.convert(line, &mut out).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "1 1 1 1 1 1 2 5 8 1 0 1 7 2 951 403 1 0 2 0.5 -1e3 1 30\n"
         );
     }
 

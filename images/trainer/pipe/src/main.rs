@@ -3,10 +3,11 @@
 //! contract of `python -m elasticctr_trainer.pipe` (its docstring), which it replaces where
 //! it is installed (docs/trainer.md, "Data"). The trainer passes the slots it read from
 //! slot.conf, so slot.conf has one reader. Input that is gzip, bzip2, xz or zstd data is
-//! decompressed first (input.rs).
+//! decompressed first (input.rs). Each `--cross A:B` (two slots of --slots) is one more
+//! sparse input after the slots', its keys crossed ids (elasticctr_common/crosses.py).
 //!
 //!     elasticctr-pipe --slots 101,102,... --sparse-dim N --report-dir DIR \
-//!         [--format elasticctr|paddlerec] [--dense NAME:DIM ...] < file
+//!         [--format elasticctr|paddlerec] [--dense NAME:DIM ...] [--cross A:B ...] < file
 
 mod input;
 mod lines;
@@ -18,7 +19,7 @@ use std::process::ExitCode;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use input::{Compression, Kind};
-use lines::{is_blank, Dense, LineParser};
+use lines::{is_blank, Dense, LineParser, MAX_CROSSES};
 
 const FIRST_BAD_KEPT: usize = 5;
 
@@ -28,12 +29,16 @@ struct Args {
     report_dir: String,
     /// Some: PaddleRec's slot format with these dense features; None: ElasticCTR lines.
     dense: Option<Vec<Dense>>,
+    /// Pairs of slot ids, in the order given: each one more sparse input.
+    crosses: Vec<(u64, u64)>,
 }
 
-/// Three flags required, the format's optional: no argument-parsing crate for that.
+/// Three flags required, the format's and crosses optional: no argument-parsing crate for
+/// that.
 fn parse_args(argv: &[String]) -> Result<Args, String> {
     let (mut slots, mut sparse_dim, mut report_dir) = (None, None, None);
     let (mut format, mut dense) = ("elasticctr", Vec::new());
+    let mut crosses = Vec::new();
     let mut rest = argv.iter();
     while let Some(flag) = rest.next() {
         let value = rest.next().ok_or(format!("{flag} needs a value"))?;
@@ -54,6 +59,7 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
                     dim,
                 });
             }
+            "--cross" => crosses.push(value),
             _ => return Err(format!("unknown argument {flag:?}")),
         }
     }
@@ -87,12 +93,52 @@ fn parse_args(argv: &[String]) -> Result<Args, String> {
         ));
     }
     let report_dir = report_dir.ok_or("--report-dir is required")?.clone();
+    let crosses = parse_crosses(&crosses, &slots)?;
     Ok(Args {
         slots,
         sparse_dim,
         report_dir,
         dense,
+        crosses,
     })
+}
+
+/// The `--cross A:B` values as pairs of slot ids: each two different slots of `slots`, no
+/// pair twice (in either order), at most MAX_CROSSES (crosses.py's cross_problems).
+fn parse_crosses(values: &[&String], slots: &[u64]) -> Result<Vec<(u64, u64)>, String> {
+    if values.len() > MAX_CROSSES {
+        return Err(format!(
+            "--cross: at most {MAX_CROSSES} crosses, got {}",
+            values.len()
+        ));
+    }
+    // ASCII digits only (u64's parse would take a sign, Python's parse_int does not)
+    let slot = |s: &str| {
+        let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        digits.then(|| s.parse::<u64>().ok()).flatten()
+    };
+    let mut crosses: Vec<(u64, u64)> = Vec::with_capacity(values.len());
+    for value in values {
+        let (a, b) = value
+            .split_once(':')
+            .and_then(|(a, b)| Some((slot(a)?, slot(b)?)))
+            .ok_or(format!(
+                "--cross: expected A:B, two slot ids, got {value:?}"
+            ))?;
+        if a == b {
+            return Err(format!("--cross: a slot crossed with itself: {value:?}"));
+        }
+        if let Some(missing) = [a, b].into_iter().find(|s| !slots.contains(s)) {
+            return Err(format!(
+                "--cross: slot {missing} is not in --slots: {value:?}"
+            ));
+        }
+        if crosses.contains(&(a, b)) || crosses.contains(&(b, a)) {
+            return Err(format!("--cross: this pair is given twice: {value:?}"));
+        }
+        crosses.push((a, b));
+    }
+    Ok(crosses)
 }
 
 #[derive(Default)]
@@ -269,7 +315,7 @@ fn main() -> ExitCode {
     // Paddle runs the pipe as `(cmd) < "<file>"`: stdin is the file and names it.
     let path = std::fs::read_link("/proc/self/fd/0")
         .map_or("<stdin>".into(), |p| p.to_string_lossy().into_owned());
-    let mut parser = LineParser::new(&args.slots, args.sparse_dim, args.dense);
+    let mut parser = LineParser::new(&args.slots, args.sparse_dim, args.dense, &args.crosses);
     let stdin = io::stdin().lock();
     let mut stdout = BufWriter::with_capacity(1 << 20, io::stdout().lock());
     let result = convert(
@@ -304,7 +350,7 @@ mod tests {
     use super::*;
 
     fn run(input: &[u8]) -> (String, Report) {
-        let mut parser = LineParser::new(&[101, 102, 103], 1000, None);
+        let mut parser = LineParser::new(&[101, 102, 103], 1000, None, &[]);
         let mut out = Vec::new();
         let report = convert(input, &mut parser, &mut out).unwrap();
         (String::from_utf8(out).unwrap(), report)
@@ -424,8 +470,8 @@ mod tests {
         let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
         let args = parse_args(&argv("--slots 1,2 --sparse-dim 9 --report-dir /r")).unwrap();
         assert_eq!(
-            (args.slots, args.sparse_dim, args.dense),
-            (vec![1, 2], 9, None)
+            (args.slots, args.sparse_dim, args.dense, args.crosses),
+            (vec![1, 2], 9, None, vec![])
         );
         let slot_format = "--slots 1 --sparse-dim 9 --report-dir r --format paddlerec \
                            --dense dense_feature:13";
@@ -463,5 +509,103 @@ mod tests {
             let err = parse_args(&argv(bad)).err().unwrap();
             assert!(err.contains(says), "{bad}: {err}");
         }
+    }
+
+    #[test]
+    fn crosses_are_checked() {
+        let argv = |s: &str| s.split(' ').map(String::from).collect::<Vec<_>>();
+        let base = "--slots 1,2,3,18446744073709551615 --sparse-dim 9 --report-dir r";
+        let args = parse_args(&argv(&format!(
+            "--cross 2:1 {base} --cross 3:18446744073709551615 --cross 01:3"
+        )))
+        .unwrap();
+        assert_eq!(args.crosses, vec![(2, 1), (3, u64::MAX), (1, 3)]);
+        let slot_format = format!("{base} --format paddlerec --dense d:2 --cross 1:2");
+        assert_eq!(
+            parse_args(&argv(&slot_format)).unwrap().crosses,
+            vec![(1, 2)]
+        );
+        for (crosses, says) in [
+            (
+                "--cross 1",
+                "--cross: expected A:B, two slot ids, got \"1\"",
+            ),
+            (
+                "--cross 1:x",
+                "--cross: expected A:B, two slot ids, got \"1:x\"",
+            ),
+            (
+                "--cross 1:2:3",
+                "--cross: expected A:B, two slot ids, got \"1:2:3\"",
+            ),
+            (
+                "--cross :2",
+                "--cross: expected A:B, two slot ids, got \":2\"",
+            ),
+            (
+                "--cross -1:2",
+                "--cross: expected A:B, two slot ids, got \"-1:2\"",
+            ),
+            (
+                "--cross 1:+2",
+                "--cross: expected A:B, two slot ids, got \"1:+2\"",
+            ),
+            (
+                "--cross 2:2",
+                "--cross: a slot crossed with itself: \"2:2\"",
+            ),
+            ("--cross 1:4", "--cross: slot 4 is not in --slots: \"1:4\""),
+            ("--cross 5:1", "--cross: slot 5 is not in --slots: \"5:1\""),
+            (
+                "--cross 1:2 --cross 1:2",
+                "--cross: this pair is given twice: \"1:2\"",
+            ),
+            (
+                "--cross 1:2 --cross 3:1 --cross 2:1",
+                "--cross: this pair is given twice: \"2:1\"",
+            ),
+            ("--cross", "--cross needs a value"),
+        ] {
+            let bad = format!("{base} {crosses}");
+            let err = parse_args(&argv(&bad)).err().unwrap();
+            assert_eq!(err, says, "{bad}");
+        }
+        let slots: Vec<String> = (1..=12).map(|s| s.to_string()).collect();
+        let pairs: Vec<String> = (1..=12u64)
+            .flat_map(|a| (a + 1..=12).map(move |b| format!("--cross {a}:{b}")))
+            .collect();
+        let many = |n: usize| {
+            let slots = slots.join(",");
+            let pairs = pairs[..n].join(" ");
+            format!("--slots {slots} --sparse-dim 9 --report-dir r {pairs}")
+        };
+        assert_eq!(parse_args(&argv(&many(64))).unwrap().crosses.len(), 64);
+        assert_eq!(
+            parse_args(&argv(&many(65))).err().unwrap(),
+            "--cross: at most 64 crosses, got 65"
+        );
+    }
+
+    #[test]
+    fn crossed_lines_are_converted() {
+        let mut parser = LineParser::new(&[101, 102, 103], 1000, None, &[(101, 102)]);
+        let mut out = Vec::new();
+        let report = convert(
+            &b"1 0 5:101 7:102
+1 0 5:999
+1 1 9:103
+"[..],
+            &mut parser,
+            &mut out,
+        )
+        .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "1 0 1 1 1 0 1 5 1 7 1 0 1 279\n1 1 1 1 1 1 1 0 1 0 1 9 1 0\n"
+        );
+        assert_eq!(
+            (report.lines, report.reasons),
+            (3, vec![("unknown slot", 1)])
+        );
     }
 }
