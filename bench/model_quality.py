@@ -6,7 +6,8 @@ held-out set (without crosses, and with the generator's interacting pairs crosse
     PYTHONPATH=images/trainer:images/common .venv/bin/python bench/model_quality.py \
         [--cells base ctr1 ... | --matrix | --cells realistic-full] [--seeds 1 2 3] \
         [--passes 3] [--pservers 1] [--trainers 2] [--scale 1.0] \
-        [--set hyper_parameters.delete_threshold=50 ...] [--data DIR] [--json OUT]
+        [--set hyper_parameters.delete_threshold=50 ...] [--auto-crosses] [--data DIR] \
+        [--json OUT]
 
 The cells are `elasticctr_trainer.quality.CELLS` (docs/trainer.md, "Model quality", has
 the table); `--scale` multiplies every cell's training examples (0.5: half). Per cell and
@@ -15,7 +16,9 @@ baselines, one job whose trainer 0 evaluates every version on the held-out set. 
 row per cell and seed: Bayes, LR, LR + crosses, the model's AUC after each pass, whether
 every pass meets the bars (within `quality.BAYES_MARGIN` of Bayes and at least the LR
 without crosses) and the job's seconds. `--set section.key=JSON` overrides trainer.json,
-for studies; the matrix's verdict is about the defaults (no --set).
+for studies; the matrix's verdict is about the defaults (no --set). `--auto-crosses`: each
+cell's job crosses the pairs `elasticctr_trainer.auto_crosses` chooses from the first
+100,000 lines of its training data (printed per row).
 """
 
 from __future__ import annotations
@@ -45,6 +48,39 @@ def generate(out: Path, cell: Any, seed: int, scale: float) -> dict[str, Any]:
     summary = generate_cell(f"file://{out}", cell, seed, scale)
     summary_file.write_text(json.dumps(summary))
     return summary
+
+
+def auto_crosses(data: Path, summary: dict[str, Any]) -> list[list[int]]:
+    """The pairs auto_crosses chooses from the first PRIOR_EXAMPLES lines of the cell's
+    training hours, in order."""
+    from itertools import islice
+
+    from elasticctr_common.lines import DenseFeature, LineFormat
+    from elasticctr_common.slotconf import read_slot_conf
+    from elasticctr_trainer.auto_crosses import SlotSample, choose_crosses
+    from elasticctr_trainer.lines import BadLine, LineParser
+    from elasticctr_trainer.prior import PRIOR_EXAMPLES
+    from elasticctr_trainer.quality import SPARSE_DIM
+
+    dense = tuple(DenseFeature(d["name"], d["dim"]) for d in summary["dense_features"])
+    slots = read_slot_conf(data / "slot.conf")
+    parser = LineParser(slots, SPARSE_DIM, LineFormat(summary["format"], dense))
+
+    def examples() -> Any:
+        for hour in sorted((data / "train").glob("*/*")):
+            for name in sorted(hour.iterdir()):
+                if name.name.startswith(("_", ".")) or name.name == "donefile":
+                    continue
+                for line in name.read_text().splitlines():
+                    try:
+                        yield parser.parse(line)
+                    except BadLine:
+                        continue
+
+    sample = SlotSample(len(slots))
+    for example in islice(examples(), PRIOR_EXAMPLES):
+        sample.add(example)
+    return choose_crosses(sample, slots)
 
 
 def trainer_config(data: Path, work: Path, summary: dict[str, Any], passes: int,
@@ -88,6 +124,7 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the job's work directory")
     parser.add_argument("--data", type=Path, help="generate into DATA/..., or reuse it")
     parser.add_argument("--json", type=Path, help="append one JSON line per row here")
+    parser.add_argument("--auto-crosses", action="store_true", help="cross auto_crosses' pairs")
     args = parser.parse_args()
     cells = list(MATRIX) if args.matrix else args.cells
     if not cells:
@@ -106,7 +143,12 @@ def main() -> None:
             data = args.data / f"{name}-{args.scale:g}-{seed}" if args.data else root / "data"
             summary = generate(data, cell, seed, args.scale)
             (root / "work").mkdir()
-            config = trainer_config(data, root / "work", summary, args.passes, args.set)
+            settings = list(args.set)
+            if args.auto_crosses:
+                crosses = auto_crosses(data, summary)
+                print(f"{name} {seed}: crosses {json.dumps(crosses)}", flush=True)
+                settings.append(f"training.crosses={json.dumps(crosses)}")
+            config = trainer_config(data, root / "work", summary, args.passes, settings)
             began = time.monotonic()
             try:
                 aucs = train(config, root / "work", args.pservers, args.trainers)
@@ -126,7 +168,7 @@ def main() -> None:
                 flush=True,
             )
             if args.json:
-                row = {"cell": name, "seed": seed, "scale": args.scale, "settings": args.set,
+                row = {"cell": name, "seed": seed, "scale": args.scale, "settings": settings,
                        "passes": aucs, "met": ok, "seconds": seconds, **summary}  # fmt: skip
                 with args.json.open("a") as out:
                     out.write(json.dumps(row) + "\n")

@@ -19,11 +19,12 @@ from urllib.parse import urlsplit
 
 from elasticctr_common import alerts, canary
 from elasticctr_common.contract import CUBE_BASE_EVERY, CUBE_KEEP_VERSIONS, CUBE_MAX_CHAIN_FRACTION
-from elasticctr_common.crosses import cross_problems
+from elasticctr_common.crosses import AUTO_CROSS_SLOTS, cross_problems
 from elasticctr_common.cube.conf import CubeConf, LoadBalancer
 from elasticctr_common.feedback import CLICKS_TOPIC, IMPRESSIONS_TOPIC, PARTITION_MINUTES
 from elasticctr_common.lines import LABEL, MAX_DENSE_DIM
 from elasticctr_common.trainer_json import (
+    AUTO_CROSSES,
     NEW_MODEL_DENSE_TRANSFORM,
     NEW_MODEL_SPARSE_OPTIMIZER,
     SPARSE_RATES,
@@ -42,6 +43,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationInfo,
+    WrapValidator,
     field_validator,
     model_validator,
 )
@@ -613,12 +615,25 @@ def _dense_names(features: list[Any]) -> list[Any]:
     return features
 
 
-def _crosses(crosses: list[list[int]]) -> list[list[int]]:
-    # Whether the slots are slot_conf's is checked with the file (infra/load_config.py).
-    problems = cross_problems(crosses)
+def _crosses(value: Any, _handler: Any) -> list[list[int]] | str:
+    """training.crosses as a stack file holds it: auto, or pairs of slot ids (numbers, or
+    the digit strings `pulumi config set --path` stores). Whether the slots are slot_conf's
+    is checked with the file (infra/load_config.py)."""
+    if value == AUTO_CROSSES:
+        return AUTO_CROSSES
+    if not isinstance(value, list):
+        raise Problem("", f"must be a list of pairs of slot ids or auto, got {shown(value)}")
+    pairs = [[_slot_id(s) for s in item] if isinstance(item, list) else item for item in value]
+    problems = cross_problems(pairs)
     if problems:
         raise Problems([Problem("", problem) for problem in problems])
-    return crosses
+    return pairs
+
+
+def _slot_id(value: Any) -> Any:
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        return int(value)
+    return value
 
 
 class DataConfig(Section):
@@ -1313,11 +1328,13 @@ class TrainingConfig(Section):
     embedding_dim: int = Field(
         HyperParameters.embedding_dim, ge=2, le=1024, description="sparse embedding width"
     )
-    crosses: Annotated[list[list[int]], AfterValidator(_crosses)] = Field(
+    crosses: Annotated[list[list[int]] | Literal["auto"], WrapValidator(_crosses)] = Field(
         [],
         description="pairs of slot_conf's slots, e.g. [[101, 102]]: each pair's ids crossed "
         "into one more id per example (trainer and serving form them; clients send the "
-        'slots as before), for clicks that depend on the pair (docs/trainer.md, "Crossed ids")',
+        "slots as before), for clicks that depend on the pair; auto: every pair of the "
+        f"{AUTO_CROSS_SLOTS} single-hot slots with the fewest ids in the first lines, chosen "
+        'when a new model starts (docs/trainer.md, "Crossed ids")',
     )
     max_bad_line_fraction: float = Field(
         Runner.max_bad_line_fraction,

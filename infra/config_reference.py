@@ -94,7 +94,10 @@ def _kind(annotation: Any) -> str:
     if get_origin(annotation) is Annotated:
         return _kind(get_args(annotation)[0])
     if get_origin(annotation) is list:
-        return "list of " + _kind(get_args(annotation)[0]) + "s"
+        item = _kind(get_args(annotation)[0])
+        return "list of " + (
+            item.replace("list", "lists", 1) if item.startswith("list") else item + "s"
+        )
     if get_origin(annotation) in (Union, UnionType):  # X | None: unset by default
         return " or ".join(_kind(a) for a in get_args(annotation) if a is not NoneType)
     if isinstance(annotation, type) and issubclass(annotation, Enum):

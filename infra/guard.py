@@ -147,6 +147,7 @@ RULES = (
         _NEW_MODEL,
     ),
     Rule("slot_conf", lambda c: c.slots, _CHECKPOINTS, _NEW_MODEL),
+    # auto follows the checkpoint, so naming pairs is refused too (as for sparse_optimizer).
     Rule("training.crosses", lambda c: c.stack.training.crosses, _CHECKPOINTS, _NEW_MODEL),
     # Watched with none too: adding dense features widens the network's first layer.
     Rule(

@@ -18,6 +18,7 @@ import pulumi
 import yaml
 from elasticctr_common.crosses import cross_problems
 from elasticctr_common.slotconf import SLOT_CONF_SUFFIXES, SlotConfError, parse_slot_conf
+from elasticctr_common.trainer_json import AUTO_CROSSES
 from pulumi.runtime import config as runtime_config
 from pydantic import BaseModel, SecretStr, ValidationError
 from pydantic.fields import FieldInfo
@@ -74,7 +75,7 @@ def load(project_dir: Path = PROJECT_DIR) -> LoadedConfig:
     problems += [line for line in written if line.split(" ", 1)[0] not in refused]
     slot_conf = known.get("slot_conf") if ("slot_conf",) not in failed else None
     slots, slot_text = _read_slots(stack.slot_conf if stack else slot_conf, project_dir, problems)
-    if stack is not None and slots:
+    if stack is not None and slots and stack.training.crosses != AUTO_CROSSES:
         problems += [
             f"{NAMESPACE}:training.crosses {problem} (slot_conf {stack.slot_conf})"
             for problem in cross_problems(stack.training.crosses, slots)

@@ -670,6 +670,10 @@ def test_plain_values_pulumi_stores_are_read(key: str, value: str) -> None:
     ("crosses", "expected"),
     [
         ([[1, 1]], "elasticctr:training.crosses cross [1, 1]: a slot crossed with itself"),
+        (
+            "all",
+            'elasticctr:training.crosses must be a list of pairs of slot ids or auto, got "all"',
+        ),
         ([[1, 2], [2, 1]], "elasticctr:training.crosses cross [2, 1]: this pair is given twice"),
         (
             [[1, 2, 3]],
@@ -688,9 +692,10 @@ def test_bad_crosses_are_refused_before_any_resource(crosses: list[Any], expecte
 
 
 def test_crosses_reach_trainer_json() -> None:
-    graph = harness.run(main, {"elasticctr:training": {"crosses": [[1, 2], [3, 1]]}})
-    data = graph.one("kubernetes:core/v1:ConfigMap", "training-config").inputs["data"]
-    assert json.loads(data["trainer.json"])["hyper_parameters"]["crosses"] == [[1, 2], [3, 1]]
+    for crosses in ([[1, 2], [3, 1]], "auto"):
+        graph = harness.run(main, {"elasticctr:training": {"crosses": crosses}})
+        data = graph.one("kubernetes:core/v1:ConfigMap", "training-config").inputs["data"]
+        assert json.loads(data["trainer.json"])["hyper_parameters"]["crosses"] == crosses
 
 
 def test_the_readme_example_is_what_the_program_prints() -> None:

@@ -63,6 +63,18 @@ def trainer_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return {**env, "PYTHONPATH": PYTHONPATH, NATIVE_PIPE_ENV: native_pipe_bin(), **(extra or {})}
 
 
+def exported_predictions(dense_dir: Path, inputs: dict, scratch: Path) -> np.ndarray:
+    """The exported dense model in `dense_dir` run on `inputs` (one array per feed name) in
+    a process of its own, as serving loads it (tests/images/trainer/predict_exported.py)."""
+    np.savez(scratch / "inputs.npz", **inputs)
+    script = REPO / "tests/images/trainer/predict_exported.py"
+    command = [sys.executable, str(script), str(dense_dir), str(scratch / "inputs.npz"),
+               str(scratch / "out.npy")]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, env=trainer_env(), timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    return np.load(scratch / "out.npy")
+
+
 def write_config(path: Path, runner: dict, hyper: dict | None = None) -> Path:
     # No deletion of rare ids: these tests check that each version's table has counted
     # every impression of its passes (test_trainer_quality.py runs the default deletion).

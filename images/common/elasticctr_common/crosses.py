@@ -27,6 +27,8 @@ MASK = 2**64 - 1
 GOLDEN = 0x9E3779B97F4A7C15
 MAX_CROSSED_IDS = 4  # of each slot: a cross adds at most 16 keys to an example
 MAX_CROSSES = 64
+# crosses "auto" (elasticctr_trainer.auto_crosses): every pair of this many slots.
+AUTO_CROSS_SLOTS = 7
 
 
 def splitmix64(value: int) -> int:

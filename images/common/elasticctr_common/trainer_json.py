@@ -14,7 +14,7 @@ import types
 from dataclasses import MISSING, asdict, dataclass, field, fields, replace
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Literal, Union, get_args, get_origin, get_type_hints
+from typing import Any, Final, Literal, Union, get_args, get_origin, get_type_hints
 
 from .contract import DATA_DIR, HOUR_FORMAT
 from .crosses import cross_problems
@@ -96,6 +96,9 @@ class Runner:
     data_format: DataFormat = "elasticctr"
 
 
+AUTO_CROSSES: Final = "auto"  # hyper_parameters.crosses: chosen from the data
+
+
 @dataclass(frozen=True)
 class HyperParameters:
     sparse_dim: int = 1000001
@@ -119,8 +122,10 @@ class HyperParameters:
     # the network gets them; each line must carry every one in full.
     dense_features: list[DenseFeature] = field(default_factory=list)
     # Pairs of slot.conf's slots, each crossed into one more sparse input (elasticctr_common
-    # .crosses): [[101, 102], ...]. Part of the model's layout (a checkpoint records them).
-    crosses: list[list[int]] = field(default_factory=list)
+    # .crosses): [[101, 102], ...], or "auto": trainer 0 of a new model chooses them from
+    # the data (elasticctr_trainer.auto_crosses), a resumed model keeps its own. Part of
+    # the model's layout (a checkpoint records them).
+    crosses: list[list[int]] | Literal["auto"] = field(default_factory=list)
     # Applied in the model's graph (so the exported model applies it too): counts and other
     # heavy-tailed values squashed before the first layer. Unset, like sparse_optimizer:
     # NEW_MODEL_DENSE_TRANSFORM for a new model, a resumed one keeps its own (checkpoint
@@ -201,8 +206,8 @@ def _type_problem(annotation: Any, value: Any) -> str:
         options = get_args(annotation)
         if value is None and type(None) in options:
             return ""
-        [kind] = [option for option in options if option is not type(None)]
-        return _type_problem(kind, value)
+        problems = [_type_problem(kind, value) for kind in options if kind is not type(None)]
+        return "" if "" in problems else " or ".join(problems)
     if origin is Literal:
         choices = get_args(annotation)
         return "" if value in choices else " or ".join(map(str, choices))
@@ -403,7 +408,7 @@ def _check(runner: Runner, hyper: HyperParameters) -> None:
             "hyper_parameters.dense_features: need runner.data_format paddlerec (ElasticCTR "
             "lines have no place for dense features)"
         )
-    cross_errors = cross_problems(hyper.crosses)
+    cross_errors = [] if hyper.crosses == AUTO_CROSSES else cross_problems(hyper.crosses)
     if cross_errors:
         raise ConfigError(f"hyper_parameters.crosses: {'; '.join(cross_errors)}")
     for key in ("embedx_threshold", "nonclk_coeff", "click_coeff", "delete_threshold", "dense_l2"):

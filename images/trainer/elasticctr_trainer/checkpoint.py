@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 from elasticctr_common.storage import Store, open_store
 from elasticctr_common.trainer_json import (
+    AUTO_CROSSES,
     NEW_MODEL_DENSE_TRANSFORM,
     NEW_MODEL_SPARSE_OPTIMIZER,
     DenseTransform,
@@ -75,6 +76,8 @@ class ModelLayout:
     @classmethod
     def of(cls, hyper: HyperParameters, slots: list[int]) -> ModelLayout:
         optimizer, _, _ = hyper.sparse_rule()
+        if hyper.crosses == AUTO_CROSSES:
+            raise ValueError("hyper_parameters.crosses: auto, not chosen yet (trainer 0 does)")
         return cls(
             hyper.sparse_dim, hyper.embedding_dim, list(slots), list(hyper.fc_sizes), optimizer,
             hyper.dense_rule(), [list(pair) for pair in hyper.crosses],
@@ -91,8 +94,11 @@ DECIDED_BY_CHECKPOINT: dict[str, tuple[str, str]] = {
 def resolve_model(hyper: HyperParameters, last: Checkpoint | None) -> HyperParameters:
     """`hyper` with each of DECIDED_BY_CHECKPOINT set: the configured value; unset, the one
     the latest checkpoint was trained with (so an upgrade that changed a default resumes its
-    model as it was), or for a new model the new model's."""
+    model as it was), or for a new model the new model's. Crosses `auto` are the
+    checkpoint's (unrecorded: none); a new model's are chosen from the data at start."""
     decided: dict[str, Any] = {}
+    if hyper.crosses == AUTO_CROSSES and last is not None:
+        decided["crosses"] = last.layout.crosses if last.layout else []
     for name, (new_model, unrecorded) in DECIDED_BY_CHECKPOINT.items():
         if getattr(hyper, name) is not None:
             continue

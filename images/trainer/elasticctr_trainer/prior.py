@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 
 from elasticctr_common.datafiles import BadFile
 from elasticctr_common.storage import Store
 from elasticctr_common.trainer_json import Runner
 
 from .hours import data_files, is_ready
-from .lines import LineParser, file_examples
+from .lines import Example, LineParser, file_examples
 
 log = logging.getLogger("trainer")
 PRIOR_EXAMPLES = 100_000  # enough for a rate of 0.1% to within a tenth of itself (2 sigma)
@@ -44,11 +45,16 @@ def prior_hours(data: Store, runner: Runner, planned: list[str] | None) -> list[
 
 
 def click_rate(
-    data: Store, hours: list[str], parser: LineParser, limit: int = PRIOR_EXAMPLES
+    data: Store,
+    hours: list[str],
+    parser: LineParser,
+    limit: int = PRIOR_EXAMPLES,
+    observe: Callable[[Example], None] | None = None,
 ) -> tuple[float, int] | None:
     """(share of clicked examples, examples read) in the first `limit` valid lines of
-    `hours`' files, in order; bad lines and files (not text, gone) are skipped: the pass
-    counts them against its thresholds. None when there is no valid line."""
+    `hours`' files, in order, each also given to `observe`; bad lines and files (not text,
+    gone) are skipped: the pass counts them against its thresholds. None when there is no
+    valid line."""
     examples = clicked = 0
     for hour in hours:
         for name in data_files(data, hour):
@@ -56,6 +62,8 @@ def click_rate(
                 for example in file_examples(data, name, parser):
                     examples += 1
                     clicked += example.label
+                    if observe is not None:
+                        observe(example)
                     if examples >= limit:
                         return clicked / examples, examples
             except (BadFile, OSError):  # gone, unreadable: the pass counts it, not this

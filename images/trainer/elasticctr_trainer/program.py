@@ -4,11 +4,12 @@ must build the same program so they agree on the tables)."""
 from __future__ import annotations
 
 import paddle
-from elasticctr_common.trainer_json import HyperParameters
+from elasticctr_common.trainer_json import AUTO_CROSSES, HyperParameters
 from paddle.distributed import fleet
 from paddle.distributed.fleet.base.role_maker import Role as FleetRole
 from paddle.distributed.fleet.base.role_maker import UserDefinedRoleMaker
 
+from .auto_crosses import auto_cross_count
 from .model import AccessorParams, CtrModel, async_strategy, build_ctr_model
 from .networks import checked_network
 from .roles import Role
@@ -30,11 +31,18 @@ def init_fleet(role: Role) -> None:
     fleet.init(maker)
 
 
+def cross_count(crosses: list[list[int]] | str, slot_count: int) -> int:
+    """How many crosses a model has: those given, or as many as auto_crosses chooses (which
+    pairs, trainer 0 of a new model learns from the data later; the pservers and the
+    network need only their number)."""
+    return auto_cross_count(slot_count) if crosses == AUTO_CROSSES else len(crosses)
+
+
 def build_training_program(hyper: HyperParameters, slot_count: int, pservers: int) -> CtrModel:
     """The training program of `hyper`'s network; a user's network module is checked on a
     probe batch first (networks.NetworkError if it cannot be used)."""
     paddle.enable_static()
-    inputs = slot_count + len(hyper.crosses)  # each cross is one more sparse input
+    inputs = slot_count + cross_count(hyper.crosses, slot_count)  # a cross is an input
     network = checked_network(hyper, inputs)
     dense = [(feature.name, feature.dim) for feature in hyper.dense_features]
     net = build_ctr_model(

@@ -39,14 +39,15 @@ def start_sync_helper(config: TrainerConfig, role: Role) -> subprocess.Popen[byt
     return subprocess.Popen(command, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
 
 
-def restore(config: TrainerConfig, role: Role, layout: ckpt.ModelLayout, dense: int) -> None:
+def restore(config: TrainerConfig, role: Role, slots: list[int], dense: int) -> None:
     """Load this pserver's part of the latest checkpoint, for this job's pserver count
     (reshard.py); `dense`: the values of this model's dense table."""
     checkpoints = open_store(config.runner.checkpoint_uri)
     last = ckpt.latest(checkpoints)
     if last is None:
         return
-    ckpt.check_layout(checkpoints, last, layout)
+    # Resolved against this checkpoint (with_resolved_model): crosses auto are its own.
+    ckpt.check_layout(checkpoints, last, ckpt.ModelLayout.of(config.hyper_parameters, slots))
     servers = len(role.pserver_endpoints)
     directory = Path(config.runner.work_dir, role.name, f"restore-pass-{last.pass_id}")
     shutil.rmtree(directory, ignore_errors=True)  # an earlier attempt's
@@ -79,8 +80,7 @@ def run_pserver(config: TrainerConfig, role: Role) -> None:
     init_fleet(role)
     net = build_training_program(config.hyper_parameters, len(slots), len(role.pserver_endpoints))
     fleet.init_server()
-    layout = ckpt.ModelLayout.of(config.hyper_parameters, slots)
-    restore(config, role, layout, net.dense_values)
+    restore(config, role, slots, net.dense_values)
     helper = start_sync_helper(config, role)
     try:
         host = role.bind_host or role.pserver_endpoints[role.index].rsplit(":", 1)[0]

@@ -63,6 +63,7 @@ class PassSync:
         self.clock = clock
         self.sleep = sleep
         self.attempt: str | None = None
+        self.model: dict[str, Any] = {}  # what trainer 0's welcome said of the model
 
     def _write(self, path: str, payload: dict[str, Any]) -> None:
         record = {**payload, "attempt": self.attempt, "written_at": self.clock()}
@@ -111,6 +112,7 @@ class PassSync:
             welcome = self._read(WELCOME)
             if welcome and welcome.get("nonces", {}).get(str(trainer)) == nonce:
                 self.attempt = str(welcome["attempt"])
+                self.model = dict(welcome.get("model") or {})
                 return self.attempt
             if self.clock() > deadline:
                 raise SyncTimeout(
@@ -123,9 +125,10 @@ class PassSync:
         """Trainer i > 0 holds trainer 0's dense parameters: trainer 0 may start training."""
         self._write(f"join/ack-{trainer}.json", {})
 
-    def welcome(self, trainers: int) -> str:
+    def welcome(self, trainers: int, model: dict[str, Any] | None = None) -> str:
         """Trainer 0, once the pservers hold its dense parameters: admit every other trainer
-        of this attempt and wait until each has pulled them (`joined`); the attempt id."""
+        of this attempt, telling each what trainer 0 decided of the `model` (a new model's
+        crosses), and wait until each has pulled them (`joined`); the attempt id."""
         self.attempt = uuid.uuid4().hex
         others = range(1, trainers)
         deadline = self.clock() + self.timeout
@@ -137,9 +140,8 @@ class PassSync:
                 if joined and "nonce" in joined:
                     nonces[str(i)] = str(joined["nonce"])
             if nonces != answered:
-                self.store.write_text(
-                    WELCOME, json.dumps({"attempt": self.attempt, "nonces": nonces})
-                )
+                welcome = {"attempt": self.attempt, "nonces": nonces, "model": model or {}}
+                self.store.write_text(WELCOME, json.dumps(welcome))
                 answered = nonces
             missing = [i for i in others if self._read_ours(f"join/ack-{i}.json") is None]
             if not missing:

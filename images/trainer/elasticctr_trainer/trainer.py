@@ -24,7 +24,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +34,13 @@ from elasticctr_common.datafiles import BadFile
 from elasticctr_common.feedback import next_partition, partition_bounds
 from elasticctr_common.slotconf import read_slot_conf
 from elasticctr_common.storage import Store, open_store
-from elasticctr_common.trainer_json import TrainerConfig, line_format
+from elasticctr_common.trainer_json import AUTO_CROSSES, TrainerConfig, line_format
 from elasticctr_common.versions import MODEL_META, dense_path, read_versions
 from numpy.typing import NDArray
 from paddle.distributed import fleet
 
 from . import checkpoint as ckpt
+from .auto_crosses import SlotSample, choose_crosses
 from .delta import SNAPSHOT
 from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
@@ -200,7 +201,10 @@ def pipe_command(config: TrainerConfig, slots: list[int], report_dir: str) -> st
     format_args = [] if form.name == "elasticctr" else ["--format", form.name]
     for feature in form.dense:
         format_args += ["--dense", f"{feature.name}:{feature.dim}"]
-    for a, b in config.hyper_parameters.crosses:
+    crosses = config.hyper_parameters.crosses
+    if crosses == AUTO_CROSSES:  # chosen before any pass (Trainer.start_new_model)
+        raise ValueError("hyper_parameters.crosses: auto, not chosen yet")
+    for a, b in crosses:
         format_args += ["--cross", f"{a}:{b}"]
     native = native_pipe()
     if native:
@@ -221,17 +225,14 @@ def pipe_command(config: TrainerConfig, slots: list[int], report_dir: str) -> st
 class Trainer:
     def __init__(self, config: TrainerConfig, role: Role) -> None:
         config = ckpt.with_resolved_model(config)
-        self.config = config
         self.role = role
         self.slots = read_slot_conf(config.runner.slot_conf)
-        hyper = config.hyper_parameters
-        self.parser = LineParser(self.slots, hyper.sparse_dim, line_format(config), hyper.crosses)
+        self.use_config(config)
         self.models = open_store(config.runner.model_uri)
         self.checkpoints = open_store(config.runner.checkpoint_uri)
         self.data = open_store(config.runner.train_data_uri)
         self.sync = PassSync(self.checkpoints.child("sync"), config.runner.sync_timeout_seconds)
         self.work_dir = os.path.join(config.runner.work_dir, role.name)
-        self.layout = ckpt.ModelLayout.of(config.hyper_parameters, self.slots)
         self.held_back: dict[int, str] = {}  # versions this job kept but did not publish
         self.logger = MetricsLogger(
             config.runner.mlflow_experiment,
@@ -244,6 +245,25 @@ class Trainer:
             self.logger.event("metrics_port", {"port": self.pass_metrics.port, "path": "/metrics"})
 
     # setup ----------------------------------------------------------------------------
+
+    def use_config(self, config: TrainerConfig) -> None:
+        """The config this job runs, its line parser and model layout: once at start, and
+        again when a new model's crosses `auto` are chosen (start_new_model, adopt_crosses)."""
+        self.config = config
+        hyper = config.hyper_parameters
+        crosses = None if hyper.crosses == AUTO_CROSSES else hyper.crosses
+        self.parser = LineParser(self.slots, hyper.sparse_dim, line_format(config), crosses)
+        self._layout = None if crosses is None else ckpt.ModelLayout.of(hyper, self.slots)
+
+    @property
+    def layout(self) -> ckpt.ModelLayout:
+        if self._layout is None:
+            raise RuntimeError("the model's crosses are not chosen yet (start_new_model)")
+        return self._layout
+
+    def use_crosses(self, crosses: list[list[int]]) -> None:
+        hyper = replace(self.config.hyper_parameters, crosses=crosses)
+        self.use_config(replace(self.config, hyper_parameters=hyper))
 
     def build(self) -> None:
         init_fleet(self.role)
@@ -271,26 +291,37 @@ class Trainer:
             self.scope.find_var(name).get_tensor().set(value, paddle.CPUPlace())
         log.info("restored %d dense parameters of pass %d", len(arrays), last.pass_id)
 
-    def start_at_prior(self, waited: WaitedHours | None) -> None:
-        """A new model's output bias at the log-odds of the click rate of its first ready
-        hours (prior.py): an offline job's that trainer 0 waited for, an online job's first
-        partition if it is there now; left at 0 without such a bias or such data."""
+    def start_new_model(self, waited: WaitedHours | None) -> None:
+        """Trainer 0 of a new model, from the first lines of its first ready hours (prior.py:
+        an offline job's that it waited for, an online job's first partition if it is there
+        now): the output bias at the log-odds of their click rate (left at 0 without such a
+        bias or such data), and with crosses `auto` the crosses (auto_crosses.py)."""
         name = self.net.output_bias
-        if name is None:
+        choosing = self.config.hyper_parameters.crosses == AUTO_CROSSES
+        sample = SlotSample(len(self.slots)) if choosing else None
+        found, hours, why = None, [], "no data ready"
+        if name is not None or sample is not None:
+            try:
+                planned = waited[0] if waited is not None else None
+                hours = prior_hours(self.data, self.config.runner, planned)
+                observe = sample.add if sample is not None else None
+                if hours:
+                    found = click_rate(self.data, hours, self.parser, observe=observe)
+            except Exception as err:
+                # A start at 0 is no failure: the pass reads the data anew and reports it.
+                found, why = None, f"the data could not be read: {err}"
+                log.warning("%s; the logit starts at 0", why)
+        if sample is not None:
+            crosses = choose_crosses(sample, self.slots)
             self.logger.event(
-                "prior", {"applied": False, "reason": "the network adds no bias last"}
+                "crosses", {"chosen": crosses, "examples": sample.examples, "hours": hours}
             )
-            return
-        try:
-            planned = waited[0] if waited is not None else None
-            hours = prior_hours(self.data, self.config.runner, planned)
-            found = click_rate(self.data, hours, self.parser) if hours else None
-            why = "no data ready"
-        except Exception as err:
-            # A start at 0 is no failure: the pass reads the data anew and reports it.
-            found, why = None, f"the data could not be read: {err}"
-            log.warning("%s; the logit starts at 0", why)
-        if found is None:
+            if not sample.examples:
+                log.warning("crosses auto: no data to choose from (%s): slot.conf's first", why)
+            self.use_crosses(crosses)
+        if name is None:
+            why = "the network adds no bias last"
+        if name is None or found is None:
             self.logger.event("prior", {"applied": False, "reason": why})
             return
         rate, examples = found
@@ -324,10 +355,14 @@ class Trainer:
         wait_for_pservers(self.role.pserver_endpoints, self.config.runner.sync_timeout_seconds)
         if self.role.index == 0:
             fleet.init_worker()
-            attempt = self.sync.welcome(self.role.trainers)
+            attempt = self.sync.welcome(
+                self.role.trainers, {"crosses": self.config.hyper_parameters.crosses}
+            )
         else:
             self.logger.event("joining", {"waiting_for": "trainer 0's dense parameters"})
             attempt = self.sync.join(self.role.index, join_extra_seconds(self.config))
+            if self.config.hyper_parameters.crosses == AUTO_CROSSES:  # a new model's
+                self.use_crosses(self.sync.model["crosses"])
             fleet.init_worker()
             # Only now may trainer 0 train: its first pushes would otherwise change the dense
             # parameters before this trainer pulled them (seen on a busy machine).
@@ -620,7 +655,7 @@ class Trainer:
         if self.role.index == 0:
             waited = wait_for_offline_data(self.config, self.data, last)
             if not last:
-                self.start_at_prior(waited)
+                self.start_new_model(waited)
         self.start_worker()
         if last and self.role.index == 0 and shrinks_at_resume(self.config, last):
             # Before trainer 0 publishes its plan: the other trainers wait for it to start.

@@ -43,7 +43,11 @@ from tests.support.trainer_json import RUNNER
         ({"embedding_dim": 1}, "hyper_parameters.embedding_dim: must be >= 2, got 1"),
         (
             {"crosses": [101, 102]},
-            "hyper_parameters.crosses: expected a list of lists of integers, got [101, 102]",
+            "hyper_parameters.crosses: expected a list of lists of integers or auto, got [101, 102]",
+        ),
+        (
+            {"crosses": "all"},
+            'hyper_parameters.crosses: expected a list of lists of integers or auto, got "all"',
         ),
         (
             {"crosses": [[101, 101]]},

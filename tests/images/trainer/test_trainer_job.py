@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +16,12 @@ import pytest
 from tests.images.trainer.conftest import BAD_FILE, BAD_LINES, HOURS, MISSING_HOUR
 from tests.support.trainer import (
     AUC_TOLERANCE,
+    exported_predictions,
     full_table,
     heldout_auc,
     impressions,
     read_sequence_file,
     run_job,
-    trainer_env,
     write_config,
 )
 
@@ -234,12 +232,7 @@ def test_exported_model_reproduces_the_trainers_predictions(job, synthetic, tmp_
     pooled = pooled_embeddings(
         synthetic.heldout, meta["slots"], meta["sparse_dim"], keys, values, meta["feed_names"]
     )
-    np.savez(tmp_path / "pooled.npz", **pooled)
-    command = [sys.executable, str(HERE / "predict_exported.py"), str(dense),
-               str(tmp_path / "pooled.npz"), str(tmp_path / "out.npy")]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, env=trainer_env(), timeout=300)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    served = np.load(tmp_path / "out.npy")
+    served = exported_predictions(dense, pooled, tmp_path)
     trainer = np.loadtxt(work / "models/2/eval/predictions.txt")
     assert served.shape == trainer.shape == (len(synthetic.heldout),)
     assert np.max(np.abs(served - trainer)) <= 1e-5

@@ -7,8 +7,6 @@ job at start (exit code 3 on every pod) with an error naming the module and the 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -18,9 +16,9 @@ from elasticctr_trainer.generate import Generated, generate_profile
 
 from tests.support.trainer import (
     LocalJob,
+    exported_predictions,
     read_sequence_file,
     run_job,
-    trainer_env,
     write_config,
 )
 
@@ -94,12 +92,8 @@ def test_network_exports_what_the_trainer_predicts(model, criteo, tmp_path):
     assert meta["dense_features"] == DENSE
     assert meta["feed_names"][-1] == "dense_dense_feature" and len(meta["feed_names"]) == 27
     keys, values = read_sequence_file((tmp_path / "models/1/sparse/part-00000").read_bytes())
-    np.savez(tmp_path / "inputs.npz", **served_inputs(data.heldout, meta, keys, values))
-    command = [sys.executable, str(HERE / "predict_exported.py"), str(dense_dir),
-               str(tmp_path / "inputs.npz"), str(tmp_path / "out.npy")]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, env=trainer_env(), timeout=300)
-    assert done.returncode == 0, done.stderr.decode()[-3000:]
-    served = np.load(tmp_path / "out.npy")
+    inputs = served_inputs(data.heldout, meta, keys, values)
+    served = exported_predictions(dense_dir, inputs, tmp_path)
     trainer = np.loadtxt(tmp_path / "models/1/eval/predictions.txt")
     assert served.shape == trainer.shape == (len(data.heldout),)
     assert np.max(np.abs(served - trainer)) <= 1e-5

@@ -240,6 +240,18 @@ def test_a_new_model_gets_sgd_and_a_resumed_one_keeps_its_optimizer(tmp_path):
     assert resolve_model(chosen, sgd).sparse_rule() == ("adagrad", 0.1, 0.1)
 
 
+def test_crosses_auto_are_a_resumed_models_own_and_a_new_models_to_choose():
+    auto = HyperParameters(crosses="auto")
+    assert resolve_model(auto, None).crosses == "auto"  # trainer 0 chooses at start
+    crossed = Checkpoint(3, None, 3, 2, 2, layout=replace(LAYOUT, crosses=[[1, 2]]))
+    assert resolve_model(auto, crossed).crosses == [[1, 2]]
+    for old in (Checkpoint.from_line(OLD_LINE), Checkpoint(2, None, 2, 2, 2)):
+        assert resolve_model(auto, old).crosses == []
+    assert resolve_model(HyperParameters(crosses=[[2, 3]]), crossed).crosses == [[2, 3]]
+    with pytest.raises(ValueError, match="not chosen yet"):
+        ModelLayout.of(resolve_model(auto, None), [1, 2, 3])
+
+
 def test_a_new_model_squashes_its_dense_features_and_a_resumed_one_keeps_its_transform():
     hyper = HyperParameters()
     assert resolve_model(hyper, None).dense_rule() == "signed_log1p"
