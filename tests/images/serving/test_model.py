@@ -194,10 +194,14 @@ def predicted(model: DenseModel, cube: TableCube, parsed: Parsed) -> Prediction:
         batcher.arrive()
         return await batcher.submit(parsed, model)
 
+    # A loop of its own, never set as the thread's: asyncio.run would leave the thread
+    # without one, and the tests after it in this process (Pulumi's mocks) need it.
+    loop = asyncio.new_event_loop()
     try:
-        return asyncio.run(submit())
+        return loop.run_until_complete(submit())
     finally:
         batcher.stop()
+        loop.close()
 
 
 def pooled_with_crosses(spec: dict, instances: list[dict], crossed: bool = True) -> np.ndarray:
