@@ -17,8 +17,8 @@ row per cell and seed: Bayes, LR, LR + crosses, the model's AUC after each pass,
 every pass meets the bars (within `quality.BAYES_MARGIN` of Bayes and at least the LR
 without crosses) and the job's seconds. `--set section.key=JSON` overrides trainer.json,
 for studies; the matrix's verdict is about the defaults (no --set). `--auto-crosses`: each
-cell's job crosses the pairs `elasticctr_trainer.auto_crosses` chooses from the first
-100,000 lines of its training data (printed per row).
+cell's job crosses the pairs `elasticctr_trainer.auto_crosses` chooses from the lines a
+new job's trainer 0 reads at start (prior.py), printed per row.
 """
 
 from __future__ import annotations
@@ -51,35 +51,24 @@ def generate(out: Path, cell: Any, seed: int, scale: float) -> dict[str, Any]:
 
 
 def auto_crosses(data: Path, summary: dict[str, Any]) -> list[list[int]]:
-    """The pairs auto_crosses chooses from the first PRIOR_EXAMPLES lines of the cell's
-    training hours, in order."""
-    from itertools import islice
-
+    """The pairs trainer 0 of a new offline job with crosses `auto` would choose: from the
+    lines that set its prior (the first PRIOR_EXAMPLES of its first PRIOR_HOURS hours)."""
     from elasticctr_common.lines import DenseFeature, LineFormat
     from elasticctr_common.slotconf import read_slot_conf
+    from elasticctr_common.storage import open_store
     from elasticctr_trainer.auto_crosses import SlotSample, choose_crosses
-    from elasticctr_trainer.lines import BadLine, LineParser
-    from elasticctr_trainer.prior import PRIOR_EXAMPLES
+    from elasticctr_trainer.hours import ready_hours
+    from elasticctr_trainer.lines import LineParser
+    from elasticctr_trainer.prior import PRIOR_HOURS, click_rate
     from elasticctr_trainer.quality import SPARSE_DIM
 
     dense = tuple(DenseFeature(d["name"], d["dim"]) for d in summary["dense_features"])
     slots = read_slot_conf(data / "slot.conf")
     parser = LineParser(slots, SPARSE_DIM, LineFormat(summary["format"], dense))
-
-    def examples() -> Any:
-        for hour in sorted((data / "train").glob("*/*")):
-            for name in sorted(hour.iterdir()):
-                if name.name.startswith(("_", ".")) or name.name == "donefile":
-                    continue
-                for line in name.read_text().splitlines():
-                    try:
-                        yield parser.parse(line)
-                    except BadLine:
-                        continue
-
+    store = open_store(f"file://{data}/train")
+    hours = ready_hours(store, summary["start"], summary["end"])[0][:PRIOR_HOURS]
     sample = SlotSample(len(slots))
-    for example in islice(examples(), PRIOR_EXAMPLES):
-        sample.add(example)
+    click_rate(store, hours, parser, observe=sample.add)
     return choose_crosses(sample, slots)
 
 

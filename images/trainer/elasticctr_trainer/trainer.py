@@ -248,7 +248,7 @@ class Trainer:
 
     def use_config(self, config: TrainerConfig) -> None:
         """The config this job runs, its line parser and model layout: once at start, and
-        again when a new model's crosses `auto` are chosen (start_new_model, adopt_crosses)."""
+        again when a new model's crosses `auto` are chosen (start_new_model, start_worker)."""
         self.config = config
         hyper = config.hyper_parameters
         crosses = None if hyper.crosses == AUTO_CROSSES else hyper.crosses
@@ -319,10 +319,9 @@ class Trainer:
             if not sample.examples:
                 log.warning("crosses auto: no data to choose from (%s): slot.conf's first", why)
             self.use_crosses(crosses)
-        if name is None:
-            why = "the network adds no bias last"
         if name is None or found is None:
-            self.logger.event("prior", {"applied": False, "reason": why})
+            reason = "the network adds no bias last" if name is None else why
+            self.logger.event("prior", {"applied": False, "reason": reason})
             return
         rate, examples = found
         logit = log_odds(rate)
