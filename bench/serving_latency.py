@@ -4,6 +4,7 @@
         [--seconds 5] [--warmup 1] [--repeat 3] [--slots 26] [--fc 400,400,400]
         [--workers 1] [--max-wait-ms 2] [--variant 'LABEL[@TREE]:SERVING ARGS']...
         [--feedback [--compression none,lz4] [--broker-nice 19]] [--canary FRACTION]
+        [--crosses 0,21]
 
 Starts 3 cube-servers + agents + transfer and serving, publishes a synthetic model version
 with the production architecture (26 slots, embedding_dim 9, FC 400-400-400, 100,000
@@ -39,12 +40,18 @@ machine: the bare predictor (Paddle Inference in this process, the same model an
 options as serving, per call at batch 1, 8, 64) and the HTTP floor (`GET /healthz`
 through the same load generator and concurrency: aiohttp alone, no work), plus the load
 average.
+`--crosses 0,21` runs each variant against models of that many crosses (pairs of the first 7
+slots in order, as `training.crosses: auto` chooses every pair of 7 single-hot slots), each
+model on a cube cluster of its own: the crossed slots get one feasign per instance, the others
+1-3, and the table covers every key below sparse_dim (keys + 1 then), so that a crossed id
+costs serving and cube what a found id does.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import itertools
 import json
 import os
 import re
@@ -109,21 +116,28 @@ def scrape(url: str) -> dict[str, float]:
     return found
 
 
-def bodies(slots: list[int], batch: int, keys: int, count: int = 64) -> list[bytes]:
+def bodies(
+    slots: list[int], batch: int, keys: int, count: int = 64, single: int = 0
+) -> list[bytes]:
+    """Request bodies of `batch` instances: 1-3 feasigns per slot, one in the first
+    `single` slots."""
     import numpy as np
 
     rng = np.random.default_rng(batch)
     out = []
     for _ in range(count):
-        instances = [
-            {
-                "slots": [
-                    {"slot_name": str(s), "feasigns": rng.integers(1, keys * 2, int(n)).tolist()}
-                    for s, n in zip(slots, rng.integers(1, 4, len(slots)), strict=True)
-                ]
-            }
-            for _ in range(batch)
-        ]
+        instances = []
+        for _ in range(batch):
+            counts = rng.integers(1, 4, len(slots))
+            counts[:single] = 1
+            instances.append(
+                {
+                    "slots": [
+                        {"slot_name": str(s), "feasigns": rng.integers(1, keys * 2, n).tolist()}
+                        for s, n in zip(slots, counts.tolist(), strict=True)
+                    ]
+                }
+            )
         out.append(json.dumps({"instances": instances}).encode())
     return out
 
@@ -407,7 +421,7 @@ def http_floor(serving: Serving, concurrency: int, args: argparse.Namespace) -> 
     }
 
 
-def bare_predictor(model_dir: Path, slots: int) -> dict[int, float]:
+def bare_predictor(model_dir: Path, inputs: int) -> dict[int, float]:
     """Median µs per predictor call at batch 1, 8, 64: serving's model code, in-process."""
     import numpy as np
     from elasticctr_common.storage import open_store
@@ -417,7 +431,7 @@ def bare_predictor(model_dir: Path, slots: int) -> dict[int, float]:
     rng = np.random.default_rng(0)
     out = {}
     for batch in (1, 8, 64):
-        pooled = rng.standard_normal((slots, batch, 9)).astype(np.float32)
+        pooled = rng.standard_normal((inputs, batch, 9)).astype(np.float32)
         times = []
         for _ in range(200 if batch < 64 else 60):
             started = time.perf_counter()
@@ -492,6 +506,12 @@ def main() -> int:
         help="each variant with a canary at this share and a scraper on, and without",
     )
     p.add_argument(
+        "--crosses",
+        default="0",
+        help="each variant against a model with this many crosses, or several "
+        "(comma-separated, e.g. 0,21): pairs of the first 7 slots",
+    )
+    p.add_argument(
         "--instructions", action="store_true",
         help="also count serving's user-space instructions per example (perf stat)",
     )  # fmt: skip
@@ -547,13 +567,25 @@ def main() -> int:
             for label, tree, extra, env in variants
             for state, more in (("off", ["--cube-transfer-url", ""]), ("on", []))
         ]
+    counts = [int(x) for x in args.crosses.split(",")]
+    pairs = list(itertools.combinations(range(1, min(args.slots, 7) + 1), 2))
+    if max(counts) > len(pairs) or min(counts) < 0:
+        p.error(f"--crosses {args.crosses}: each from 0 to {len(pairs)} (pairs of 7 slots)")
+    crosses_of = {label: 0 for label, *_ in variants}  # each variant's model
+    if counts != [0]:
+        crosses_of = {f"{label}, {k} crosses": k for label, *_ in variants for k in counts}
+        variants = [
+            (f"{label}, {k} crosses", tree, extra, env)
+            for label, tree, extra, env in variants
+            for k in counts
+        ]
     load_before = os.getloadavg()
     started = time.time()
     runs: dict[str, list[dict[str, Any]]] = {label: [] for label, _, _, _ in variants}
     references: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="serving-bench-") as tmp:
         root = Path(tmp)
-        procs = Processes(root)
+        all_procs: list[Processes] = []
         joiner = JoinerStandIn()  # no figures: a canary stays on trial
         scraper = None
         try:
@@ -561,16 +593,29 @@ def main() -> int:
             if args.canary:
                 transfer_args += ["--canary-fraction", str(args.canary), "--canary-joiner-url",
                                   joiner.url, "--canary-max-seconds", "86400"]  # fmt: skip
-            cluster = CubeCluster(procs, root, 3, transfer_args)
             slots = list(range(1, args.slots + 1))
             fc = [int(x) for x in args.fc.split(",")]
-            publish(cluster, [1], slots=slots, fc_sizes=fc, keys=args.keys)
-            cluster.wait_result(1, timeout=120)
-            if args.canary:
-                publish(cluster, [2], slots=slots, fc_sizes=fc, keys=args.keys)
-                wait_until(lambda: cluster.transfer_status()["canary"], 120, "the canary")
-            servers: dict[str, tuple[Serving, int]] = {}
+            # Crossed models: every key below sparse_dim in the table, crossed ids included.
+            key_space = {"sparse_dim": args.keys + 1} if counts != [0] else {}
+            clusters: dict[int, tuple[Processes, CubeCluster]] = {}
+            for k in counts:
+                model_root = root / f"crosses-{k}" if counts != [0] else root
+                model_root.mkdir(exist_ok=True)
+                procs = Processes(model_root)
+                all_procs.append(procs)
+                cluster = CubeCluster(procs, model_root, 3, transfer_args)
+                model = {"slots": slots, "fc_sizes": fc, "keys": args.keys,
+                         "crosses": [list(pair) for pair in pairs[:k]], **key_space}  # fmt: skip
+                publish(cluster, [1], **model)
+                cluster.wait_result(1, timeout=120)
+                if args.canary:
+                    publish(cluster, [2], **model)
+                    wait_until(lambda c=cluster: c.transfer_status()["canary"], 120, "the canary")
+                clusters[k] = procs, cluster
+            servers: dict[str, tuple[Serving, int, list[int], int]] = {}
             for i, (label, tree, extra, env) in enumerate(variants):
+                k = crosses_of[label]
+                procs, cluster = clusters[k]
                 pythonpath = os.pathsep.join(
                     str(tree / "images" / d) for d in ("serving", "client", "cube", "common")
                 )
@@ -580,26 +625,31 @@ def main() -> int:
                 if label.endswith("canary on"):
                     wait_until(lambda s=serving: s.status()["canary"], 120, "serving's canary")
                     scraper = Scraper(serving.url)
-                servers[label] = serving, procs.procs[f"serving{i}"].pid
-            cube_pids = [procs.procs[f"server{s}"].pid for s in range(3)]
+                cube_pids = [procs.procs[f"server{s}"].pid for s in range(3)]
+                servers[label] = serving, procs.procs[f"serving{i}"].pid, cube_pids, k
             concurrencies = [int(x) for x in args.concurrency.split(",")]
             batches = [int(b) for b in args.batches.split(",")]
             body_files = {}
+            crossed_slots = len({slot for pair in pairs[: max(counts)] for slot in pair})
             for batch in batches:
                 body_files[batch] = root / f"bodies-{batch}.jsonl"
-                body_files[batch].write_bytes(b"\n".join(bodies(slots, batch, args.keys)))
-            first, _ = next(iter(servers.values()))
+                body_files[batch].write_bytes(
+                    b"\n".join(bodies(slots, batch, args.keys, single=crossed_slots))
+                )
+            first = next(iter(servers.values()))
             for repetition in range(args.repeat):
                 references.append(
                     {
                         "load": os.getloadavg()[0],
-                        "predictor_us": bare_predictor(cluster.model_dir, args.slots),
-                        "http_floor": [http_floor(first, c, args) for c in concurrencies],
+                        "predictor_us": bare_predictor(
+                            clusters[first[3]][1].model_dir, args.slots + first[3]
+                        ),
+                        "http_floor": [http_floor(first[0], c, args) for c in concurrencies],
                     }
                 )
                 print(json.dumps({"repetition": repetition, **references[-1]}),
                       file=sys.stderr, flush=True)  # fmt: skip
-                for label, (serving, serving_pid) in servers.items():
+                for label, (serving, serving_pid, cube_pids, _) in servers.items():
                     for batch in batches:
                         for c in concurrencies:
                             result = run_one(
@@ -610,7 +660,8 @@ def main() -> int:
         finally:
             if scraper is not None:
                 scraper.stop()
-            procs.stop_all()
+            for procs in all_procs:
+                procs.stop_all()
             joiner.close()
             if broker is not None:
                 broker.close()
@@ -620,6 +671,7 @@ def main() -> int:
         f"{args.slots} slots x 9, FC {args.fc}; {args.repeat} runs of {args.seconds:g} s per "
         f"cell (medians; p99 of each run in brackets)"
         + (f"; the broker at nice {args.broker_nice}" if args.feedback else "")
+        + (f"; crosses {args.crosses}, the first 7 slots single-hot" if counts != [0] else "")
     )
     summary: dict[str, list[dict[str, Any]]] = {}
     for label, tree, extra, env in variants:
@@ -636,6 +688,10 @@ def main() -> int:
             base, state, _ = label.rpartition(", logging on")
             if state:
                 print(paired_ratios(runs, label, f"{base}, logging off"))
+    for label, *_ in variants:
+        if crosses_of[label] != counts[0]:  # each model against the first count's
+            base = label.rpartition(", ")[0]
+            print(paired_ratios(runs, label, f"{base}, {counts[0]} crosses"))
     loads = [r["load"] for label in runs for r in runs[label]]
     predictor = {b: statistics.median(r["predictor_us"][b] for r in references) for b in (1, 8, 64)}
     floors = [

@@ -10,9 +10,10 @@ expected probabilities with numpy alone (`expected_probabilities`), independentl
 Run it as a process (Paddle's static mode is global state, not for the test process).
 SPEC: {"model_dir", "versions": [V...], "slots": [...], "embedding_dim", "sparse_dim",
 "keys": K, "fc_sizes": [...], "seed", "publish": true, "overrides": {V: [[param, index...,
-value]]}, "delta_after": B} (overrides: dense parameter values to replace, e.g. ["w1", 3, 4,
-"nan"]; delta_after: each version V > B is a delta export on V - 1, its table V - 1's with 2%
-of the keys changed and 0.5% deleted)
+value]]}, "delta_after": B, "crosses": [[slot, slot]...]} (overrides: dense parameter values to
+replace, e.g. ["w1", 3, 4, "nan"]; delta_after: each version V > B is a delta export on V - 1,
+its table V - 1's with 2% of the keys changed and 0.5% deleted; crosses: the model has one
+more pooled input per pair, after the slots', as a model trained with them)
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def delta_values(spec: dict, version: int, count: int) -> np.ndarray:
 
 def dense_weights(spec: dict, version: int) -> list[tuple[np.ndarray, np.ndarray]]:
     rng = np.random.default_rng(spec["seed"] * 1000 + version + 500)
-    width = len(spec["slots"]) * spec["embedding_dim"]
+    width = (len(spec["slots"]) + len(spec.get("crosses", []))) * spec["embedding_dim"]
     layers = []
     for size in [*spec["fc_sizes"], 2]:
         w = (rng.standard_normal((width, size)) / np.sqrt(width)).astype(np.float32)
@@ -70,7 +71,8 @@ def dense_weights(spec: dict, version: int) -> list[tuple[np.ndarray, np.ndarray
 
 
 def expected_probabilities(model_dir: Path, version: int, pooled: np.ndarray) -> np.ndarray:
-    """Click probabilities of `pooled` [n, slots * dim] (slot-major per row) under V, numpy."""
+    """Click probabilities of `pooled` [n, inputs * dim] (input-major per row: the slots,
+    then the crosses) under V, numpy."""
     weights = np.load(model_dir / str(version) / "weights.npz")
     hidden = pooled.astype(np.float64)
     count = len(weights.files) // 2
@@ -99,7 +101,9 @@ def write_version(spec: dict, version: int) -> None:
         layers[int(name[1:])][0 if name[0] == "w" else 1][tuple(where)] = float(value)
     main, startup = paddle.static.Program(), paddle.static.Program()
     with paddle.static.program_guard(main, startup):
-        pooled = [paddle.static.data(f"pooled_{s}", [None, dim], "float32") for s in slots]
+        names = [f"pooled_{s}" for s in slots]
+        names += [f"pooled_{a}x{b}" for a, b in spec.get("crosses", [])]
+        pooled = [paddle.static.data(name, [None, dim], "float32") for name in names]
         hidden = paddle.concat(pooled, axis=1)
         for i, (w, _b) in enumerate(layers):
             hidden = paddle.static.nn.fc(
@@ -127,6 +131,7 @@ def write_version(spec: dict, version: int) -> None:
         "fetch_name": prob.name,
         "model_file": "model.pdmodel",
         "params_file": "model.pdiparams",
+        **({"crosses": spec["crosses"]} if spec.get("crosses") else {}),
     }
     (dense / "meta.json").write_text(json.dumps(meta, indent=1))
     np.savez(

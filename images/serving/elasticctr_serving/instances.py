@@ -175,7 +175,9 @@ class Crossing:
         rows: NDArray[np.int32],
     ) -> tuple[NDArray[np.uint64], NDArray[np.bool_]]:
         """The first MAX_CROSSED_IDS feasigns of each crossed slot in each instance, as a
-        [crossed slots, count, MAX_CROSSED_IDS] table, and which of its cells hold one."""
+        [crossed slots, count, width] table, and which of its cells hold one. The width is
+        the most ids any of them has, up to MAX_CROSSED_IDS: 1 when the crossed slots are
+        single-hot, as `auto` chooses them, which keeps the tables of `keys` small."""
         place = self.place[slots]
         mine = np.flatnonzero(place >= 0)
         mine = mine[np.argsort(place[mine], kind="stable")]  # by slot, each in instance order
@@ -183,11 +185,12 @@ class Crossing:
         order = np.arange(len(cell)) - np.searchsorted(cell, cell)  # among the cell's ids
         first = order < MAX_CROSSED_IDS
         cell, order, mine = cell[first], order[first], mine[first]
-        ids = np.zeros((self.crossed_slots * count, MAX_CROSSED_IDS), dtype=np.uint64)
-        given = np.zeros((self.crossed_slots * count, MAX_CROSSED_IDS), dtype=bool)
+        width = int(order.max()) + 1 if len(order) else 1
+        ids = np.zeros((self.crossed_slots * count, width), dtype=np.uint64)
+        given = np.zeros((self.crossed_slots * count, width), dtype=bool)
         ids[cell, order] = feasigns[mine]
         given[cell, order] = True
-        shape = (self.crossed_slots, count, MAX_CROSSED_IDS)
+        shape = (self.crossed_slots, count, width)
         return ids.reshape(shape), given.reshape(shape)
 
 

@@ -156,17 +156,12 @@ def test_a_version_with_bad_crosses_is_rejected_naming_them(tmp_path, crosses, f
 @pytest.fixture(scope="module")
 def crossed_model(tmp_path_factory):
     """(model dir, spec) of version 1 of a model trained with CROSSES, as the trainer
-    exports it: make_model's program with one input per slot, then one per cross (standing
-    in as slots 9001 and 9002 there), and a meta.json of the slots and the crosses. Every
-    key below sparse_dim is in its table (keys 1..K)."""
+    exports it: one input per slot, then one per cross, and a meta.json of the slots and
+    the crosses. Every key below sparse_dim is in its table (keys 1..K)."""
     root = tmp_path_factory.mktemp("crossed")
-    inputs = [*CROSSED_SLOTS, 9001, 9002]
-    spec = default_spec(root, [1], slots=inputs, keys=2000, sparse_dim=2001, fc_sizes=[32],
-                        publish=False)  # fmt: skip
+    spec = default_spec(root, [1], slots=CROSSED_SLOTS, crosses=CROSSES, keys=2000,
+                        sparse_dim=2001, fc_sizes=[32], publish=False)  # fmt: skip
     make_versions(spec)
-    path = root / "1" / "dense" / "meta.json"
-    meta = json.loads(path.read_text())
-    path.write_text(json.dumps({**meta, "slots": CROSSED_SLOTS, "crosses": CROSSES}))
     return root, spec
 
 
