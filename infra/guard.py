@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pulumi
-from elasticctr_common.trainer_json import dense_parameters
+from elasticctr_common.trainer_json import AUTO_CROSSES, dense_parameters
 from pulumi.runtime import invoke
 
 from infra.config import StackConfig
@@ -62,6 +62,8 @@ class Rule:
     follows: str = ""
     # Only a warning in the preview: the change may be safe, and the program cannot tell.
     warn_only: bool = False
+    # The value that means "as the checkpoint has it": a change to it is always safe.
+    follows_checkpoint: Any = None
 
 
 def _in_cluster_hdfs(config: StackConfig, value: str) -> str | None:
@@ -132,23 +134,31 @@ RULES = (
         _CHECKPOINTS,
         _NEW_MODEL,
     ),
-    # Unset follows the checkpoint, so setting it is refused too: only unset is sure to
-    # match a running model.
+    # Unset follows the checkpoint, so unsetting is safe and setting it is refused too:
+    # only unset is sure to match a running model.
     Rule(
         "training.sparse_optimizer",
         lambda c: c.stack.training.sparse_optimizer or "unset",
         _CHECKPOINTS,
         _NEW_MODEL,
+        follows_checkpoint="unset",
     ),
     Rule(
         "training.dense_transform",
         lambda c: c.stack.training.dense_transform or "unset",
         _CHECKPOINTS,
         _NEW_MODEL,
+        follows_checkpoint="unset",
     ),
     Rule("slot_conf", lambda c: c.slots, _CHECKPOINTS, _NEW_MODEL),
     # auto follows the checkpoint, so naming pairs is refused too (as for sparse_optimizer).
-    Rule("training.crosses", lambda c: c.stack.training.crosses, _CHECKPOINTS, _NEW_MODEL),
+    Rule(
+        "training.crosses",
+        lambda c: c.stack.training.crosses,
+        _CHECKPOINTS,
+        _NEW_MODEL,
+        follows_checkpoint=AUTO_CROSSES,
+    ),
     # Watched with none too: adding dense features widens the network's first layer.
     Rule(
         "data.dense_features",
@@ -215,6 +225,7 @@ def _changes(previous: Mapping[str, Any], current: Mapping[str, Any], warn_only:
         rule for rule in RULES
         if rule.key in previous and rule.key in current
         and previous[rule.key] != current[rule.key]
+        and current[rule.key] != rule.follows_checkpoint
     ]  # fmt: skip
     keys = {rule.key for rule in changed}
     return [

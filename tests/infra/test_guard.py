@@ -97,6 +97,33 @@ def test_safe_changes_and_new_stacks_go_through() -> None:
     assert run_stack("dev", {"elasticctr:namespace": "other"}, {"namespace": "x"}).resources
 
 
+def test_a_change_to_what_the_checkpoint_has_goes_through() -> None:
+    """auto crosses and an unset optimizer or transform are what the running model's
+    checkpoint has (checkpoint.resolve_model): a change to them is safe, one away refused."""
+    before = dev_shape()
+    named = {
+        **before,
+        "training.crosses": [[1, 2]],
+        "training.sparse_optimizer": "adagrad",
+        "training.dense_transform": "none",
+    }
+    following = {
+        **before,
+        "training.crosses": "auto",
+        "training.sparse_optimizer": "unset",
+        "training.dense_transform": "unset",
+    }
+    assert guard.problems(named, following) == []
+    lines = guard.problems(following, named)
+    assert [line.split(":", 2)[1] for line in lines] == [
+        "training.sparse_optimizer",
+        "training.dense_transform",
+        "training.crosses",
+    ], lines
+    overrides = dev_with_section("elasticctr:training", {"crosses": "auto"})
+    assert run_stack("dev", overrides, {guard.SHAPE_OUTPUT: named}).resources
+
+
 def test_an_edit_of_the_network_file_is_a_preview_warning(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whether an edit keeps the layers' names and shapes only Paddle could tell: the stack
     records the file's digest, and a changed one goes through with a warning."""
