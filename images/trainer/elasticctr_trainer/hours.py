@@ -95,6 +95,35 @@ def wait_for_range(
         sleep(poll_seconds)
 
 
+def first_ready(
+    data: Store,
+    start: str,
+    minutes: int,
+    wait_seconds: float,
+    poll_seconds: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str | None:
+    """Online: the partition the first pass trains (START once its donefile exists, or a
+    later one that is ready while START is not, as wait_for_hours skips), waiting up to
+    `wait_seconds` for either; None if there is none by then."""
+    part = partition_name(start, minutes)
+    deadline = clock() + wait_seconds
+    waited = False
+    while True:
+        if is_ready(data, part):
+            return part
+        later = later_ready(data, part, minutes)
+        if later is not None or clock() >= deadline:
+            return later
+        if not waited:
+            log.info(
+                "online: waiting up to %.0fs for %s/%s", wait_seconds, data.uri(part), DONEFILE
+            )
+            waited = True
+        sleep(poll_seconds)
+
+
 def later_ready(data: Store, after: str, minutes: int) -> str | None:
     """The first partition after `after` whose donefile exists, looking in `after`'s day
     and the days after it that the dataset has; None if there is none."""

@@ -12,7 +12,8 @@ pservers, r the share of clicked examples in the first lines of the first ready 
 An offline job's trainer 0 waits for its range's data before it pushes the dense parameters
 (the other trainers wait for it that much longer), so a job started before its upload
 starts at its data's rate too; an online job waits for partitions one at a time, after the
-push, so only a first partition already there at start is read.
+push, so only a first partition already there at start is read (unless the model's crosses
+are `auto`: trainer 0 then waits for it as an offline job does, to choose them from it).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from elasticctr_common.datafiles import BadFile
 from elasticctr_common.storage import Store
 from elasticctr_common.trainer_json import Runner
 
-from .hours import data_files, is_ready
+from .hours import data_files, first_ready
 from .lines import Example, LineParser, file_examples
 
 log = logging.getLogger("trainer")
@@ -38,10 +39,11 @@ RATE_BOUNDS = (1e-4, 1 - 1e-4)
 def prior_hours(data: Store, runner: Runner, planned: list[str] | None) -> list[str]:
     """The hours whose click rate starts the logit: the first PRIOR_HOURS of an offline
     job's ready hours (`planned`, what trainer 0 waited for), an online job's first
-    partition if its donefile is there now."""
+    partition (hours.first_ready) if its donefile is there now."""
     if runner.mode == "offline":
         return (planned or [])[:PRIOR_HOURS]
-    return [runner.start_date_hr] if is_ready(data, runner.start_date_hr) else []
+    first = first_ready(data, runner.start_date_hr, runner.partition_minutes, 0, 0)
+    return [first] if first is not None else []
 
 
 def click_rate(

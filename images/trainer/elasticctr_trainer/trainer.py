@@ -44,7 +44,7 @@ from .auto_crosses import SlotSample, choose_crosses
 from .delta import SNAPSHOT
 from .evaluate import evaluate, predictions_text
 from .export import prepare_version, publish_version
-from .hours import wait_for_hours, wait_for_range
+from .hours import first_ready, wait_for_hours, wait_for_range
 from .lines import LineParser
 from .metrics import MetricsLogger, PassMetrics, auc_from_histograms, metrics_port, run_params
 from .modelcheck import check_version
@@ -87,7 +87,7 @@ def plan_passes(
     trainer: int,
     waited: WaitedHours | None,
 ) -> Iterator[PlannedPass]:
-    """The passes left to train; `waited` is trainer 0's `wait_for_offline_data`."""
+    """The passes left to train; `waited` is trainer 0's `wait_for_first_data`."""
     runner = config.runner
     data = open_store(runner.train_data_uri)
     done = last.pass_id if last else 0
@@ -140,14 +140,21 @@ def shrinks_at_resume(config: TrainerConfig, last: ckpt.Checkpoint) -> bool:
 WaitedHours = tuple[list[str], list[str]]
 
 
-def wait_for_offline_data(
+def wait_for_first_data(
     config: TrainerConfig, data: Store, last: ckpt.Checkpoint | None
 ) -> WaitedHours | None:
     """Trainer 0 of an offline job with passes left: its range's hours once they are there
     (or the wait runs out). Before the dense parameters are pushed, so that a new model's
-    output bias starts from this data (prior.py); None for an online job or none left."""
+    output bias starts from this data (prior.py); None for an online job or none left.
+    An online job's new model with crosses `auto` waits for its first partition likewise,
+    to choose them from its lines (start_new_model)."""
     runner = config.runner
-    if runner.mode != "offline" or (last is not None and last.pass_id >= runner.passes):
+    if runner.mode != "offline":
+        if last is None and config.hyper_parameters.crosses == AUTO_CROSSES:
+            first_ready(data, runner.start_date_hr, runner.partition_minutes,
+                        runner.data_wait_seconds, runner.online_poll_seconds)  # fmt: skip
+        return None
+    if last is not None and last.pass_id >= runner.passes:
         return None
     assert runner.end_date_hr is not None  # config.py requires it offline
     return wait_for_range(
@@ -161,9 +168,10 @@ def wait_for_offline_data(
 
 def join_extra_seconds(config: TrainerConfig) -> float:
     """How much longer than for a peer the others wait for trainer 0's welcome: offline,
-    trainer 0 waits for the data first (wait_for_offline_data)."""
+    or online choosing crosses, trainer 0 waits for the data first (wait_for_first_data)."""
     runner = config.runner
-    return runner.data_wait_seconds if runner.mode == "offline" else 0.0
+    choosing = config.hyper_parameters.crosses == AUTO_CROSSES
+    return runner.data_wait_seconds if runner.mode == "offline" or choosing else 0.0
 
 
 def offline_hours(
@@ -652,7 +660,7 @@ class Trainer:
                 raise
         waited = None
         if self.role.index == 0:
-            waited = wait_for_offline_data(self.config, self.data, last)
+            waited = wait_for_first_data(self.config, self.data, last)
             if not last:
                 self.start_new_model(waited)
         self.start_worker()

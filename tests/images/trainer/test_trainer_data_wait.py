@@ -5,16 +5,18 @@ every trainer trains the hours trainer 0 planned."""
 from __future__ import annotations
 
 import threading
+import time
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from elasticctr_common.storage import open_store
 from elasticctr_common.trainer_json import ConfigError, parse_config
 from elasticctr_trainer.checkpoint import Checkpoint
-from elasticctr_trainer.hours import wait_for_range
+from elasticctr_trainer.hours import first_ready, wait_for_range
 from elasticctr_trainer.metrics import MetricsLogger
 from elasticctr_trainer.sync import PassSync
-from elasticctr_trainer.trainer import join_extra_seconds, offline_hours, wait_for_offline_data
+from elasticctr_trainer.trainer import join_extra_seconds, offline_hours, wait_for_first_data
 
 from tests.images.trainer.test_trainer_units import FakeClock, joined_pair
 from tests.support.trainer_json import RUNNER
@@ -84,6 +86,44 @@ def test_no_wait_when_every_hour_is_there_or_the_wait_is_zero(tmp_path):
     ]
 
 
+def test_online_the_first_partition_is_start_or_a_later_ready_one(tmp_path):
+    data = open_store(f"file://{tmp_path}")
+    clock = FakeClock()
+
+    def never(_: float) -> None:
+        raise AssertionError("slept")
+
+    assert first_ready(data, "20191221/00", 60, 0, 5, clock, never) is None
+    data.write_text("20191221/02/donefile", "")  # 00 and 01 were skipped: 02 comes first
+    assert first_ready(data, "20191221/00", 60, 600, 5, clock, never) == "20191221/02"
+    data.write_text("20191221/00/donefile", "")
+    assert first_ready(data, "20191221/00", 60, 600, 5, clock, never) == "20191221/00"
+    # Minute partitions, START given as an hour: its first partition's name.
+    data.write_text("20191222/0015/donefile", "")
+    assert first_ready(data, "20191222/00", 15, 0, 5, clock, never) == "20191222/0015"
+
+
+def test_online_waits_for_the_first_partition_only_to_choose_crosses(tmp_path):
+    """An online job's new model with crosses auto: trainer 0 waits for its first
+    partition before it chooses them (or the wait runs out); otherwise it does not wait."""
+    data = open_store(f"file://{tmp_path}/data")
+    online = {"mode": "online", "end_date_hr": None, "data_wait_seconds": 30,
+              "online_poll_seconds": 0.05}  # fmt: skip
+    plain = config(tmp_path, **online)
+    choosing = replace(plain, hyper_parameters=replace(plain.hyper_parameters, crosses="auto"))
+    assert join_extra_seconds(plain) == 0 and join_extra_seconds(choosing) == 30
+    started = time.monotonic()
+    assert wait_for_first_data(plain, data, None) is None
+    timer = threading.Timer(0.5, lambda: data.write_text("20191221/00/donefile", ""))
+    timer.start()
+    assert wait_for_first_data(choosing, data, None) is None
+    timer.join()
+    assert data.exists("20191221/00/donefile") and time.monotonic() - started >= 0.5
+    last = Checkpoint(pass_id=3, hour="20191221/02", version=3, pservers=1, trainers=1)
+    timeout = config(tmp_path, **{**online, "data_wait_seconds": 0})
+    assert wait_for_first_data(timeout, open_store(f"file://{tmp_path}/none"), last) is None
+
+
 def test_every_trainer_trains_trainer_0s_plan(tmp_path):
     """Trainer 1 reads the plan even though an hour lands after trainer 0 decided."""
     cfg = config(tmp_path, data_wait_seconds=0)
@@ -91,7 +131,7 @@ def test_every_trainer_trains_trainer_0s_plan(tmp_path):
     data.write_text("20191221/00/donefile", "")
     zero, (one,) = joined_pair(open_store(f"file://{tmp_path}/sync"))
     logger = Silent()
-    waited = wait_for_offline_data(cfg, data, None)
+    waited = wait_for_first_data(cfg, data, None)
     assert offline_hours(cfg, data, logger, zero, 0, waited) == ["20191221/00"]
     data.write_text("20191221/02/donefile", "")
     follower = Silent()
@@ -120,7 +160,7 @@ def test_the_others_wait_for_trainer_0_while_it_waits_for_data(tmp_path):
     thread.start()
     timer = threading.Timer(0.5, lambda: data.write_text("20191221/02/donefile", ""))
     timer.start()
-    waited = wait_for_offline_data(cfg, data, None)
+    waited = wait_for_first_data(cfg, data, None)
     assert waited == (["20191221/02"], ["20191221/00", "20191221/01"])
     zero.welcome(2)
     assert offline_hours(cfg, data, Silent(), zero, 0, waited) == ["20191221/02"]
@@ -133,9 +173,9 @@ def test_nothing_to_wait_for_online_or_after_the_last_pass(tmp_path):
     offline = config(tmp_path, data_wait_seconds=600, passes=2)
     data = open_store(offline.runner.train_data_uri)
     last = Checkpoint(pass_id=2, hour=None, version=2, pservers=1, trainers=1)
-    assert wait_for_offline_data(offline, data, last) is None
+    assert wait_for_first_data(offline, data, last) is None
     online = config(tmp_path, mode="online", end_date_hr=None, data_wait_seconds=600)
-    assert wait_for_offline_data(online, data, None) is None
+    assert wait_for_first_data(online, data, None) is None
     assert join_extra_seconds(online) == 0 and join_extra_seconds(offline) == 600
 
 
@@ -143,7 +183,7 @@ def test_no_data_at_all_fails_every_trainer_naming_the_dataset(tmp_path):
     cfg = config(tmp_path, data_wait_seconds=0)
     data = open_store(cfg.runner.train_data_uri)
     zero, (one,) = joined_pair(open_store(f"file://{tmp_path}/sync"))
-    waited = wait_for_offline_data(cfg, data, None)
+    waited = wait_for_first_data(cfg, data, None)
     with pytest.raises(FileNotFoundError, match=r"/data: no hour of 20191221/00\.\.20191221/02"):
         offline_hours(cfg, data, Silent(), zero, 0, waited)
     with pytest.raises(FileNotFoundError, match="no hour of"):

@@ -90,6 +90,8 @@ def test_the_hours_of_the_prior(tmp_path):
         {"runner": {**RUNNER, "train_data_uri": uri, "mode": "online", "end_date_hr": None}}
     ).runner
     assert prior_hours(data, online, None) == []
+    write_hour(data, "20191221/01", ["1 0 5:1"])  # 00 skipped: the first pass trains 01
+    assert prior_hours(data, online, None) == ["20191221/01"]
     write_hour(data, "20191221/00", ["1 0 5:1"])
     assert prior_hours(data, online, None) == ["20191221/00"]
 
