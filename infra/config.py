@@ -1329,12 +1329,13 @@ class TrainingConfig(Section):
         HyperParameters.embedding_dim, ge=2, le=1024, description="sparse embedding width"
     )
     crosses: Annotated[list[list[int]] | Literal["auto"], WrapValidator(_crosses)] = Field(
-        [],
+        HyperParameters.crosses,
         description="pairs of slot_conf's slots, e.g. [[101, 102]]: each pair's ids crossed "
         "into one more id per example (trainer and serving form them; clients send the "
         "slots as before), for clicks that depend on the pair; auto: every pair of the "
         f"{AUTO_CROSS_SLOTS} single-hot slots with the fewest ids in the first lines, chosen "
-        'when a new model starts (docs/trainer.md, "Crossed ids")',
+        "when a new model starts (a resumed one keeps its own); []: none, for the cheapest "
+        'serving (docs/trainer.md, "Crossed ids")',
     )
     max_bad_line_fraction: float = Field(
         Runner.max_bad_line_fraction,

@@ -78,9 +78,11 @@ def exported_predictions(dense_dir: Path, inputs: dict, scratch: Path) -> np.nda
 def write_config(path: Path, runner: dict, hyper: dict | None = None) -> Path:
     # No deletion of rare ids: these tests check that each version's table has counted
     # every impression of its passes (test_trainer_quality.py runs the default deletion).
+    # No crossed ids either: they check tables, exports and predictions against the ids
+    # the data holds (test_trainer_crosses.py and the quality tests run auto, the default).
     hyper = {
         "sparse_dim": 100003, "learning_rate": 0.003, "batch_size": 64, "delete_threshold": 0,
-        **(hyper or {}),
+        "crosses": [], **(hyper or {}),
     }  # fmt: skip
     # The data is all there before these jobs start (the synthetic set's missing hour stays
     # missing): no wait for it (tests/images/trainer/test_trainer_data_wait.py has those).

@@ -122,10 +122,11 @@ class HyperParameters:
     # the network gets them; each line must carry every one in full.
     dense_features: list[DenseFeature] = field(default_factory=list)
     # Pairs of slot.conf's slots, each crossed into one more sparse input (elasticctr_common
-    # .crosses): [[101, 102], ...], or "auto": trainer 0 of a new model chooses them from
-    # the data (elasticctr_trainer.auto_crosses), a resumed model keeps its own. Part of
-    # the model's layout (a checkpoint records them).
-    crosses: list[list[int]] | Literal["auto"] = field(default_factory=list)
+    # .crosses): [[101, 102], ...], [] for none, or "auto" (the default, measured on the
+    # quality matrix): trainer 0 of a new model chooses them from the data
+    # (elasticctr_trainer.auto_crosses), a resumed model keeps its own. Part of the model's
+    # layout (a checkpoint records them).
+    crosses: list[list[int]] | Literal["auto"] = "auto"
     # Applied in the model's graph (so the exported model applies it too): counts and other
     # heavy-tailed values squashed before the first layer. Unset, like sparse_optimizer:
     # NEW_MODEL_DENSE_TRANSFORM for a new model, a resumed one keeps its own (checkpoint

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from elasticctr_common.storage import open_store
-from elasticctr_common.trainer_json import ConfigError, parse_config
+from elasticctr_common.trainer_json import ConfigError, TrainerConfig, parse_config
 from elasticctr_trainer.checkpoint import Checkpoint
 from elasticctr_trainer.hours import first_ready, wait_for_range
 from elasticctr_trainer.metrics import MetricsLogger
@@ -45,6 +45,11 @@ def config(tmp_path, **runner):
             }
         }
     )
+
+
+def uncrossed(cfg: TrainerConfig) -> TrainerConfig:
+    """`cfg` with no crosses: nothing to choose from the data."""
+    return replace(cfg, hyper_parameters=replace(cfg.hyper_parameters, crosses=[]))
 
 
 def test_waits_until_the_end_hour_is_done(tmp_path):
@@ -109,8 +114,8 @@ def test_online_waits_for_the_first_partition_only_to_choose_crosses(tmp_path):
     data = open_store(f"file://{tmp_path}/data")
     online = {"mode": "online", "end_date_hr": None, "data_wait_seconds": 30,
               "online_poll_seconds": 0.05}  # fmt: skip
-    plain = config(tmp_path, **online)
-    choosing = replace(plain, hyper_parameters=replace(plain.hyper_parameters, crosses="auto"))
+    choosing = config(tmp_path, **online)  # crosses auto, the default
+    plain = uncrossed(choosing)
     assert join_extra_seconds(plain) == 0 and join_extra_seconds(choosing) == 30
     started = time.monotonic()
     assert wait_for_first_data(plain, data, None) is None
@@ -174,7 +179,7 @@ def test_nothing_to_wait_for_online_or_after_the_last_pass(tmp_path):
     data = open_store(offline.runner.train_data_uri)
     last = Checkpoint(pass_id=2, hour=None, version=2, pservers=1, trainers=1)
     assert wait_for_first_data(offline, data, last) is None
-    online = config(tmp_path, mode="online", end_date_hr=None, data_wait_seconds=600)
+    online = uncrossed(config(tmp_path, mode="online", end_date_hr=None, data_wait_seconds=600))
     assert wait_for_first_data(online, data, None) is None
     assert join_extra_seconds(online) == 0 and join_extra_seconds(offline) == 600
 

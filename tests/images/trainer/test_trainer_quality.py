@@ -161,7 +161,7 @@ def test_published_model_keeps_up_with_logistic_regression(seed, tmp_path):
         "work_dir": str(tmp_path / "scratch"),
     }
     # The trainer's model defaults; the job tests' sparse_dim and learning rate.
-    deletion = {"delete_threshold": delete_threshold_for("offline")}
+    deletion = {"delete_threshold": delete_threshold_for("offline"), "crosses": "auto"}
     config = write_config(tmp_path / "trainer.json", runner, deletion)
     run_job(config, tmp_path / "logs", pservers=1, trainers=1)
     models = open_store(f"file://{tmp_path}/models")
