@@ -16,9 +16,11 @@ baselines, one job whose trainer 0 evaluates every version on the held-out set. 
 row per cell and seed: Bayes, LR, LR + crosses, the model's AUC after each pass, whether
 every pass meets the bars (within `quality.BAYES_MARGIN` of Bayes and at least the LR
 without crosses) and the job's seconds. `--set section.key=JSON` overrides trainer.json,
-for studies; the matrix's verdict is about the defaults (no --set). `--auto-crosses`: each
-cell's job crosses the pairs `elasticctr_trainer.auto_crosses` chooses from the lines a
-new job's trainer 0 reads at start (prior.py), printed per row.
+for studies; the matrix's verdict is about the defaults (no --set; crosses `auto`, which
+the job's trainer 0 chooses; `--set training.crosses=[]` for none). `--auto-crosses`:
+the bench chooses the same pairs with `elasticctr_trainer.auto_crosses` from the lines a
+new job's trainer 0 reads at start (prior.py), prints them per row and names them in the
+job's config (the measurements before `auto` was the default ran so).
 """
 
 from __future__ import annotations
@@ -113,7 +115,9 @@ def main() -> None:
     parser.add_argument("--keep", action="store_true", help="keep the job's work directory")
     parser.add_argument("--data", type=Path, help="generate into DATA/..., or reuse it")
     parser.add_argument("--json", type=Path, help="append one JSON line per row here")
-    parser.add_argument("--auto-crosses", action="store_true", help="cross auto_crosses' pairs")
+    parser.add_argument(
+        "--auto-crosses", action="store_true", help="name auto_crosses' pairs, printed per row"
+    )
     args = parser.parse_args()
     cells = list(MATRIX) if args.matrix else args.cells
     if not cells:
