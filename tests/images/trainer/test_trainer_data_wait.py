@@ -108,7 +108,7 @@ def test_online_the_first_partition_is_start_or_a_later_ready_one(tmp_path):
     assert first_ready(data, "20191222/00", 15, 0, 5, clock, never) == "20191222/0015"
 
 
-def test_online_waits_for_the_first_partition_only_to_choose_crosses(tmp_path):
+def test_online_waits_for_the_first_partition_only_to_choose_crosses(tmp_path, monkeypatch):
     """An online job's new model with crosses auto: trainer 0 waits for its first
     partition before it chooses them (or the wait runs out); otherwise it does not wait."""
     data = open_store(f"file://{tmp_path}/data")
@@ -118,15 +118,21 @@ def test_online_waits_for_the_first_partition_only_to_choose_crosses(tmp_path):
     plain = uncrossed(choosing)
     assert join_extra_seconds(plain) == 0 and join_extra_seconds(choosing) == 30
     started = time.monotonic()
-    assert wait_for_first_data(plain, data, None) is None
     timer = threading.Timer(0.5, lambda: data.write_text("20191221/00/donefile", ""))
     timer.start()
     assert wait_for_first_data(choosing, data, None) is None
     timer.join()
     assert data.exists("20191221/00/donefile") and time.monotonic() - started >= 0.5
+
+    # Named crosses, or a resumed model (its crosses are its checkpoint's): no wait.
+    def never(*_: Any) -> None:
+        raise AssertionError("waited for the first partition")
+
+    monkeypatch.setattr("elasticctr_trainer.trainer.first_ready", never)
+    empty = open_store(f"file://{tmp_path}/none")
     last = Checkpoint(pass_id=3, hour="20191221/02", version=3, pservers=1, trainers=1)
-    timeout = config(tmp_path, **{**online, "data_wait_seconds": 0})
-    assert wait_for_first_data(timeout, open_store(f"file://{tmp_path}/none"), last) is None
+    assert wait_for_first_data(plain, empty, None) is None
+    assert wait_for_first_data(choosing, empty, last) is None
 
 
 def test_every_trainer_trains_trainer_0s_plan(tmp_path):
