@@ -636,15 +636,14 @@ def main() -> int:
                 body_files[batch].write_bytes(
                     b"\n".join(bodies(slots, batch, args.keys, single=crossed_slots))
                 )
-            first = next(iter(servers.values()))
+            first, _, _, first_crosses = next(iter(servers.values()))
+            first_model = clusters[first_crosses][1].model_dir
             for repetition in range(args.repeat):
                 references.append(
                     {
                         "load": os.getloadavg()[0],
-                        "predictor_us": bare_predictor(
-                            clusters[first[3]][1].model_dir, args.slots + first[3]
-                        ),
-                        "http_floor": [http_floor(first[0], c, args) for c in concurrencies],
+                        "predictor_us": bare_predictor(first_model, args.slots + first_crosses),
+                        "http_floor": [http_floor(first, c, args) for c in concurrencies],
                     }
                 )
                 print(json.dumps({"repetition": repetition, **references[-1]}),
